@@ -1,0 +1,1 @@
+"""Runnable quickstarts: `python -m trainparity.quickstarts.<name>`."""

@@ -1,0 +1,37 @@
+"""Builds the native core trainparity._trainparity from src/_trainparity/*.c.
+
+Only setuptools is needed at build time. TRAINPARITY_SANITIZE=1 builds the core
+with AddressSanitizer and UBSan (used by CI to test the C core).
+"""
+
+import glob
+import os
+
+from setuptools import Extension, setup
+
+SANITIZE = os.environ.get("TRAINPARITY_SANITIZE") == "1"
+
+compile_args = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pthread", "-D_GNU_SOURCE"]
+link_args = ["-pthread"]
+if SANITIZE:
+    compile_args += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+                     "-fno-sanitize-recover=undefined"]
+    link_args += ["-fsanitize=address,undefined"]
+else:
+    compile_args += ["-O3"]
+
+native_core = Extension(
+    "trainparity._trainparity",
+    sources=sorted(glob.glob(os.path.join("src", "_trainparity", "*.c"))),
+    depends=sorted(glob.glob(os.path.join("src", "_trainparity", "*.h"))),
+    include_dirs=[os.path.join("src", "_trainparity")],
+    extra_compile_args=compile_args,
+    extra_link_args=link_args,
+)
+
+setup(
+    package_dir={"trainparity": "python/trainparity", "trainparity.quickstarts": "quickstarts"},
+    packages=["trainparity", "trainparity.quickstarts"],
+    package_data={"trainparity": ["py.typed"]},
+    ext_modules=[native_core],
+)
