@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import ctypes
 
+import torch
+
 from trainparity import _trainparity as core
 
 __all__ = ["core", "tensor_bytes"]
 
 
-def tensor_bytes(tensor):  # type: (object) -> memoryview
-    """A read-only byte view of a contiguous CPU tensor's storage; the caller keeps it alive.
+def tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    """A read-only byte view of a contiguous CPU tensor's elements, without copying.
 
     torch tensors do not export the buffer protocol, so the view is built over
-    the tensor's data pointer with ctypes; no bytes are copied.
+    the data pointer with ctypes; the view keeps the tensor alive.
     """
+    if tensor.device.type != "cpu" or not tensor.is_contiguous():
+        raise ValueError("tensor_bytes needs a contiguous CPU tensor; call contiguous_cpu first")
     nbytes = tensor.numel() * tensor.element_size()
     if nbytes == 0:
         return memoryview(b"")
     array = (ctypes.c_char * nbytes).from_address(tensor.data_ptr())
+    array.owner = tensor  # the memoryview holds `array`, which holds the tensor
     return memoryview(array).cast("B").toreadonly()

@@ -1,0 +1,23 @@
+"""The public API: every name users import, gathered from the modules that define them."""
+
+from trainparity.comparison import (
+    ComparisonPolicy,
+    Difference,
+    ExactComparison,
+    ToleranceComparison,
+)
+from trainparity.outcomes import Outcome
+from trainparity.state_diff import StateComparison, TensorStatistics, compare_states
+from trainparity.version import MACHINE_REPORT_SCHEMA_VERSION
+
+__all__ = [
+    "MACHINE_REPORT_SCHEMA_VERSION",
+    "ComparisonPolicy",
+    "Difference",
+    "ExactComparison",
+    "Outcome",
+    "StateComparison",
+    "TensorStatistics",
+    "ToleranceComparison",
+    "compare_states",
+]

@@ -1,0 +1,23 @@
+"""Rendering of state paths: `model.layer[2].weight`, `extra["a.b"]`, `$` for the root."""
+
+from __future__ import annotations
+
+import json
+
+PathPart = str | int
+StatePath = tuple[PathPart, ...]
+
+
+def render_path(path: StatePath) -> str:
+    """Render a path tuple exactly as reports show it (CONTRACT §4.6)."""
+    if not path:
+        return "$"
+    rendered: list[str] = []
+    for part in path:
+        if isinstance(part, int) and not isinstance(part, bool):
+            rendered.append(f"[{part}]")
+        elif isinstance(part, str) and part.isidentifier():
+            rendered.append(f".{part}" if rendered else part)
+        else:
+            rendered.append(f"[{json.dumps(str(part), ensure_ascii=False)}]")
+    return "".join(rendered)

@@ -1,0 +1,325 @@
+"""Snapshot files: one file in the safetensors layout, written and memory-mapped by our own code.
+
+Layout: 8-byte little-endian header length N, N bytes of JSON header (padded
+with spaces so tensor bytes start 8-byte aligned), then the raw tensor bytes
+back to back. The header maps each tensor name (its rendered state path) to
+`{"dtype", "shape", "data_offsets"}` and holds our manifest as a JSON string
+in `__metadata__["trainparity"]`: schema, step, backend, the frozen tree of
+non-tensor values with tensor leaves as references, per-tensor metadata and
+digest, and the environment fingerprint. Nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import mmap
+import os
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainparity._native import core
+from trainparity.dtypes import info_for_text
+from trainparity.paths import StatePath, render_path
+from trainparity.snapshot import REFERENCE_BACKEND, SNAPSHOT_SCHEMA_VERSION, Snapshot
+from trainparity.state import (
+    FrozenMapping,
+    FrozenSequence,
+    FrozenTensor,
+    FrozenValue,
+    UnsupportedStateError,
+    freeze,
+)
+
+__all__ = [
+    "SNAPSHOT_FILE_FORMAT",
+    "SnapshotFileError",
+    "SnapshotFileInfo",
+    "read_snapshot",
+    "write_snapshot",
+]
+
+SNAPSHOT_FILE_FORMAT = "trainparity-snapshot/1"
+_METADATA_KEY = "trainparity"
+_MAX_HEADER_BYTES = 512 << 20
+_WRITE_BLOCK = 64 << 20
+
+
+class SnapshotFileError(ValueError):
+    """A snapshot file that is truncated, corrupt or not a trainparity snapshot."""
+
+
+@dataclass(frozen=True)
+class SnapshotFileInfo:
+    """What writing a snapshot produced."""
+
+    path: Path
+    file_bytes: int
+    tensor_count: int
+    tensor_bytes: int
+    includes_values: bool
+
+
+# Writing ------------------------------------------------------------------------------
+
+
+def write_snapshot(
+    path: str | os.PathLike[str],
+    state: Mapping[str, object] | FrozenMapping,
+    *,
+    step: int | None = None,
+    backend: str = REFERENCE_BACKEND,
+    environment: Mapping[str, Any] | None = None,
+    include_values: bool = True,
+) -> SnapshotFileInfo:
+    """Freeze `state` and write it to `path` atomically (temp file, fsync, rename).
+
+    Tensor bytes stream from the live tensors to the file without an
+    intermediate copy (non-contiguous or non-CPU tensors are made contiguous on
+    the CPU one at a time). With include_values=False only the manifest and
+    digests are written: a few kilobytes that still tell which tensors differ.
+    Raises UnsupportedStateError (naming the path) for values that cannot be frozen.
+    """
+    target = Path(path)
+    frozen = state if isinstance(state, FrozenMapping) else freeze(state, copy=False)
+    if not isinstance(frozen, FrozenMapping):
+        raise UnsupportedStateError((), "snapshot root must be a mapping")
+    tensors: list[tuple[str, FrozenTensor]] = []
+    tree = _encode_node(frozen, (), tensors)
+    header: dict[str, Any] = {}
+    table = []
+    offset = 0
+    for name, tensor in tensors:
+        entry = info_for_text(tensor.dtype)
+        digest = core.digest(tensor.data, threads=_digest_threads(tensor.nbytes))
+        table.append(
+            {
+                "name": name,
+                "dtype": tensor.dtype,
+                "shape": list(tensor.shape),
+                "device": tensor.device,
+                "requires_grad": tensor.requires_grad,
+                "digest": digest.hex(),
+                "nbytes": tensor.nbytes,
+            }
+        )
+        if include_values:
+            code = entry.safetensors_code
+            shape = list(tensor.shape) if code is not None else [tensor.nbytes]
+            header[name] = {
+                "dtype": code or "U8",
+                "shape": shape,
+                "data_offsets": [offset, offset + tensor.nbytes],
+            }
+            offset += tensor.nbytes
+    manifest = {
+        "format": SNAPSHOT_FILE_FORMAT,
+        "schema_version": SNAPSHOT_SCHEMA_VERSION,
+        "backend": backend,
+        "step": step,
+        "digest_version": core.DIGEST_VERSION,
+        "includes_values": include_values,
+        "tensors": table,
+        "tree": tree,
+        "environment": dict(environment) if environment is not None else None,
+    }
+    header["__metadata__"] = {_METADATA_KEY: json.dumps(manifest, sort_keys=True)}
+    header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    header_bytes += b" " * (-(8 + len(header_bytes)) % 8)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(target.name + ".tmp")
+    with open(temporary, "wb") as stream:
+        stream.write(struct.pack("<Q", len(header_bytes)))
+        stream.write(header_bytes)
+        if include_values:
+            for _, tensor in tensors:
+                _write_buffer(stream, tensor.data)
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(temporary, target)
+    return SnapshotFileInfo(
+        path=target,
+        file_bytes=8 + len(header_bytes) + (offset if include_values else 0),
+        tensor_count=len(tensors),
+        tensor_bytes=sum(tensor.nbytes for _, tensor in tensors),
+        includes_values=include_values,
+    )
+
+
+def _write_buffer(stream, data: memoryview) -> None:
+    view = memoryview(data).cast("B")
+    for start in range(0, len(view), _WRITE_BLOCK):
+        stream.write(view[start : start + _WRITE_BLOCK])
+
+
+def _digest_threads(nbytes: int) -> int:
+    return 1 if nbytes < (8 << 20) else max(1, min(os.cpu_count() or 1, 8))
+
+
+def _encode_node(value: FrozenValue, path: StatePath, tensors: list) -> Any:
+    """Compact tagged JSON for one frozen node; tensors are replaced by their table index."""
+    if value is None:
+        return ["n"]
+    if isinstance(value, bool):
+        return ["?", value]
+    if isinstance(value, int):
+        return ["i", str(int(value))]
+    if isinstance(value, float):
+        return ["f", struct.pack(">d", value).hex()]
+    if isinstance(value, str):
+        return ["s", str(value)]
+    if isinstance(value, bytes):
+        return ["b", base64.b64encode(value).decode("ascii")]
+    if isinstance(value, FrozenTensor):
+        tensors.append((render_path(path), value))
+        return ["t", len(tensors) - 1]
+    if isinstance(value, FrozenMapping):
+        return [
+            "m",
+            [[key, _encode_node(item, (*path, key), tensors)] for key, item in value.entries],
+        ]
+    if isinstance(value, FrozenSequence):
+        tag = "l" if value.kind == "list" else "u"
+        return [
+            tag,
+            [_encode_node(item, (*path, index), tensors) for index, item in enumerate(value.items)],
+        ]
+    raise UnsupportedStateError(path, f"{type(value).__module__}.{type(value).__qualname__}")
+
+
+# Reading ------------------------------------------------------------------------------
+
+
+def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any]]:
+    """Map a snapshot file and return (snapshot, manifest extras such as the environment).
+
+    Tensor leaves are zero-copy views into the memory-mapped file and carry
+    their recorded digest; a digest-only snapshot has `data=None` leaves.
+    Raises SnapshotFileError for a truncated, corrupt or foreign file.
+    """
+    source = Path(path)
+    with open(source, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        if size < 8:
+            raise _corrupt(source, f"file has {size} bytes, shorter than the 8-byte header length")
+        mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+    header_length = struct.unpack_from("<Q", mapped, 0)[0]
+    if header_length > min(size - 8, _MAX_HEADER_BYTES):
+        raise _corrupt(
+            source, f"header length {header_length} exceeds the file ({size} bytes): truncated?"
+        )
+    try:
+        header = json.loads(bytes(mapped[8 : 8 + header_length]))
+        manifest = json.loads(header["__metadata__"][_METADATA_KEY])
+    except (ValueError, KeyError, TypeError) as error:
+        raise _corrupt(
+            source, f"header is not a trainparity snapshot header ({type(error).__name__}: {error})"
+        ) from None
+    if not isinstance(manifest, dict) or manifest.get("format") != SNAPSHOT_FILE_FORMAT:
+        raise _corrupt(
+            source,
+            f"manifest format is {manifest.get('format') if isinstance(manifest, dict) else None!r}, expected {SNAPSHOT_FILE_FORMAT!r}",
+        )
+    data_start = 8 + header_length
+    data_view = memoryview(mapped)[data_start:]
+    try:
+        tensors = [
+            _tensor_leaf(entry, header, data_view, manifest["includes_values"])
+            for entry in manifest["tensors"]
+        ]
+        state = _decode_node(manifest["tree"], tensors)
+        snapshot = Snapshot(
+            step=manifest["step"],
+            state=state,
+            backend=manifest["backend"],
+            schema_version=manifest["schema_version"],
+        )
+    except SnapshotFileError as error:
+        raise _corrupt(source, str(error)) from None
+    except (KeyError, TypeError, ValueError, IndexError) as error:
+        raise _corrupt(source, f"manifest is malformed ({type(error).__name__}: {error})") from None
+    if not isinstance(state, FrozenMapping):
+        raise _corrupt(source, "snapshot root is not a mapping")
+    extras = {
+        "environment": manifest.get("environment"),
+        "includes_values": bool(manifest["includes_values"]),
+        "digest_version": manifest.get("digest_version"),
+    }
+    return snapshot, extras
+
+
+def _corrupt(path: Path, detail: str) -> SnapshotFileError:
+    return SnapshotFileError(f"snapshot file {path} is unreadable: {detail}; record it again")
+
+
+def _tensor_leaf(
+    entry: dict, header: dict, data: memoryview, includes_values: bool
+) -> FrozenTensor:
+    element = info_for_text(entry["dtype"])
+    shape = tuple(int(size) for size in entry["shape"])
+    nbytes = int(entry["nbytes"])
+    expected = element.element_size
+    for size in shape:
+        if size < 0:
+            raise SnapshotFileError(f"tensor {entry['name']!r} has a negative dimension")
+        expected *= size
+    if expected != nbytes:
+        raise SnapshotFileError(
+            f"tensor {entry['name']!r} records {nbytes} bytes but its shape needs {expected}"
+        )
+    payload = None
+    if includes_values:
+        begin, end = (int(offset) for offset in header[entry["name"]]["data_offsets"])
+        if not 0 <= begin <= end <= len(data) or end - begin != nbytes:
+            raise SnapshotFileError(
+                f"tensor {entry['name']!r} spans bytes [{begin}, {end}) but the data section has {len(data)} bytes: truncated?"
+            )
+        payload = data[begin:end]
+    digest = bytes.fromhex(entry["digest"])
+    if len(digest) != 16:
+        raise SnapshotFileError(f"tensor {entry['name']!r} has a malformed digest")
+    return FrozenTensor(
+        shape=shape,
+        dtype=entry["dtype"],
+        device=str(entry["device"]),
+        requires_grad=bool(entry["requires_grad"]),
+        data=payload,
+        digest=digest,
+    )
+
+
+def _decode_node(node: Any, tensors: list[FrozenTensor]) -> FrozenValue:
+    """Inverse of _encode_node."""
+    tag = node[0]
+    if tag == "n":
+        return None
+    if tag == "?":
+        return _checked(node[1], bool)
+    if tag == "i":
+        return int(_checked(node[1], str))
+    if tag == "f":
+        return struct.unpack(">d", bytes.fromhex(_checked(node[1], str)))[0]
+    if tag == "s":
+        return _checked(node[1], str)
+    if tag == "b":
+        return base64.b64decode(_checked(node[1], str), validate=True)
+    if tag == "t":
+        return tensors[_checked(node[1], int)]
+    if tag == "m":
+        entries = tuple((_checked(key, str), _decode_node(item, tensors)) for key, item in node[1])
+        return FrozenMapping(entries)
+    if tag in ("l", "u"):
+        items = tuple(_decode_node(item, tensors) for item in node[1])
+        return FrozenSequence("list" if tag == "l" else "tuple", items)
+    raise SnapshotFileError(f"unknown node kind {tag!r} in the manifest")
+
+
+def _checked(value: Any, kind: type) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise SnapshotFileError(
+            f"expected {kind.__name__} in the manifest, found {type(value).__name__}"
+        )
+    return value

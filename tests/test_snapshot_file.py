@@ -1,0 +1,181 @@
+"""Snapshot files: safetensors layout, exact round trip, mmap reads, digest-only files, corruption."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import struct
+
+import pytest
+import torch
+from safetensors import safe_open
+from trainparity import ExactComparison, Outcome, ToleranceComparison
+from trainparity.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
+from trainparity.state import FrozenTensor, UnsupportedStateError, freeze
+
+
+def _observation() -> dict:
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    return {
+        "model": {"weight": base, "weight_t": base.t(), "row": base[1]},
+        "special": torch.tensor([math.nan, math.inf, -math.inf, -0.0, 1e-45]),
+        "bf16": torch.tensor([1.5, -2.0], dtype=torch.bfloat16),
+        "flags": torch.tensor([True, False, True]),
+        "complex": torch.tensor([1 + 2j, -0.0 - 1j], dtype=torch.complex128),
+        "scalar": torch.tensor(7, dtype=torch.int64),
+        "empty": torch.empty((0, 3)),
+        "grad": torch.ones(2, requires_grad=True),
+        "python": {
+            "none": None,
+            "flag": True,
+            "big": 2**80,
+            "neg_zero": -0.0,
+            "nan": math.nan,
+            "inf": math.inf,
+            "text": "héllo",
+            "raw": b"\x00\xff",
+            "seq": [1, (2.5, "x"), []],
+            "empty_map": {},
+        },
+        "rng": list(range(700)),
+    }
+
+
+def test_round_trip_is_exact(tmp_path):
+    observation = _observation()
+    info = write_snapshot(tmp_path / "s.safetensors", observation, step=4)
+    assert info.file_bytes == (tmp_path / "s.safetensors").stat().st_size
+    snapshot, extras = read_snapshot(tmp_path / "s.safetensors")
+    assert snapshot.step == 4 and snapshot.backend == "full_value_reference"
+    assert extras["includes_values"] is True
+    expected = freeze(observation)
+    assert ExactComparison().compare_all(expected, snapshot.state) == ()
+    python = snapshot.state.as_dict()["python"].as_dict()
+    assert math.copysign(1.0, python["neg_zero"]) == -1.0
+    assert python["big"] == 2**80 and python["raw"] == b"\x00\xff"
+
+
+def test_nan_payload_and_signed_zero_survive_in_tensors(tmp_path):
+    payload = torch.tensor([0x7FC00001, 0x80000000], dtype=torch.int32).view(torch.float32)
+    write_snapshot(tmp_path / "s", {"x": payload})
+    snapshot, _ = read_snapshot(tmp_path / "s")
+    restored = snapshot.state.as_dict()["x"].to_tensor()
+    assert restored.view(torch.int32).tolist() == [0x7FC00001, -(2**31)]
+
+
+def test_opens_with_the_safetensors_package(tmp_path):
+    observation = {
+        "w": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+        "c": torch.ones(2, dtype=torch.complex128),
+    }
+    write_snapshot(tmp_path / "s.safetensors", observation, step=1)
+    with safe_open(str(tmp_path / "s.safetensors"), framework="pt") as handle:
+        assert sorted(handle.keys()) == ["c", "w"]
+        assert torch.equal(handle.get_tensor("w"), observation["w"])
+        manifest = json.loads(handle.metadata()["trainparity"])
+    assert manifest["step"] == 1
+    assert {entry["name"]: entry["dtype"] for entry in manifest["tensors"]} == {
+        "c": "torch.complex128",
+        "w": "torch.float32",
+    }
+
+
+def test_reads_are_memory_mapped_views(tmp_path):
+    write_snapshot(tmp_path / "s", {"w": torch.ones(1024)})
+    snapshot, _ = read_snapshot(tmp_path / "s")
+    leaf = snapshot.state.as_dict()["w"]
+    assert isinstance(leaf.data, memoryview)
+    assert leaf.data.readonly
+    assert leaf.digest is not None and len(leaf.digest) == 16
+
+
+def test_snapshots_compare_like_frozen_states(tmp_path):
+    write_snapshot(tmp_path / "a", {"w": torch.tensor([1.0, 2.0]), "n": 1}, step=2)
+    write_snapshot(tmp_path / "b", {"w": torch.tensor([1.0, 3.0]), "n": 1}, step=2)
+    left, _ = read_snapshot(tmp_path / "a")
+    right, _ = read_snapshot(tmp_path / "b")
+    difference = ExactComparison().compare(left, right).first_difference
+    assert (difference.path, difference.reason) == ("w", "tensor_value")
+    assert (difference.max_abs_error, difference.max_rel_error) == (1.0, 0.5)
+    same, _ = read_snapshot(tmp_path / "a")
+    assert ExactComparison().compare(left, same).outcome is Outcome.PASS
+
+
+def test_equal_digests_still_honour_nan_rules_under_tolerance(tmp_path):
+    write_snapshot(tmp_path / "a", {"x": torch.tensor([math.nan])})
+    write_snapshot(tmp_path / "b", {"x": torch.tensor([math.nan])})
+    left, _ = read_snapshot(tmp_path / "a")
+    right, _ = read_snapshot(tmp_path / "b")
+    assert ExactComparison().compare(left, right).outcome is Outcome.PASS
+    assert ToleranceComparison(rtol=0, atol=0).compare(left, right).outcome is Outcome.FAIL
+    assert (
+        ToleranceComparison(rtol=0, atol=0, equal_nan=True).compare(left, right).outcome
+        is Outcome.PASS
+    )
+
+
+def test_digest_only_snapshots_say_which_tensor_differs(tmp_path):
+    write_snapshot(
+        tmp_path / "a", {"w": torch.ones(100_000), "v": torch.zeros(3)}, include_values=False
+    )
+    write_snapshot(
+        tmp_path / "b", {"w": torch.ones(100_000), "v": torch.ones(3)}, include_values=False
+    )
+    assert (tmp_path / "a").stat().st_size < 4096
+    left, extras = read_snapshot(tmp_path / "a")
+    right, _ = read_snapshot(tmp_path / "b")
+    assert extras["includes_values"] is False
+    differences = ExactComparison().compare_all(left, right)
+    assert [(d.path, d.reason) for d in differences] == [("v", "tensor_value")]
+    assert differences[0].max_abs_error is None
+
+
+def test_unsupported_values_are_rejected_before_writing(tmp_path):
+    with pytest.raises(UnsupportedStateError, match="unsupported state at model.bad"):
+        write_snapshot(tmp_path / "s", {"model": {"bad": object()}})
+    assert not (tmp_path / "s").exists()
+
+
+def _valid_file(tmp_path):
+    path = tmp_path / "s"
+    write_snapshot(path, {"w": torch.arange(64, dtype=torch.float32), "k": [1, 2]})
+    return path
+
+
+@pytest.mark.parametrize("keep", [0, 3, 8, 20, -1, -100])
+def test_truncated_files_are_clear_errors(tmp_path, keep):
+    path = _valid_file(tmp_path)
+    data = path.read_bytes()
+    path.write_bytes(data[:keep] if keep >= 0 else data[: len(data) + keep])
+    with pytest.raises(SnapshotFileError, match="record it again"):
+        read_snapshot(path)
+
+
+def test_corrupted_headers_are_clear_errors(tmp_path):
+    path = _valid_file(tmp_path)
+    data = bytearray(path.read_bytes())
+    (header_length,) = struct.unpack_from("<Q", data)
+    for position in range(8, 8 + header_length, max(1, header_length // 40)):
+        corrupted = bytearray(data)
+        corrupted[position] = ord("}") if corrupted[position] != ord("}") else ord("{")
+        path.write_bytes(bytes(corrupted))
+        with contextlib.suppress(SnapshotFileError):  # the only acceptable failure
+            read_snapshot(path)
+
+
+def test_foreign_safetensors_file_is_rejected(tmp_path):
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.ones(2)}, str(tmp_path / "foreign.safetensors"))
+    with pytest.raises(SnapshotFileError, match="not a trainparity snapshot"):
+        read_snapshot(tmp_path / "foreign.safetensors")
+
+
+def test_frozen_tensors_from_memory_and_file_agree(tmp_path):
+    tensor = torch.randn(5, 7, dtype=torch.float64)
+    write_snapshot(tmp_path / "s", {"t": tensor})
+    snapshot, _ = read_snapshot(tmp_path / "s")
+    assert torch.equal(
+        snapshot.state.as_dict()["t"].to_tensor(), FrozenTensor.capture(tensor).to_tensor()
+    )
