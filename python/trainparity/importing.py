@@ -1,0 +1,57 @@
+"""Loading a case from its `"package.module:ClassName"` spec (CONTRACT §3)."""
+
+from __future__ import annotations
+
+import importlib
+
+from trainparity.protocols import AccumulationCase, ProcessResumeCase
+
+__all__ = ["CaseImportError", "load_accumulation_case", "load_process_case"]
+
+
+class CaseImportError(ValueError):
+    """The case spec is malformed, cannot be imported, or does not name a usable class."""
+
+
+def load_process_case(spec: str) -> ProcessResumeCase:
+    """Import, instantiate and protocol-check a resume case."""
+    return _load(spec, ProcessResumeCase, "ProcessResumeCase")
+
+
+def load_accumulation_case(spec: str) -> AccumulationCase:
+    """Import, instantiate and protocol-check an accumulation case."""
+    return _load(spec, AccumulationCase, "AccumulationCase")
+
+
+def case_module_name(spec: str) -> str:
+    """The module part of a well-formed spec."""
+    return _split(spec)[0]
+
+
+def _split(spec: object) -> tuple[str, str]:
+    if not isinstance(spec, str):
+        raise CaseImportError("case must use the form 'package.module:ClassName'")
+    module_name, separator, attribute = spec.partition(":")
+    if not separator or not module_name or not attribute:
+        raise CaseImportError("case must use the form 'package.module:ClassName'")
+    return module_name, attribute
+
+
+def _load(spec: str, protocol: type, protocol_name: str):
+    module_name, attribute = _split(spec)
+    try:
+        module = importlib.import_module(module_name)
+        target = getattr(module, attribute)
+    except (ImportError, AttributeError) as error:
+        raise CaseImportError(f"cannot import case {spec!r}: {error}") from error
+    if not isinstance(target, type):
+        raise CaseImportError(f"case target {spec!r} must be a class")
+    try:
+        case = target()
+    except TypeError as error:
+        raise CaseImportError(
+            f"case class {spec!r} must have a zero-argument constructor"
+        ) from error
+    if not isinstance(case, protocol):
+        raise CaseImportError(f"case {spec!r} does not implement {protocol_name}")
+    return case

@@ -1,0 +1,108 @@
+"""The observer worker: a fresh interpreter that turns resume checkpoints into snapshot files.
+
+Launched by check_resume as `python -m trainparity.observer --case SPEC
+--requests FIFO --responses FIFO`. It loads the case once, then serves one
+request per line: call `observe_checkpoint`, normalise, freeze and write the
+snapshot file, write a small JSON result next to it (atomically), and answer
+with one line. The user's training processes never see it, so one observer
+can serve every phase of a check while the training children stay fresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trainparity.outcomes import Outcome
+
+
+def observe_one(case: Any, load_error: BaseException | None, request: dict[str, Any]) -> dict[str, Any]:
+    """Produce the result record of one observation request (CONTRACT §6.7 outcomes)."""
+    from trainparity.normalize import StableStateError, normalize_observation
+    from trainparity.snapshot_file import write_snapshot
+    from trainparity.state import UnsupportedStateError
+
+    if load_error is not None:
+        return _failure(Outcome.ERROR, f"process case loading failed: {type(load_error).__name__}")
+    started = time.perf_counter()
+    try:
+        observation = case.observe_checkpoint(Path(request["checkpoint"]))
+    except Exception as error:  # the user's callback: any failure is the check's ERROR
+        return _failure(Outcome.ERROR, f"observe_checkpoint callback failed: {type(error).__name__}")
+    captured = time.perf_counter()
+    try:
+        normalized = normalize_observation(observation)
+        if not isinstance(normalized, dict):
+            raise UnsupportedStateError((), f"observation root is a {type(observation).__name__}, not a mapping")
+        info = write_snapshot(request["snapshot"], normalized, step=case.total_step)
+    except (UnsupportedStateError, StableStateError) as error:
+        return _failure(
+            Outcome.ABSTAIN, f"snapshot state is unsupported: {type(error).__name__}", detail=str(error)
+        )
+    except Exception as error:
+        return _failure(Outcome.ERROR, f"snapshot worker failed: {type(error).__name__}", detail=str(error))
+    written = time.perf_counter()
+    return {
+        "outcome": Outcome.PASS.value,
+        "message": "checkpoint observed",
+        "snapshot": str(request["snapshot"]),
+        "snapshot_bytes": info.file_bytes,
+        "timing_seconds": {"capture": captured - started, "serialization": written - captured},
+    }
+
+
+def _failure(outcome: Outcome, message: str, detail: str | None = None) -> dict[str, Any]:
+    record: dict[str, Any] = {"outcome": outcome.value, "message": message}
+    if detail is not None:
+        record["detail"] = detail
+    return record
+
+
+def write_result(path: str, record: dict[str, Any]) -> None:
+    temporary = f"{path}.tmp"
+    with open(temporary, "w", encoding="utf-8") as stream:
+        json.dump(record, stream, sort_keys=True)
+    os.replace(temporary, path)
+
+
+def serve(case_spec: str, requests_path: str, responses_path: str) -> None:
+    from trainparity.importing import load_process_case
+
+    case: Any = None
+    load_error: BaseException | None = None
+    try:
+        case = load_process_case(case_spec)
+    except Exception as error:
+        load_error = error
+    with (
+        open(requests_path, encoding="utf-8") as requests,
+        open(responses_path, "w", encoding="utf-8") as responses,
+    ):
+        responses.write(json.dumps({"ready": True}) + "\n")
+        responses.flush()
+        for line in requests:
+            request = json.loads(line)
+            if request.get("stop"):
+                break
+            write_result(request["result"], observe_one(case, load_error, request))
+            responses.write(json.dumps({"phase": request["phase"]}) + "\n")
+            responses.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainparity.observer", description=__doc__)
+    parser.add_argument("--case", required=True)
+    parser.add_argument("--requests", required=True)
+    parser.add_argument("--responses", required=True)
+    arguments = parser.parse_args(argv)
+    serve(arguments.case, arguments.requests, arguments.responses)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

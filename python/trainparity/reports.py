@@ -1,0 +1,25 @@
+"""Writing machine reports: sorted, indented JSON, replaced atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def report_text(payload: dict[str, Any]) -> str:
+    """The exact text of a report file: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(payload, indent=2, sort_keys=True) + "\n"
+
+
+def write_report(path: str | os.PathLike[str], payload: dict[str, Any]) -> int:
+    """Write `payload` to `path` via `<path>.tmp` and a rename; returns the byte size."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = report_text(payload).encode("utf-8")
+    temporary = target.with_name(target.name + ".tmp")
+    with open(temporary, "wb") as stream:
+        stream.write(data)
+    os.replace(temporary, target)
+    return len(data)
