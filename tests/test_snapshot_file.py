@@ -57,7 +57,7 @@ def test_round_trip_is_exact(tmp_path):
 
 
 def test_nan_payload_and_signed_zero_survive_in_tensors(tmp_path):
-    payload = torch.tensor([0x7FC00001, 0x80000000], dtype=torch.int32).view(torch.float32)
+    payload = torch.tensor([0x7FC00001, -(2**31)], dtype=torch.int32).view(torch.float32)
     write_snapshot(tmp_path / "s", {"x": payload})
     snapshot, _ = read_snapshot(tmp_path / "s")
     restored = snapshot.state.as_dict()["x"].to_tensor()

@@ -35,7 +35,7 @@ def test_equal_training_states_pass_with_statistics_for_every_tensor():
     assert result.outcome is Outcome.PASS and result.equal
     assert result.first_difference is None and result.differences == ()
     paths = [stats.path for stats in result.tensors]
-    assert 'model["0"].weight' in paths
+    assert 'model["0.weight"]' in paths
     assert 'optimizer.state["0"].exp_avg' in paths
     assert all(stats.mismatch_count == 0 for stats in result.tensors)
 
@@ -43,13 +43,13 @@ def test_equal_training_states_pass_with_statistics_for_every_tensor():
 def test_perturbed_weight_is_the_first_difference_with_statistics():
     result = compare_states(_trained_state(0), _trained_state(0, perturb=0.5))
     assert result.outcome is Outcome.FAIL
-    assert result.first_difference.path == 'model["2"].weight'
+    assert result.first_difference.path == 'model["2.weight"]'
     assert result.first_difference.reason == "tensor_value"
-    stats = next(s for s in result.tensors if s.path == 'model["2"].weight')
+    stats = next(s for s in result.tensors if s.path == 'model["2.weight"]')
     assert stats.mismatch_count == 1 and stats.numel == 3
     assert stats.first_mismatch_index == 1
     assert stats.max_abs_error == pytest.approx(0.5, rel=1e-6)
-    assert result.worst_tensors()[0].path == 'model["2"].weight'
+    assert result.worst_tensors()[0].path == 'model["2.weight"]'
 
 
 def test_scheduler_and_optimizer_scalars_are_compared():

@@ -316,11 +316,11 @@ def summarize(value: object) -> str:
     if value is _ABSENT:
         return MISSING
     if isinstance(value, FrozenTensor):
-        device = value.device
-        return (
-            f"tensor(shape={value.shape!r}, dtype={value.dtype}, device={device}, "
-            f"values={value.leading_values(4)!r})"
-        )
+        if value.data is None:  # digest-only snapshot: the values were never recorded
+            values = f"<digest {value.digest.hex()[:16]}>" if value.digest else "<not recorded>"
+        else:
+            values = repr(value.leading_values(4))
+        return f"tensor(shape={value.shape!r}, dtype={value.dtype}, device={value.device}, values={values})"
     if isinstance(value, FrozenMapping):
         return f"mapping(keys={value.keys()!r})"
     if isinstance(value, FrozenSequence):
