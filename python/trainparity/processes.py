@@ -113,7 +113,9 @@ class ChildSpec:
                     "(non-empty, without '=' or NUL)"
                 )
             if "\0" in value:
-                raise ValueError(f"child {self.name!r}: env value of {key!r} contains a NUL character")
+                raise ValueError(
+                    f"child {self.name!r}: env value of {key!r} contains a NUL character"
+                )
         object.__setattr__(self, "argv", tuple(self.argv))
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         object.__setattr__(self, "cwd", _require_path(self.cwd, f"child {self.name!r}: cwd"))

@@ -749,7 +749,10 @@ static Py_ssize_t reap_exited(const pid_t *pids, Py_ssize_t count, int kill_grou
         }
         if (info.si_pid == 0)
             continue; /* still running */
-        if (kill_group && killpg(pids[i], SIGKILL) < 0 && errno != ESRCH) {
+        /* ESRCH: nothing left in the group. EPERM: only processes we may not
+         * signal are left (a set-user-ID descendant); failing here would
+         * leave the child unreaped for good, so it is reaped regardless. */
+        if (kill_group && killpg(pids[i], SIGKILL) < 0 && errno != ESRCH && errno != EPERM) {
             PyErr_SetFromErrno(PyExc_OSError);
             return -1;
         }

@@ -1,4 +1,4 @@
-"""Native core spawn/wait/kill_group: launching, isolation, failure reports, waiting, group kills."""
+"""Native core spawn/wait/kill_group: launch, isolation, failure reports, waiting, group kills."""
 
 from __future__ import annotations
 
@@ -320,3 +320,22 @@ def test_child_dies_with_its_parent(tmp_path):
         driver.kill()
         driver.wait()
     assert probe.wait_until(lambda: not probe.is_alive(child), 5)
+
+
+def test_no_descriptor_or_child_is_left_behind_by_any_path(core, launch, tmp_path):
+    def descriptors():
+        return sorted(os.listdir("/proc/self/fd"))
+
+    before = descriptors()
+    for _ in range(20):
+        wait_one(core, launch(["true"]))
+        with pytest.raises(FileNotFoundError):
+            launch(["true"], cwd=str(tmp_path / "missing"))
+        with pytest.raises(TypeError):
+            launch(["true", 1])
+        hanging = launch(["sleep", "5"])
+        assert core.wait([hanging], 0.01) == []
+        core.kill_group(hanging, signal.SIGKILL)
+        wait_one(core, hanging)
+    assert descriptors() == before
+    assert probe.zombie_children() == []
