@@ -482,8 +482,8 @@ PyDoc_STRVAR(spawn_doc,
 "A step that fails in the child is raised here as OSError (the errno's\n"
 "subclass, e.g. FileNotFoundError) naming the step, argv[0] and the error,\n"
 "with attribute step in 'setpgid', 'pdeathsig', 'signals', 'stdin', 'stdout',\n"
-"'stderr', 'chdir', 'close_fds', 'exec' (or 'pipe', 'fork', 'read' for the\n"
-"parent's side); the failed child is reaped.");
+"'stderr', 'chdir', 'close_fds', 'exec' (or 'pipe', 'fork', 'setpgid', 'read'\n"
+"on the parent's side); the failed child is reaped.");
 
 static PyObject *spawn(PyObject *self, PyObject *args, PyObject *kwargs)
 {
