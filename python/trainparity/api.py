@@ -7,6 +7,9 @@ from trainparity.comparison import (
     ToleranceComparison,
 )
 from trainparity.outcomes import Outcome
+from trainparity.process_resume import check_resume
+from trainparity.protocols import ProcessExecutionPlan, ProcessResumeCase
+from trainparity.results import ProcessResumeResult
 from trainparity.state_diff import StateComparison, TensorStatistics, compare_states
 from trainparity.version import MACHINE_REPORT_SCHEMA_VERSION
 
@@ -16,8 +19,12 @@ __all__ = [
     "Difference",
     "ExactComparison",
     "Outcome",
+    "ProcessExecutionPlan",
+    "ProcessResumeCase",
+    "ProcessResumeResult",
     "StateComparison",
     "TensorStatistics",
     "ToleranceComparison",
+    "check_resume",
     "compare_states",
 ]

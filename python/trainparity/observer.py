@@ -21,7 +21,9 @@ from typing import Any
 from trainparity.outcomes import Outcome
 
 
-def observe_one(case: Any, load_error: BaseException | None, request: dict[str, Any]) -> dict[str, Any]:
+def observe_one(
+    case: Any, load_error: BaseException | None, request: dict[str, Any]
+) -> dict[str, Any]:
     """Produce the result record of one observation request (CONTRACT §6.7 outcomes)."""
     from trainparity.normalize import StableStateError, normalize_observation
     from trainparity.snapshot_file import write_snapshot
@@ -33,19 +35,27 @@ def observe_one(case: Any, load_error: BaseException | None, request: dict[str, 
     try:
         observation = case.observe_checkpoint(Path(request["checkpoint"]))
     except Exception as error:  # the user's callback: any failure is the check's ERROR
-        return _failure(Outcome.ERROR, f"observe_checkpoint callback failed: {type(error).__name__}")
+        return _failure(
+            Outcome.ERROR, f"observe_checkpoint callback failed: {type(error).__name__}"
+        )
     captured = time.perf_counter()
     try:
         normalized = normalize_observation(observation)
         if not isinstance(normalized, dict):
-            raise UnsupportedStateError((), f"observation root is a {type(observation).__name__}, not a mapping")
+            raise UnsupportedStateError(
+                (), f"observation root is a {type(observation).__name__}, not a mapping"
+            )
         info = write_snapshot(request["snapshot"], normalized, step=case.total_step)
     except (UnsupportedStateError, StableStateError) as error:
         return _failure(
-            Outcome.ABSTAIN, f"snapshot state is unsupported: {type(error).__name__}", detail=str(error)
+            Outcome.ABSTAIN,
+            f"snapshot state is unsupported: {type(error).__name__}",
+            detail=str(error),
         )
     except Exception as error:
-        return _failure(Outcome.ERROR, f"snapshot worker failed: {type(error).__name__}", detail=str(error))
+        return _failure(
+            Outcome.ERROR, f"snapshot worker failed: {type(error).__name__}", detail=str(error)
+        )
     written = time.perf_counter()
     return {
         "outcome": Outcome.PASS.value,

@@ -76,7 +76,15 @@ class ObserverClient:
             self.requests_fd = os.open(requests, os.O_RDWR | os.O_CLOEXEC)
             spec = ChildSpec(
                 name=OBSERVER_NAME,
-                argv=[sys.executable, "-m", "trainparity.observer", "--case", self.case_spec, "--requests", str(requests)],
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "trainparity.observer",
+                    "--case",
+                    self.case_spec,
+                    "--requests",
+                    str(requests),
+                ],
                 cwd=self.cwd,
                 env=self.environment,
                 stdout_path=self.snapshot_dir / "observer.stdout.log",
@@ -92,22 +100,33 @@ class ObserverClient:
         self.progress.event(f"snapshot_{phase}", "start")
         self.start()
         if self.launch_failed:
-            raise ObservationFailure(Outcome.ERROR, f"{phase} checkpoint observation worker launch or timeout failed")
+            raise ObservationFailure(
+                Outcome.ERROR, f"{phase} checkpoint observation worker launch or timeout failed"
+            )
         result_path = self.snapshot_dir / f"{phase}.json"
         snapshot_path = self.snapshot_dir / f"{phase}.safetensors"
-        request = {"phase": phase, "checkpoint": str(checkpoint), "snapshot": str(snapshot_path), "result": str(result_path)}
+        request = {
+            "phase": phase,
+            "checkpoint": str(checkpoint),
+            "snapshot": str(snapshot_path),
+            "result": str(result_path),
+        }
         self._send(request)
         self._await_file(phase, result_path, began + self.timeout)
         record = self._read_record(phase, result_path)
         outcome = record.get("outcome")
         if outcome != Outcome.PASS.value:
             verdict = Outcome.ABSTAIN if outcome == Outcome.ABSTAIN.value else Outcome.ERROR
-            raise ObservationFailure(verdict, f"{phase} checkpoint observation failed: {record.get('message')}")
+            raise ObservationFailure(
+                verdict, f"{phase} checkpoint observation failed: {record.get('message')}"
+            )
         try:
             snapshot, _ = read_snapshot(snapshot_path)
             timings = {key: float(value) for key, value in record["timing_seconds"].items()}
         except (SnapshotFileError, OSError, KeyError, TypeError, ValueError, AttributeError):
-            raise ObservationFailure(Outcome.ERROR, f"{phase} checkpoint observation worker result was corrupt") from None
+            raise ObservationFailure(
+                Outcome.ERROR, f"{phase} checkpoint observation worker result was corrupt"
+            ) from None
         seconds = time.perf_counter() - began
         self.progress.event(f"snapshot_{phase}", "end", seconds)
         return Observation(snapshot, seconds, timings, snapshot_path.stat().st_size)
@@ -130,7 +149,8 @@ class ObserverClient:
             os.write(self.requests_fd, line)  # type: ignore[arg-type]
         except OSError:
             raise ObservationFailure(
-                Outcome.ERROR, f"{request['phase']} checkpoint observation worker launch or timeout failed"
+                Outcome.ERROR,
+                f"{request['phase']} checkpoint observation worker launch or timeout failed",
             ) from None
 
     def _await_file(self, phase: str, result_path: Path, deadline: float) -> None:
@@ -138,11 +158,15 @@ class ObserverClient:
             if not self.group.is_running(OBSERVER_NAME):
                 if result_path.exists():
                     return
-                raise ObservationFailure(Outcome.ERROR, f"{phase} checkpoint observation worker did not publish a result")
+                raise ObservationFailure(
+                    Outcome.ERROR, f"{phase} checkpoint observation worker did not publish a result"
+                )
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 self.group.terminate(OBSERVER_NAME)
-                raise ObservationFailure(Outcome.ERROR, f"{phase} checkpoint observation worker launch or timeout failed")
+                raise ObservationFailure(
+                    Outcome.ERROR, f"{phase} checkpoint observation worker launch or timeout failed"
+                )
             self.group.wait(min(_POLL_SECONDS, remaining))
 
     @staticmethod
@@ -152,5 +176,7 @@ class ObserverClient:
             if not isinstance(record, dict):
                 raise ValueError("result is not an object")
         except (OSError, ValueError):
-            raise ObservationFailure(Outcome.ERROR, f"{phase} checkpoint observation worker result was corrupt") from None
+            raise ObservationFailure(
+                Outcome.ERROR, f"{phase} checkpoint observation worker result was corrupt"
+            ) from None
         return record

@@ -83,7 +83,9 @@ def check_resume(
         parallel=parallel,
         progress=progress,
     )
-    return runner.run(case, cwd=cwd, work_dir=work_dir, report_path=report_path, environment=environment)
+    return runner.run(
+        case, cwd=cwd, work_dir=work_dir, report_path=report_path, environment=environment
+    )
 
 
 class ProcessResumeRunner:
@@ -98,17 +100,23 @@ class ProcessResumeRunner:
         parallel: bool | None = None,
         progress: bool | ProgressCallback | None = None,
     ) -> None:
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or math.isnan(timeout)
+        ):
             raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
         if timeout <= 0:
             raise ValueError("timeout must be positive")
-        if comparison is not None and not isinstance(comparison, (ExactComparison, ToleranceComparison)):
+        if comparison is not None and not isinstance(
+            comparison, (ExactComparison, ToleranceComparison)
+        ):
             raise TypeError("comparison must be explicit ExactComparison or ToleranceComparison")
         self.policy = comparison if comparison is not None else ExactComparison()
         self.timeout = float(timeout)
         self.temporary_root = Path(temporary_root) if temporary_root is not None else None
         self.parallel = parallel
-        self.progress = progress
+        self.progress = ProgressReporter(progress)
 
     def run(
         self,
@@ -123,7 +131,11 @@ class ProcessResumeRunner:
         started = time.perf_counter()
         command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
         propagated = tuple(sorted(environment)) if environment is not None else ()
-        fields: dict[str, Any] = {"case": case, "propagated_environment_keys": propagated, **self._policy_fields()}
+        fields: dict[str, Any] = {
+            "case": case,
+            "propagated_environment_keys": propagated,
+            **self._policy_fields(),
+        }
         try:
             loaded, child_environment = _setup(case, environment)
         except Exception as error:
@@ -146,7 +158,7 @@ class ProcessResumeRunner:
                 timeout=self.timeout,
                 preserved=not managed,
                 parallel=_wants_parallel(self.parallel, loaded),
-                progress=ProgressReporter(self.progress),
+                progress=self.progress,
                 staged_checkpoint_hook=staged_checkpoint_hook,
             )
             result = execution.run(fields, started)
@@ -179,7 +191,9 @@ def _wants_parallel(parallel: bool | None, case: object) -> bool:
     return not (isinstance(device, str) and device.startswith("cuda")) and (os.cpu_count() or 1) > 1
 
 
-def _setup(spec: str, environment: Mapping[str, str] | None) -> tuple[ProcessResumeCase, dict[str, str]]:
+def _setup(
+    spec: str, environment: Mapping[str, str] | None
+) -> tuple[ProcessResumeCase, dict[str, str]]:
     """Load and validate the case and build the children's environment (CONTRACT §6.2, §6.5)."""
     case = load_process_case(spec)
     if not case.name:
@@ -201,7 +215,9 @@ def _setup(spec: str, environment: Mapping[str, str] | None) -> tuple[ProcessRes
     if module_file:
         case_directory = str(Path(module_file).resolve().parent)
         existing = child_environment.get("PYTHONPATH")
-        child_environment["PYTHONPATH"] = case_directory + (os.pathsep + existing if existing else "")
+        child_environment["PYTHONPATH"] = case_directory + (
+            os.pathsep + existing if existing else ""
+        )
     return case, child_environment
 
 
@@ -313,7 +329,13 @@ class _ResumeExecution:
         self.timings["baseline_comparison"] = time.perf_counter() - began
         self.timings["baseline_self_consistency"] = sum(
             self.timings.get(key, 0.0)
-            for key in ("baseline_a", "baseline_b", "snapshot_baseline_a", "snapshot_baseline_b", "baseline_comparison")
+            for key in (
+                "baseline_a",
+                "baseline_b",
+                "snapshot_baseline_a",
+                "snapshot_baseline_b",
+                "baseline_comparison",
+            )
         )
         total = self.case.total_step
         if baseline_differences:
@@ -332,15 +354,23 @@ class _ResumeExecution:
         split_pid = self.phases["candidate_split"].result.pid
         resume_pid = self.phases["candidate_resume"].result.pid
         if split_pid == resume_pid:
-            raise _PhaseError(Outcome.ERROR, "save/exit and load/resume did not prove distinct process IDs")
+            raise _PhaseError(
+                Outcome.ERROR, "save/exit and load/resume did not prove distinct process IDs"
+            )
         snapshot_resume = self._observed("candidate_resume", resumed_checkpoint)
         began = time.perf_counter()
         differences = self.policy.compare_all(snapshot_a, snapshot_resume)
         self.timings["candidate_comparison"] = time.perf_counter() - began
-        self.timings["comparison"] = self.timings["baseline_comparison"] + self.timings["candidate_comparison"]
+        self.timings["comparison"] = (
+            self.timings["baseline_comparison"] + self.timings["candidate_comparison"]
+        )
         self.timings["candidate_save_exit_new_process_load_resume"] = sum(
             self.timings.get(key, 0.0)
-            for key in ("candidate_save_exit", "checkpoint_staging", "candidate_new_process_load_resume")
+            for key in (
+                "candidate_save_exit",
+                "checkpoint_staging",
+                "candidate_new_process_load_resume",
+            )
         )
         if differences:
             return self._result(
@@ -352,7 +382,11 @@ class _ResumeExecution:
                 all_differences=differences,
                 fresh_resume_processes_distinct=True,
             )
-        wording = "exactly equivalent" if isinstance(self.policy, ExactComparison) else "equivalent under the declared tolerance"
+        wording = (
+            "exactly equivalent"
+            if isinstance(self.policy, ExactComparison)
+            else "equivalent under the declared tolerance"
+        )
         return self._result(
             fields,
             Outcome.PASS,
@@ -360,7 +394,9 @@ class _ResumeExecution:
             fresh_resume_processes_distinct=True,
         )
 
-    def _result(self, fields: dict[str, Any], outcome: Outcome, message: str, **extra: Any) -> ProcessResumeResult:
+    def _result(
+        self, fields: dict[str, Any], outcome: Outcome, message: str, **extra: Any
+    ) -> ProcessResumeResult:
         return ProcessResumeResult(
             outcome=outcome,
             message=message,
@@ -415,7 +451,8 @@ class _ResumeExecution:
             argv = list(_validated_command(self.case.command(plan)))
         except Exception as error:
             phase.error = _PhaseError(
-                Outcome.ERROR, f"{phase.name} command callback or validation failed: {type(error).__name__}"
+                Outcome.ERROR,
+                f"{phase.name} command callback or validation failed: {type(error).__name__}",
             )
             return
         try:
@@ -429,7 +466,9 @@ class _ResumeExecution:
             )
             self.group.start(spec, timeout=self.timeout)
         except (ChildLaunchError, OSError, TypeError, ValueError):
-            phase.error = _PhaseError(Outcome.ERROR, self._hinted(phase.name, f"{phase.name} child launch failed"))
+            phase.error = _PhaseError(
+                Outcome.ERROR, self._hinted(phase.name, f"{phase.name} child launch failed")
+            )
 
     def _on_child_event(self, name: str, kind: str, result: ChildResult | None) -> None:
         if name not in self.phases:
@@ -440,7 +479,9 @@ class _ResumeExecution:
         phase = self.phases[name]
         phase.result = result
         if result.timed_out:
-            phase.error = _PhaseError(Outcome.ERROR, self._hinted(name, f"{name} child exceeded timeout"))
+            phase.error = _PhaseError(
+                Outcome.ERROR, self._hinted(name, f"{name} child exceeded timeout")
+            )
             return
         returncode = result.exit_code if result.exit_code is not None else -(result.signal or 0)
         self.processes.append(
@@ -457,16 +498,23 @@ class _ResumeExecution:
         )
         if returncode != 0:
             self.timings[name] = result.wall_seconds
-            phase.error = _PhaseError(Outcome.ERROR, self._hinted(name, f"{name} child exited with status {returncode}"))
+            phase.error = _PhaseError(
+                Outcome.ERROR, self._hinted(name, f"{name} child exited with status {returncode}")
+            )
             return
-        key = {"candidate_split": "candidate_save_exit", "candidate_resume": "candidate_new_process_load_resume"}
+        key = {
+            "candidate_split": "candidate_save_exit",
+            "candidate_resume": "candidate_new_process_load_resume",
+        }
         self.timings[key.get(name, name)] = result.wall_seconds
 
     def _checkpoint_after(self, phase: _Phase) -> Path:
         try:
             checkpoint = self.case.checkpoint_path(phase.run_dir)
             if not isinstance(checkpoint, Path):
-                raise TypeError(f"checkpoint_path must return a pathlib.Path, got {type(checkpoint).__name__}")
+                raise TypeError(
+                    f"checkpoint_path must return a pathlib.Path, got {type(checkpoint).__name__}"
+                )
         except Exception as error:
             self.timings.setdefault(phase.name, phase.result.wall_seconds)
             raise _PhaseError(
@@ -476,7 +524,8 @@ class _ResumeExecution:
         if not (checkpoint.is_file() or checkpoint.is_dir()):
             self.timings.setdefault(phase.name, phase.result.wall_seconds)
             raise _PhaseError(
-                Outcome.ERROR, self._hinted(phase.name, f"{phase.name} did not create its declared checkpoint")
+                Outcome.ERROR,
+                self._hinted(phase.name, f"{phase.name} did not create its declared checkpoint"),
             )
         self.checkpoint_max_bytes = max(self.checkpoint_max_bytes, _path_bytes(checkpoint))
         return checkpoint
@@ -489,7 +538,9 @@ class _ResumeExecution:
         try:
             staged = self.case.checkpoint_path(resume_dir)
             if not isinstance(staged, Path):
-                raise TypeError(f"checkpoint_path must return a pathlib.Path, got {type(staged).__name__}")
+                raise TypeError(
+                    f"checkpoint_path must return a pathlib.Path, got {type(staged).__name__}"
+                )
         except Exception as error:
             raise _PhaseError(
                 Outcome.ERROR,
@@ -498,7 +549,9 @@ class _ResumeExecution:
         try:
             staged.parent.mkdir(parents=True, exist_ok=True)
             if split_checkpoint.is_dir():
-                shutil.copytree(split_checkpoint, staged, copy_function=shutil.copy2, dirs_exist_ok=True)
+                shutil.copytree(
+                    split_checkpoint, staged, copy_function=shutil.copy2, dirs_exist_ok=True
+                )
             else:
                 shutil.copy2(split_checkpoint, staged)
             if self.staged_checkpoint_hook is not None:
@@ -520,12 +573,18 @@ class _ResumeExecution:
         return sorted(self.processes, key=lambda evidence: order[evidence.phase])
 
     def _nondeterminism_hints(self) -> tuple[str, ...]:
-        return tuple(hint for variable, hint in _NONDETERMINISM_VARIABLES.items() if variable not in self.environment)
+        return tuple(
+            hint
+            for variable, hint in _NONDETERMINISM_VARIABLES.items()
+            if variable not in self.environment
+        )
 
 
 def _validated_command(command: object) -> list[str]:
     if isinstance(command, (str, bytes)):
-        raise TypeError("command() must return a sequence of str such as [sys.executable, 'train.py'], not one string")
+        raise TypeError(
+            "command() must return a sequence of str such as [sys.executable, 'train.py'], not one string"
+        )
     argv = list(command)  # type: ignore[call-overload]
     if not argv or not all(isinstance(item, str) and "\0" not in item for item in argv):
         raise TypeError("command() must return a non-empty sequence of str without NUL characters")

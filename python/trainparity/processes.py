@@ -28,6 +28,7 @@ from trainparity._native import core
 
 __all__ = [
     "DEFAULT_GRACE_SECONDS",
+    "ChildGroup",
     "ChildLaunchError",
     "ChildResult",
     "ChildSpec",
@@ -89,8 +90,7 @@ class ChildSpec:
         for index, argument in enumerate(self.argv):
             if not isinstance(argument, str):
                 raise TypeError(
-                    f"child {self.name!r}: argv[{index}] must be str, "
-                    f"not {type(argument).__name__}"
+                    f"child {self.name!r}: argv[{index}] must be str, not {type(argument).__name__}"
                 )
             if "\0" in argument:
                 raise ValueError(f"child {self.name!r}: argv[{index}] contains a NUL character")
@@ -217,24 +217,15 @@ def _enforce_timeouts(running: Mapping[int, _RunningChild], grace: float) -> Non
                 child.killed = True
 
 
-def _wait_for_all(
-    running: dict[int, _RunningChild],
-    results: dict[str, ChildResult],
-    grace: float,
-    on_event: EventCallback | None,
-) -> None:
-    while running:
-        _enforce_timeouts(running, grace)
-        next_action = min(child.next_action_at(grace) for child in running.values())
-        wait_seconds = None if next_action == math.inf else max(0.0, next_action - time.monotonic())
-        records = core.wait(list(running), wait_seconds, kill_group_on_exit=True)
-        ended = time.monotonic()
-        finished = []
-        # Record every reaped child before any callback runs, so an exception
-        # from a callback leaves only live children for the cleanup.
-        for record in records:
-            child = running.pop(record.pid)
-            result = ChildResult(
+def _reap(running: dict[int, _RunningChild], timeout: float | None) -> list[ChildResult]:
+    """Wait up to `timeout` for any running child to exit; reap and describe those that did."""
+    records = core.wait(list(running), timeout, kill_group_on_exit=True)
+    ended = time.monotonic()
+    finished = []
+    for record in records:
+        child = running.pop(record.pid)
+        finished.append(
+            ChildResult(
                 name=child.spec.name,
                 pid=record.pid,
                 exit_code=record.exit_code,
@@ -245,11 +236,8 @@ def _wait_for_all(
                 sys_seconds=record.sys_seconds,
                 peak_rss_bytes=record.peak_rss_bytes,
             )
-            results[child.spec.name] = result
-            finished.append(result)
-        if on_event is not None:
-            for result in finished:
-                on_event(result.name, "end", result)
+        )
+    return finished
 
 
 def _terminate_all(running: dict[int, _RunningChild], grace: float) -> None:
@@ -321,17 +309,100 @@ def run_children(
             raise ValueError(f"child name {spec.name!r} is used twice; give each child its own")
         names.add(spec.name)
 
-    running: dict[int, _RunningChild] = {}
-    results: dict[str, ChildResult] = {}
-    try:
+    with ChildGroup(grace=grace, on_event=on_event) as group:
         for spec in specs:
-            started = time.monotonic()
-            pid = _launch(spec)
-            running[pid] = _RunningChild(spec, pid, started, timeout)
-            if on_event is not None:
-                on_event(spec.name, "start", None)
-        _wait_for_all(running, results, grace, on_event)
-    except BaseException:
-        _terminate_all(running, min(grace, _CLEANUP_GRACE_SECONDS))
-        raise
-    return [results[spec.name] for spec in specs]
+            group.start(spec, timeout=timeout)
+        while group.running_names():
+            group.wait(None)
+        return [group.result(spec.name) for spec in specs]  # type: ignore[misc]
+
+
+class ChildGroup:
+    """Children started one at a time and waited on together; closing it leaves none behind.
+
+    Use as a context manager: on exit (normal or by any exception,
+    KeyboardInterrupt included) every child still running gets SIGTERM to its
+    group, at most min(grace, 1 s), then SIGKILL, and is reaped. Timeouts
+    are per child, counted from its launch (None: no timeout); they are
+    enforced while the group is being waited on.
+    """
+
+    def __init__(
+        self, *, grace: float = DEFAULT_GRACE_SECONDS, on_event: EventCallback | None = None
+    ) -> None:
+        self.grace = grace
+        self.on_event = on_event
+        self._running: dict[int, _RunningChild] = {}
+        self._results: dict[str, ChildResult] = {}
+        self._names: set[str] = set()
+
+    def __enter__(self) -> ChildGroup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def start(self, spec: ChildSpec, *, timeout: float | None) -> int:
+        """Launch `spec` now; raises ChildLaunchError when it cannot start."""
+        if spec.name in self._names:
+            raise ValueError(f"child name {spec.name!r} is used twice; give each child its own")
+        started = time.monotonic()
+        pid = _launch(spec)
+        self._names.add(spec.name)
+        self._running[pid] = _RunningChild(
+            spec, pid, started, math.inf if timeout is None else timeout
+        )
+        if self.on_event is not None:
+            self.on_event(spec.name, "start", None)
+        return pid
+
+    def wait(self, timeout: float | None) -> list[ChildResult]:
+        """Wait until at least one child has been reaped or `timeout` seconds passed."""
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while self._running:
+            _enforce_timeouts(self._running, self.grace)
+            next_action = min(child.next_action_at(self.grace) for child in self._running.values())
+            until = min(deadline, next_action)
+            remaining = None if until == math.inf else max(0.0, until - time.monotonic())
+            finished = _reap(self._running, remaining)
+            # Every reaped child is recorded before any callback runs, so an
+            # exception from a callback leaves only live children for close().
+            for result in finished:
+                self._results[result.name] = result
+            if self.on_event is not None:
+                for result in finished:
+                    self.on_event(result.name, "end", result)
+            if finished or time.monotonic() >= deadline:
+                return finished
+        return []
+
+    def wait_for(self, name: str, timeout: float | None = None) -> ChildResult | None:
+        """Wait (serving every child's events) until child `name` has been reaped, or timeout."""
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while self.is_running(name):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            self.wait(None if remaining == math.inf else remaining)
+        return self._results.get(name)
+
+    def is_running(self, name: str) -> bool:
+        return any(child.spec.name == name for child in self._running.values())
+
+    def running_names(self) -> list[str]:
+        return [child.spec.name for child in self._running.values()]
+
+    def result(self, name: str) -> ChildResult | None:
+        """How child `name` ended, once reaped."""
+        return self._results.get(name)
+
+    def terminate(self, name: str) -> None:
+        """Stop one child now: SIGTERM to its group, grace, SIGKILL; reap it."""
+        for pid, child in list(self._running.items()):
+            if child.spec.name == name:
+                one = {pid: self._running.pop(pid)}
+                _terminate_all(one, min(self.grace, _CLEANUP_GRACE_SECONDS))
+
+    def close(self) -> None:
+        """Terminate and reap every child still running."""
+        _terminate_all(self._running, min(self.grace, _CLEANUP_GRACE_SECONDS))

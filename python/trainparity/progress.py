@@ -40,9 +40,13 @@ class ProgressReporter:
         elif callable(progress):
             self.callback = progress
         else:
-            raise TypeError(f"progress must be a bool or a callable taking a ProgressEvent, not {type(progress).__name__}")
+            raise TypeError(
+                f"progress must be a bool or a callable taking a ProgressEvent, not {type(progress).__name__}"
+            )
         self.started = time.perf_counter()
 
     def event(self, phase: str, kind: str, elapsed_seconds: float | None = None) -> None:
         if self.callback is not None:
-            self.callback(ProgressEvent(phase, kind, elapsed_seconds, time.perf_counter() - self.started))
+            self.callback(
+                ProgressEvent(phase, kind, elapsed_seconds, time.perf_counter() - self.started)
+            )
