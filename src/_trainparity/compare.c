@@ -112,7 +112,7 @@ static ALWAYS_INLINE float half_to_float(uint16_t half)
     uint32_t mantissa = half & 0x3ffu;
     uint32_t normal = ((exponent + (127u - 15u)) << 23) | (mantissa << 13);
     uint32_t special = 0x7f800000u | (mantissa << 13);
-    uint32_t subnormal = bits_of_float((float)mantissa * 0x1p-24f);
+    uint32_t subnormal = bits_of_float((float)(int32_t)mantissa * 0x1p-24f);
     uint32_t magnitude = exponent == 0 ? subnormal : (exponent == 31 ? special : normal);
     return float_from_bits(sign | magnitude);
 }
