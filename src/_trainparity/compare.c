@@ -26,7 +26,7 @@
 #define SUM_SCALE_EXPONENT 600
 
 /* Hot loops get an AVX2 clone chosen at load time; the default clone serves
- * other CPUs. Floating-point contraction is off under -std=c11, so both clones
+ * other CPUs. Floating-point contraction is off (below), so both clones
  * compute bit-identical results. Sanitizer builds skip cloning. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_ADDRESS__)
@@ -39,9 +39,13 @@
 /* The element loops compute divisions and products for every element and then
  * select, so they vectorise; under the default -ftrapping-math GCC refuses to
  * evaluate an operation whose result is discarded. Results are unchanged:
- * this only drops the assumption that floating-point exceptions trap. */
+ * this only drops the assumption that floating-point exceptions trap.
+ * Contraction into fused multiply-adds would change the sums' last bits
+ * between machines, so it is off whatever -std the file is built with. */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
+#pragma GCC optimize("no-trapping-math", "fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
 #endif
 
 typedef struct {

@@ -382,7 +382,7 @@ def test_float8_special_encodings(core, dtype, nan_codes, infinity_codes):
         assert core.compare(dtype, bytes([code]), bytes([other]), rtol=1.0, atol=1e30)[1] == 1
     # 0x00 and 0x80 are +0 and -0 where the format has a signed zero.
     if dtype in ("float8_e4m3fn", "float8_e5m2"):
-        assert core.compare(dtype, b"\x00", b"\x80") [:2] == (0, 1)
+        assert core.compare(dtype, b"\x00", b"\x80")[:2] == (0, 1)
         assert core.compare(dtype, b"\x00", b"\x80", rtol=0.0, atol=0.0)[:2] == (-1, 0)
 
 
