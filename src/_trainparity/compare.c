@@ -26,7 +26,7 @@
 #define SUM_SCALE_EXPONENT 600
 
 /* Hot loops get an AVX2 clone chosen at load time; the default clone serves
- * other CPUs. Floating-point contraction is off under -std=c11, so both clones
+ * other CPUs. Floating-point contraction is off (below), so both clones
  * compute bit-identical results. Sanitizer builds skip cloning. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_ADDRESS__)
@@ -39,9 +39,13 @@
 /* The element loops compute divisions and products for every element and then
  * select, so they vectorise; under the default -ftrapping-math GCC refuses to
  * evaluate an operation whose result is discarded. Results are unchanged:
- * this only drops the assumption that floating-point exceptions trap. */
+ * this only drops the assumption that floating-point exceptions trap.
+ * Contraction into fused multiply-adds would change the sums' last bits
+ * between machines, so it is off whatever -std the file is built with. */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-trapping-math")
+#pragma GCC optimize("no-trapping-math", "fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
 #endif
 
 typedef struct {
@@ -112,7 +116,7 @@ static ALWAYS_INLINE float half_to_float(uint16_t half)
     uint32_t mantissa = half & 0x3ffu;
     uint32_t normal = ((exponent + (127u - 15u)) << 23) | (mantissa << 13);
     uint32_t special = 0x7f800000u | (mantissa << 13);
-    uint32_t subnormal = bits_of_float((float)mantissa * 0x1p-24f);
+    uint32_t subnormal = bits_of_float((float)(int32_t)mantissa * 0x1p-24f);
     uint32_t magnitude = exponent == 0 ? subnormal : (exponent == 31 ? special : normal);
     return float_from_bits(sign | magnitude);
 }
@@ -413,9 +417,12 @@ static ALWAYS_INLINE void real_rescaled_chunk(const unsigned char *a, const unsi
 
 /* ---- complex dtypes: (real, imaginary) pairs ---- */
 
-/* complex32/complex64 components are float16/float32: their squares are exact
- * in double and cannot overflow, so the modulus is sqrt(re^2 + im^2).
- * complex128 uses hypot, which does not overflow. */
+/* The modulus is sqrt(re^2 + im^2) evaluated in double. complex32/complex64
+ * components are float16/float32, whose squares are exact in double and
+ * cannot overflow. complex128 components are first scaled by the power of two
+ * that brings the larger one into [0.5, 1): exact, so the result is the same
+ * wherever the unscaled formula does not overflow or underflow, and it never
+ * does. (libm's hypot is not used: its last bit differs between platforms.) */
 static ALWAYS_INLINE double modulus_narrow(double re, double im)
 {
     return sqrt(re * re + im * im);
@@ -423,7 +430,13 @@ static ALWAYS_INLINE double modulus_narrow(double re, double im)
 
 static ALWAYS_INLINE double modulus_wide(double re, double im)
 {
-    return hypot(re, im);
+    double larger = fmax(fabs(re), fabs(im)); /* fmax ignores a NaN */
+    if (!is_finite(larger))
+        return sqrt(re * re + im * im);
+    int exponent;
+    (void)frexp(larger, &exponent);
+    double scaled_re = ldexp(re, -exponent), scaled_im = ldexp(im, -exponent);
+    return ldexp(sqrt(scaled_re * scaled_re + scaled_im * scaled_im), exponent);
 }
 
 typedef double (*modulus_fn)(double, double);
@@ -851,21 +864,22 @@ static PyObject *compare_buffers(const dtype_info *dtype, const Py_buffer *basel
     const char *failed_call = NULL;
     int error = 0;
     int identical = 0;
-    partial total = {0};
+    partial total = {-1, 0, 0.0, 0.0, {0.0, 0}, {0.0, 0}};
     Py_BEGIN_ALLOW_THREADS
     if (tol == NULL) {
         error = run_pass(&in, PASS_FIND_DIFFERING_CHUNK, chunk_count, workers, differs,
                          &failed_call);
         identical = error == 0 && memchr(differs, 1, workers) == NULL;
     }
-    if (error == 0 && !identical)
-        error = run_pass(&in, PASS_MEASURE, chunk_count, workers, differs, &failed_call);
     if (error == 0 && !identical) {
-        total = combine(partials, chunk_count);
-        /* Byte-identical buffers have no error; only when no element gave a
-         * finite error (e.g. all NaN) can the rule below differ from 0.0. */
-        if (total.max_abs < 0.0)
-            identical = memcmp(baseline->buf, candidate->buf, (size_t)baseline->len) == 0;
+        error = run_pass(&in, PASS_MEASURE, chunk_count, workers, differs, &failed_call);
+        if (error == 0) {
+            total = combine(partials, chunk_count);
+            /* Only when no element gave a finite error (e.g. all NaN) can the
+             * zero error of byte-identical buffers differ from the rule. */
+            if (total.max_abs < 0.0)
+                identical = memcmp(baseline->buf, candidate->buf, (size_t)baseline->len) == 0;
+        }
     }
     Py_END_ALLOW_THREADS
     PyMem_Free(partials);
@@ -875,8 +889,11 @@ static PyObject *compare_buffers(const dtype_info *dtype, const Py_buffer *basel
         return PyErr_Format(PyExc_OSError, "compare could not run its threads: %s failed: %s",
                             failed_call, strerror(error));
     }
+    /* Byte-identical buffers have no error, though under tolerance their NaNs
+     * can still be mismatches. */
     if (identical)
-        return Py_BuildValue("(LKddd)", (long long)-1, 0ULL, 0.0, 0.0, 0.0);
+        return Py_BuildValue("(LKddd)", (long long)total.first_mismatch,
+                             (unsigned long long)total.mismatch_count, 0.0, 0.0, 0.0);
     return Py_BuildValue("(LKddd)", (long long)total.first_mismatch,
                          (unsigned long long)total.mismatch_count,
                          total.max_abs < 0.0 ? INFINITY : total.max_abs,
