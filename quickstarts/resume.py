@@ -20,7 +20,9 @@ SEED = 37
 CHECKPOINT_NAME = "checkpoint.pt"
 
 
-def train(run_dir: Path, end_step: int, resume_from: Path | None = None, fault: bool = False) -> dict[str, Any]:
+def train(
+    run_dir: Path, end_step: int, resume_from: Path | None = None, fault: bool = False
+) -> dict[str, Any]:
     """Train a one-weight model with momentum to `end_step`, save the checkpoint, return the state."""
     if resume_from is None:
         torch.manual_seed(SEED)
@@ -103,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     payload = run()
     print(json.dumps(payload, indent=2, sort_keys=True))
-    passed = payload["clean"]["outcome"] == "PASS" and payload["intentional_fail"]["outcome"] == "FAIL"
+    passed = (
+        payload["clean"]["outcome"] == "PASS" and payload["intentional_fail"]["outcome"] == "FAIL"
+    )
     return 0 if passed else 1
 
 

@@ -23,9 +23,14 @@ ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 
 def spec(tmp_path: Path, name: str, script: str, *args: str, **overrides) -> ChildSpec:
-    fields = dict(name=name, argv=[sys.executable, str(CHILDREN / script), *args], cwd=tmp_path,
-                  env=ENV, stdout_path=tmp_path / f"{name}.out",
-                  stderr_path=tmp_path / f"{name}.err")
+    fields = dict(
+        name=name,
+        argv=[sys.executable, str(CHILDREN / script), *args],
+        cwd=tmp_path,
+        env=ENV,
+        stdout_path=tmp_path / f"{name}.out",
+        stderr_path=tmp_path / f"{name}.err",
+    )
     fields.update(overrides)
     return ChildSpec(**fields)
 
@@ -35,16 +40,22 @@ def test_normal_exit_and_nonzero_exit(tmp_path):
         [spec(tmp_path, "ok", "exit_with.py", "0"), spec(tmp_path, "failing", "exit_with.py", "7")],
         timeout=30,
     )
-    assert (ok.name, ok.exit_code, ok.signal, ok.timed_out, ok.succeeded) == ("ok", 0, None, False,
-                                                                             True)
+    assert (ok.name, ok.exit_code, ok.signal, ok.timed_out, ok.succeeded) == (
+        "ok",
+        0,
+        None,
+        False,
+        True,
+    )
     assert (failing.exit_code, failing.signal, failing.succeeded) == (7, None, False)
     assert (tmp_path / "failing.out").read_text() == "to stdout\n"
     assert (tmp_path / "failing.err").read_text() == "to stderr\n"
 
 
 def test_hanging_child_times_out_and_is_killed_and_reaped(tmp_path):
-    (result,) = run_children([spec(tmp_path, "hang", "hang.py", str(tmp_path / "pid"))],
-                             timeout=0.5, grace=2)
+    (result,) = run_children(
+        [spec(tmp_path, "hang", "hang.py", str(tmp_path / "pid"))], timeout=0.5, grace=2
+    )
     assert result.timed_out and not result.succeeded
     assert (result.exit_code, result.signal) == (None, signal.SIGTERM)
     assert 0.5 <= result.wall_seconds < 2.5
@@ -56,7 +67,9 @@ def test_hanging_child_times_out_and_is_killed_and_reaped(tmp_path):
 def test_child_ignoring_sigterm_gets_sigkill_after_grace(tmp_path):
     (result,) = run_children(
         [spec(tmp_path, "stubborn", "hang.py", str(tmp_path / "pid"), "ignore-term")],
-        timeout=0.5, grace=0.5)
+        timeout=0.5,
+        grace=0.5,
+    )
     assert result.timed_out
     assert (result.exit_code, result.signal) == (None, signal.SIGKILL)
     assert result.wall_seconds >= 1.0  # timeout + grace: SIGTERM alone did not end it
@@ -75,7 +88,8 @@ def test_flooding_stdout_does_not_deadlock(tmp_path):
 
 def test_grandchild_ignoring_sigterm_is_gone_after_normal_exit(tmp_path):
     (result,) = run_children(
-        [spec(tmp_path, "leaver", "grandchild.py", str(tmp_path / "gc.pid"), "exit")], timeout=30)
+        [spec(tmp_path, "leaver", "grandchild.py", str(tmp_path / "gc.pid"), "exit")], timeout=30
+    )
     assert result.exit_code == 0
     grandchild = probe.read_pid_file(tmp_path / "gc.pid", 1)
     assert probe.wait_until(lambda: not probe.is_alive(grandchild), 3)
@@ -85,7 +99,9 @@ def test_grandchild_ignoring_sigterm_is_gone_after_normal_exit(tmp_path):
 def test_grandchild_ignoring_sigterm_is_gone_after_timeout(tmp_path):
     (result,) = run_children(
         [spec(tmp_path, "hanger", "grandchild.py", str(tmp_path / "gc.pid"), "hang")],
-        timeout=1.0, grace=3)
+        timeout=1.0,
+        grace=3,
+    )
     assert result.timed_out and result.signal == signal.SIGTERM
     grandchild = probe.read_pid_file(tmp_path / "gc.pid", 1)
     assert probe.wait_until(lambda: not probe.is_alive(grandchild), 3)
@@ -97,8 +113,9 @@ def test_env_is_exactly_the_given_one_and_cwd_is_applied(tmp_path):
     workdir.mkdir()
     os.environ["TRAINPARITY_TEST_PARENT_ONLY"] = "1"
     try:
-        child = spec(tmp_path, "describe", "describe.py", cwd=workdir,
-                     env={**ENV, "CHILD_ONLY": "x"})
+        child = spec(
+            tmp_path, "describe", "describe.py", cwd=workdir, env={**ENV, "CHILD_ONLY": "x"}
+        )
         (result,) = run_children([child], timeout=30)
     finally:
         del os.environ["TRAINPARITY_TEST_PARENT_ONLY"]
@@ -118,8 +135,9 @@ def test_child_sees_only_stdio_descriptors_and_dev_null_stdin(tmp_path):
         os.close(leaked_read)
         os.close(leaked_write)
     described = json.loads((tmp_path / "describe.out").read_text())
-    assert sorted(fd for fd, target in described["descriptors"].items()
-                  if target != described["fd_dir"]) == ["0", "1", "2"]
+    assert sorted(
+        fd for fd, target in described["descriptors"].items() if target != described["fd_dir"]
+    ) == ["0", "1", "2"]
     assert described["stdin_is_dev_null"]
 
 
@@ -127,8 +145,9 @@ def test_children_run_at_the_same_time(tmp_path):
     specs = [spec(tmp_path, f"sleeper{i}", "timed_sleep.py", "0.5") for i in range(3)]
     results = run_children(specs, timeout=30)
     assert [result.name for result in results] == ["sleeper0", "sleeper1", "sleeper2"]
-    intervals = [tuple(map(float, (tmp_path / f"sleeper{i}.out").read_text().split()))
-                 for i in range(3)]
+    intervals = [
+        tuple(map(float, (tmp_path / f"sleeper{i}.out").read_text().split())) for i in range(3)
+    ]
     latest_start = max(start for start, _ in intervals)
     earliest_end = min(end for _, end in intervals)
     assert latest_start < earliest_end  # all three were asleep at the same moment
@@ -146,7 +165,9 @@ def test_events_report_starts_and_ends(tmp_path):
     events: list[tuple[str, str, ChildResult | None]] = []
     results = run_children(
         [spec(tmp_path, "a", "exit_with.py", "0"), spec(tmp_path, "b", "exit_with.py", "1")],
-        timeout=30, on_event=lambda name, kind, result: events.append((name, kind, result)))
+        timeout=30,
+        on_event=lambda name, kind, result: events.append((name, kind, result)),
+    )
     assert events[:2] == [("a", "start", None), ("b", "start", None)]
     ends = {name: result for name, kind, result in events[2:] if kind == "end"}
     assert len(events) == 4 and ends == {result.name: result for result in results}
@@ -158,8 +179,10 @@ def test_exception_from_callback_terminates_running_children(tmp_path):
             probe.read_pid_file(tmp_path / "pid", 10)  # the stubborn child is up
             raise RuntimeError("progress display broke")
 
-    specs = [spec(tmp_path, "quick", "exit_with.py", "0"),
-             spec(tmp_path, "stubborn", "hang.py", str(tmp_path / "pid"), "ignore-term")]
+    specs = [
+        spec(tmp_path, "quick", "exit_with.py", "0"),
+        spec(tmp_path, "stubborn", "hang.py", str(tmp_path / "pid"), "ignore-term"),
+    ]
     with pytest.raises(RuntimeError, match="progress display broke"):
         run_children(specs, timeout=30, grace=0.3, on_event=fail_on_end)
     stubborn = probe.read_pid_file(tmp_path / "pid", 1)
@@ -191,8 +214,10 @@ def test_launch_failure_terminates_children_already_started(tmp_path):
         if (name, kind) == ("started", "start"):
             probe.read_pid_file(tmp_path / "pid", 10)
 
-    specs = [spec(tmp_path, "started", "hang.py", str(tmp_path / "pid"), "ignore-term"),
-             spec(tmp_path, "broken", "exit_with.py", "0", cwd="/nonexistent/dir")]
+    specs = [
+        spec(tmp_path, "started", "hang.py", str(tmp_path / "pid"), "ignore-term"),
+        spec(tmp_path, "broken", "exit_with.py", "0", cwd="/nonexistent/dir"),
+    ]
     with pytest.raises(ChildLaunchError, match="child 'broken'"):
         run_children(specs, timeout=30, grace=0.3, on_event=wait_for_first_child)
     started = int((tmp_path / "pid").read_text())
@@ -201,8 +226,11 @@ def test_launch_failure_terminates_children_already_started(tmp_path):
 
 
 def test_ctrl_c_kills_every_child_group_and_reraises(tmp_path):
-    driver = subprocess.Popen([sys.executable, str(CHILDREN / "interrupt_driver.py"),
-                               str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    driver = subprocess.Popen(
+        [sys.executable, str(CHILDREN / "interrupt_driver.py"), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         stubborn = probe.read_pid_file(tmp_path / "stubborn.pid", 20)
         grandchild = probe.read_pid_file(tmp_path / "grandchild.pid", 20)
@@ -268,8 +296,13 @@ def test_invalid_run_arguments(tmp_path, keywords, error_type, message):
 
 def test_duplicate_names_are_rejected_before_anything_starts(tmp_path):
     with pytest.raises(ValueError, match="'twin' is used twice"):
-        run_children([spec(tmp_path, "twin", "exit_with.py", "0"),
-                      spec(tmp_path, "twin", "exit_with.py", "1")], timeout=30)
+        run_children(
+            [
+                spec(tmp_path, "twin", "exit_with.py", "0"),
+                spec(tmp_path, "twin", "exit_with.py", "1"),
+            ],
+            timeout=30,
+        )
     assert not (tmp_path / "twin.out").exists()
 
 

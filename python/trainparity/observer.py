@@ -1,10 +1,10 @@
 """The observer worker: a fresh interpreter that turns resume checkpoints into snapshot files.
 
 Launched by check_resume as `python -m trainparity.observer --case SPEC
---requests FIFO --responses FIFO`. It loads the case once, then serves one
-request per line: call `observe_checkpoint`, normalise, freeze and write the
-snapshot file, write a small JSON result next to it (atomically), and answer
-with one line. The user's training processes never see it, so one observer
+--requests FIFO`. It loads the case once, then serves one request per line
+read from the FIFO: call `observe_checkpoint`, normalise, freeze and write
+the snapshot file, then publish a small JSON result next to it atomically
+(the parent waits for that file). The user's training processes never see it, so one observer
 can serve every phase of a check while the training children stay fresh.
 """
 
@@ -80,7 +80,7 @@ def write_result(path: str, record: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-def serve(case_spec: str, requests_path: str, responses_path: str) -> None:
+def serve(case_spec: str, requests_path: str) -> None:
     from trainparity.importing import load_process_case
 
     case: Any = None
@@ -89,28 +89,20 @@ def serve(case_spec: str, requests_path: str, responses_path: str) -> None:
         case = load_process_case(case_spec)
     except Exception as error:
         load_error = error
-    with (
-        open(requests_path, encoding="utf-8") as requests,
-        open(responses_path, "w", encoding="utf-8") as responses,
-    ):
-        responses.write(json.dumps({"ready": True}) + "\n")
-        responses.flush()
+    with open(requests_path, encoding="utf-8") as requests:
         for line in requests:
             request = json.loads(line)
             if request.get("stop"):
                 break
             write_result(request["result"], observe_one(case, load_error, request))
-            responses.write(json.dumps({"phase": request["phase"]}) + "\n")
-            responses.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainparity.observer", description=__doc__)
     parser.add_argument("--case", required=True)
     parser.add_argument("--requests", required=True)
-    parser.add_argument("--responses", required=True)
     arguments = parser.parse_args(argv)
-    serve(arguments.case, arguments.requests, arguments.responses)
+    serve(arguments.case, arguments.requests)
     return 0
 
 

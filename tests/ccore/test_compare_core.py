@@ -157,9 +157,7 @@ def reference(dtype, baseline, candidate, rtol=None, atol=None, equal_nan=False)
     count = len(baseline) // size
     a, b = decode(dtype, baseline), decode(dtype, candidate)
     element_bytes = np.dtype((np.void, size))
-    bytes_differ = np.frombuffer(baseline, element_bytes) != np.frombuffer(
-        candidate, element_bytes
-    )
+    bytes_differ = np.frombuffer(baseline, element_bytes) != np.frombuffer(candidate, element_bytes)
     with np.errstate(all="ignore"):
         difference = a - b
         abs_error = modulus(dtype, difference)
@@ -226,11 +224,32 @@ def pack(dtype: str, values) -> bytes:
 SPECIAL_BITS = {
     "<f2": [0x0000, 0x8000, 0x7C00, 0xFC00, 0x7E00, 0x7E01, 0xFE00, 0x0001, 0x03FF, 0x3C00],
     "bf16": [0x0000, 0x8000, 0x7F80, 0xFF80, 0x7FC0, 0x7FC1, 0xFFC0, 0x0001, 0x007F, 0x3F80],
-    "<f4": [0, 1 << 31, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7FC00001, 0xFFC00000, 1,
-            0x007FFFFF, 0x3F800000, 0x7F7FFFFF],
-    "<f8": [0, 1 << 63, 0x7FF0000000000000, 0xFFF0000000000000, 0x7FF8000000000000,
-            0x7FF8000000000001, 0xFFF8000000000000, 1, 0x000FFFFFFFFFFFFF,
-            0x3FF0000000000000, 0x7FEFFFFFFFFFFFFF],
+    "<f4": [
+        0,
+        1 << 31,
+        0x7F800000,
+        0xFF800000,
+        0x7FC00000,
+        0x7FC00001,
+        0xFFC00000,
+        1,
+        0x007FFFFF,
+        0x3F800000,
+        0x7F7FFFFF,
+    ],
+    "<f8": [
+        0,
+        1 << 63,
+        0x7FF0000000000000,
+        0xFFF0000000000000,
+        0x7FF8000000000000,
+        0x7FF8000000000001,
+        0xFFF8000000000000,
+        1,
+        0x000FFFFFFFFFFFFF,
+        0x3FF0000000000000,
+        0x7FEFFFFFFFFFFFFF,
+    ],
 }
 UNSIGNED_OF = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -291,8 +310,9 @@ def test_agrees_with_reference_on_random_inputs(core, dtype, mode):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "complex64", "int64", "float8_e5m2"])
-@pytest.mark.parametrize("count", [CHUNK_ELEMENTS - 1, CHUNK_ELEMENTS, CHUNK_ELEMENTS + 1,
-                                   2 * CHUNK_ELEMENTS + 7])
+@pytest.mark.parametrize(
+    "count", [CHUNK_ELEMENTS - 1, CHUNK_ELEMENTS, CHUNK_ELEMENTS + 1, 2 * CHUNK_ELEMENTS + 7]
+)
 def test_agrees_with_reference_across_chunk_boundaries(core, dtype, count):
     rng = np.random.default_rng(count)
     baseline, candidate = random_pair(dtype, count, rng)
@@ -308,8 +328,9 @@ def test_every_length_up_to_67_finds_a_last_element_mismatch(core, dtype):
         changed = values[:-1] + [values[-1] + 1]
         got = core.compare(dtype, pack(dtype, values), pack(dtype, changed))
         assert got[:3] == (count - 1, 1, 1.0)
-        got_tolerance = core.compare(dtype, pack(dtype, values), pack(dtype, changed),
-                                     rtol=1e-3, atol=0.0)
+        got_tolerance = core.compare(
+            dtype, pack(dtype, values), pack(dtype, changed), rtol=1e-3, atol=0.0
+        )
         assert got_tolerance[:3] == (count - 1, 1, 1.0)
 
 
@@ -319,16 +340,18 @@ def test_float16_decoding_is_exact_for_every_encoding(core):
     baseline = codes.tobytes()
     candidate = np.zeros(65536, dtype="<u2").tobytes()
     for code in range(0, 65536, 257):  # one compare per code is slow; sample evenly
-        got = core.compare("float16", baseline[2 * code: 2 * code + 2],
-                           candidate[2 * code: 2 * code + 2])
+        got = core.compare(
+            "float16", baseline[2 * code : 2 * code + 2], candidate[2 * code : 2 * code + 2]
+        )
         expected = abs(values[code])
         if math.isfinite(expected):
             assert got[2] == expected
         else:
             assert got[2] == INF
     # All codes at once: the reference decodes with NumPy's own float16.
-    assert_same_result(core.compare("float16", baseline, candidate),
-                       reference("float16", baseline, candidate))
+    assert_same_result(
+        core.compare("float16", baseline, candidate), reference("float16", baseline, candidate)
+    )
 
 
 @pytest.mark.parametrize(
@@ -398,9 +421,7 @@ def test_contract_example_one_two_against_one_three(core, dtype):
     baseline, candidate = pack(dtype, [1.0, 2.0]), pack(dtype, [1.0, 3.0])
     expected = (1, 1, 1.0, 0.5, math.sqrt(1.0) / math.sqrt(5.0))
     assert core.compare(dtype, baseline, candidate) == pytest.approx(expected)
-    assert core.compare(dtype, baseline, candidate, rtol=1e-4, atol=1e-6) == pytest.approx(
-        expected
-    )
+    assert core.compare(dtype, baseline, candidate, rtol=1e-4, atol=1e-6) == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
@@ -453,7 +474,11 @@ def test_infinities(core, dtype):
         assert core.compare(dtype, big, inf, **mode)[:4] == (0, 1, INF, INF)
     # Finite elements still give finite errors beside an infinite one.
     assert core.compare(dtype, pack(dtype, [INF, 2.0]), pack(dtype, [-INF, 3.0]))[:4] == (
-        0, 2, 1.0, 0.5)
+        0,
+        2,
+        1.0,
+        0.5,
+    )
 
 
 def test_float32_subnormals(core):
@@ -461,7 +486,12 @@ def test_float32_subnormals(core):
     tiny = struct.unpack("<f", smallest)[0]
     assert tiny == 2.0**-149
     assert core.compare("float32", smallest, twice, rtol=0.0, atol=0.0) == (
-        0, 1, 2.0**-149, 1.0, 1.0)
+        0,
+        1,
+        2.0**-149,
+        1.0,
+        1.0,
+    )
     assert core.compare("float32", smallest, twice, rtol=0.0, atol=2.0**-149)[:2] == (-1, 0)
     assert core.compare("float16", struct.pack("<H", 1), b"\0\0")[2] == 2.0**-24
     assert core.compare("bfloat16", struct.pack("<H", 1), b"\0\0")[2] == 2.0**-133
@@ -469,10 +499,12 @@ def test_float32_subnormals(core):
 
 def test_tolerance_is_relative_to_the_candidate_and_errors_to_the_baseline(core):
     # |a - b| = 1; atol + rtol * |b| is 1 only when b = 10 (rtol 0.1).
-    assert core.compare("float64", pack("float64", [9.0]), pack("float64", [10.0]),
-                        rtol=0.1, atol=0.0)[:2] == (-1, 0)
-    got = core.compare("float64", pack("float64", [10.0]), pack("float64", [9.0]),
-                       rtol=0.1, atol=0.0)
+    assert core.compare(
+        "float64", pack("float64", [9.0]), pack("float64", [10.0]), rtol=0.1, atol=0.0
+    )[:2] == (-1, 0)
+    got = core.compare(
+        "float64", pack("float64", [10.0]), pack("float64", [9.0]), rtol=0.1, atol=0.0
+    )
     assert got[:4] == (0, 1, 1.0, 0.1)
 
 
@@ -517,10 +549,14 @@ def test_sums_of_squares_that_overflow_double_are_rescaled(core, dtype):
 @pytest.mark.parametrize("dtype", INTEGER_DTYPES)
 def test_integers_and_bool_stay_exact_under_tolerance(core, dtype):
     baseline, candidate = pack(dtype, [1, 0, 1]), pack(dtype, [1, 1, 1])
-    for mode in ({}, {"rtol": 1.0, "atol": 100.0}, {"rtol": 1.0, "atol": 100.0,
-                                                   "equal_nan": True}):
-        assert core.compare(dtype, baseline, candidate, **mode) == (1, 1, 1.0, 1.0,
-                                                                    1 / math.sqrt(2.0))
+    for mode in ({}, {"rtol": 1.0, "atol": 100.0}, {"rtol": 1.0, "atol": 100.0, "equal_nan": True}):
+        assert core.compare(dtype, baseline, candidate, **mode) == (
+            1,
+            1,
+            1.0,
+            1.0,
+            1 / math.sqrt(2.0),
+        )
         assert core.compare(dtype, baseline, baseline, **mode) == (-1, 0, 0.0, 0.0, 0.0)
 
 
@@ -546,7 +582,9 @@ def test_complex_tolerance_uses_the_modulus(core):
     assert core.compare("complex128", baseline, candidate, rtol=0.55, atol=0.0)[:2] == (-1, 0)
     assert core.compare("complex128", baseline, candidate, rtol=0.5, atol=0.0)[:2] == (0, 1)
     assert core.compare("complex128", baseline, candidate)[2:4] == (
-        pytest.approx(0.5), pytest.approx(0.5 / math.sqrt(2.0)))
+        pytest.approx(0.5),
+        pytest.approx(0.5 / math.sqrt(2.0)),
+    )
     for dtype in COMPLEX_DTYPES:
         got = core.compare(dtype, pack(dtype, [complex(3.0, 4.0)]), pack(dtype, [0j]))
         assert got == (0, 1, 5.0, 1.0, 1.0)
@@ -554,8 +592,9 @@ def test_complex_tolerance_uses_the_modulus(core):
     nan_real = pack("complex64", [complex(NAN, 1.0)])
     nan_imag = pack("complex64", [complex(1.0, NAN)])
     assert core.compare("complex64", nan_real, nan_imag, rtol=0.0, atol=0.0)[:2] == (0, 1)
-    assert core.compare("complex64", nan_real, nan_imag, rtol=0.0, atol=0.0,
-                        equal_nan=True)[:2] == (-1, 0)
+    assert core.compare("complex64", nan_real, nan_imag, rtol=0.0, atol=0.0, equal_nan=True)[
+        :2
+    ] == (-1, 0)
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
@@ -579,7 +618,7 @@ def test_unaligned_buffers_give_the_same_result(core, dtype):
         aligned = core.compare(dtype, baseline, candidate, **mode)
         for offset in range(1, 8):
             shifted_baseline = memoryview(bytes(offset) + baseline)[offset:]
-            shifted_candidate = memoryview(bytes(8 - offset) + candidate)[8 - offset:]
+            shifted_candidate = memoryview(bytes(8 - offset) + candidate)[8 - offset :]
             assert core.compare(dtype, shifted_baseline, shifted_candidate, **mode) == aligned
 
 
@@ -589,8 +628,10 @@ def test_thread_count_does_not_change_the_result(core, dtype):
     count = 5 * CHUNK_ELEMENTS + 123
     baseline, candidate = random_pair(dtype, count, rng)
     for mode in ({}, {"rtol": 1e-3, "atol": 1e-5}, {"rtol": 0.0, "atol": 0.0, "equal_nan": True}):
-        results = {threads: core.compare(dtype, baseline, candidate, threads=threads, **mode)
-                   for threads in (1, 2, 3, 8, 64)}
+        results = {
+            threads: core.compare(dtype, baseline, candidate, threads=threads, **mode)
+            for threads in (1, 2, 3, 8, 64)
+        }
         assert len(set(results.values())) == 1, results
         assert results[1][1] > 0
 
@@ -601,8 +642,9 @@ def test_first_mismatch_is_the_earliest_across_chunks_and_threads(core):
     changed[[3 * CHUNK_ELEMENTS + 5, CHUNK_ELEMENTS + 9, 2 * CHUNK_ELEMENTS]] = 1.0
     for threads in (1, 2, 4):
         for mode in ({}, {"rtol": 0.0, "atol": 0.5}):
-            got = core.compare("float32", values.tobytes(), changed.tobytes(), threads=threads,
-                               **mode)
+            got = core.compare(
+                "float32", values.tobytes(), changed.tobytes(), threads=threads, **mode
+            )
             assert got[:2] == (CHUNK_ELEMENTS + 9, 3)
 
 
@@ -617,9 +659,14 @@ def test_accepts_any_contiguous_buffer(core, tmp_path):
     with path.open("rb") as handle:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     with mapped:
-        for baseline in (bytearray(data), memoryview(data), array.array("f", [1, 2, 3, 4]),
-                         memoryview(ctypes_array).cast("B"), mapped,
-                         np.frombuffer(data, dtype="<f4")):
+        for baseline in (
+            bytearray(data),
+            memoryview(data),
+            array.array("f", [1, 2, 3, 4]),
+            memoryview(ctypes_array).cast("B"),
+            mapped,
+            np.frombuffer(data, dtype="<f4"),
+        ):
             assert core.compare("float32", baseline, changed) == expected
 
 

@@ -138,9 +138,32 @@ def test_documented_chunk_digests_of_the_pattern():
 
 
 BOUNDARY_LENGTHS = [
-    0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 48, 63, 64, 65, 127, 128, 129,
-    CHUNK - 1, CHUNK, CHUNK + 1, CHUNK + 64, 2 * CHUNK - 63,
-    4 * CHUNK - 1, 4 * CHUNK, 4 * CHUNK + 1, 5 * CHUNK + 17,
+    0,
+    1,
+    7,
+    8,
+    9,
+    15,
+    16,
+    17,
+    31,
+    32,
+    48,
+    63,
+    64,
+    65,
+    127,
+    128,
+    129,
+    CHUNK - 1,
+    CHUNK,
+    CHUNK + 1,
+    CHUNK + 64,
+    2 * CHUNK - 63,
+    4 * CHUNK - 1,
+    4 * CHUNK,
+    4 * CHUNK + 1,
+    5 * CHUNK + 17,
 ]
 
 

@@ -20,6 +20,7 @@ _probe_spec.loader.exec_module(probe)
 
 PATH_ENV = f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}"
 
+
 def python_child(script: str, *args: str) -> list[str]:
     return [sys.executable, str(CHILDREN / script), *args]
 
@@ -30,8 +31,12 @@ def launch(core, tmp_path):
     started: list[int] = []
 
     def launch(argv, **overrides):
-        arguments = dict(cwd=str(tmp_path), env=[PATH_ENV], stdout_path=str(tmp_path / "out"),
-                         stderr_path=str(tmp_path / "err"))
+        arguments = dict(
+            cwd=str(tmp_path),
+            env=[PATH_ENV],
+            stdout_path=str(tmp_path / "out"),
+            stderr_path=str(tmp_path / "err"),
+        )
         arguments.update(overrides)
         pid = core.spawn(argv, **arguments)
         started.append(pid)
@@ -89,8 +94,11 @@ def test_only_stdio_descriptors_reach_the_child_and_stdin_is_dev_null(core, laun
         os.close(leaked_read)
         os.close(leaked_write)
     described = json.loads((tmp_path / "out").read_text())
-    others = {fd: target for fd, target in described["descriptors"].items()
-              if fd not in ("0", "1", "2") and target != described["fd_dir"]}
+    others = {
+        fd: target
+        for fd, target in described["descriptors"].items()
+        if fd not in ("0", "1", "2") and target != described["fd_dir"]
+    }
     assert others == {}
     assert described["descriptors"]["1"] == str(tmp_path / "out")
     assert described["descriptors"]["2"] == str(tmp_path / "err")
@@ -134,14 +142,25 @@ def test_without_path_in_env_the_default_search_path_is_used(core, launch):
         ({"cwd": "/nonexistent/dir"}, ["true"], FileNotFoundError, "chdir", "/nonexistent/dir"),
         ({}, ["no-such-program-xyz"], FileNotFoundError, "exec", "no-such-program-xyz"),
         ({}, ["./plain-file"], PermissionError, "exec", "./plain-file"),
-        ({"stdout_path": "/nonexistent/out"}, ["true"], FileNotFoundError, "stdout",
-         "/nonexistent/out"),
-        ({"stderr_path": "/nonexistent/err"}, ["true"], FileNotFoundError, "stderr",
-         "/nonexistent/err"),
+        (
+            {"stdout_path": "/nonexistent/out"},
+            ["true"],
+            FileNotFoundError,
+            "stdout",
+            "/nonexistent/out",
+        ),
+        (
+            {"stderr_path": "/nonexistent/err"},
+            ["true"],
+            FileNotFoundError,
+            "stderr",
+            "/nonexistent/err",
+        ),
     ],
 )
-def test_failed_step_is_raised_naming_step_and_program(core, launch, tmp_path, overrides, argv,
-                                                      error_type, step, filename):
+def test_failed_step_is_raised_naming_step_and_program(
+    core, launch, tmp_path, overrides, argv, error_type, step, filename
+):
     (tmp_path / "plain-file").write_text("not a program\n")  # mode 0644: not executable
     with pytest.raises(error_type) as raised:
         launch(argv, **overrides)
@@ -175,8 +194,9 @@ def test_output_files_exist_when_exec_fails(core, launch, tmp_path):
         (["true"], {"stdout_path": "a\0b"}, ValueError, "stdout_path contains a NUL character"),
     ],
 )
-def test_invalid_arguments_are_rejected_before_fork(core, launch, argv, overrides, error_type,
-                                                   message):
+def test_invalid_arguments_are_rejected_before_fork(
+    core, launch, argv, overrides, error_type, message
+):
     with pytest.raises(error_type) as raised:
         launch(argv, **overrides)
     assert message in str(raised.value)
@@ -214,7 +234,8 @@ def test_wait_reaps_every_child_that_has_exited(core, launch):
     assert probe.wait_until(lambda: not probe.is_alive(first) and not probe.is_alive(second), 5)
     records = core.wait((first, second), 5)
     assert sorted((record.pid, record.exit_code) for record in records) == sorted(
-        [(first, 0), (second, 1)])
+        [(first, 0), (second, 1)]
+    )
 
 
 def test_segfault_is_reported_as_signal(core, launch):
@@ -282,8 +303,11 @@ def test_wait_argument_errors(core, launch):
 def test_spawn_works_when_the_parent_has_no_stdio(tmp_path):
     # With 0-2 closed in the parent, the failure pipe and the opened files
     # land on 0-2; spawn must still wire the child correctly.
-    driver = subprocess.run([sys.executable, str(CHILDREN / "core_driver.py"), "closed-stdio",
-                             str(tmp_path)], timeout=30, capture_output=True)
+    driver = subprocess.run(
+        [sys.executable, str(CHILDREN / "core_driver.py"), "closed-stdio", str(tmp_path)],
+        timeout=30,
+        capture_output=True,
+    )
     assert driver.returncode == 0, driver.stderr
     record = json.loads((tmp_path / "record.json").read_text())
     assert (record["exit_code"], record["signal"]) == (0, None)
@@ -294,8 +318,9 @@ def test_spawn_works_when_the_parent_has_no_stdio(tmp_path):
 
 
 def test_ctrl_c_interrupts_wait_promptly(tmp_path):
-    driver = subprocess.Popen([sys.executable, str(CHILDREN / "core_driver.py"), "interrupt",
-                               str(tmp_path)])
+    driver = subprocess.Popen(
+        [sys.executable, str(CHILDREN / "core_driver.py"), "interrupt", str(tmp_path)]
+    )
     try:
         child = probe.read_pid_file(tmp_path / "child.pid", 10)
         time.sleep(0.3)  # the driver is inside wait() by now
@@ -311,8 +336,9 @@ def test_ctrl_c_interrupts_wait_promptly(tmp_path):
 
 
 def test_child_dies_with_its_parent(tmp_path):
-    driver = subprocess.Popen([sys.executable, str(CHILDREN / "core_driver.py"), "pdeathsig",
-                               str(tmp_path)])
+    driver = subprocess.Popen(
+        [sys.executable, str(CHILDREN / "core_driver.py"), "pdeathsig", str(tmp_path)]
+    )
     try:
         child = probe.read_pid_file(tmp_path / "child.pid", 10)
         assert probe.is_alive(child)
