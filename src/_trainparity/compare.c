@@ -746,19 +746,29 @@ static void add_scaled(scaled_sum *total, scaled_sum term)
     total->value = sum;
 }
 
-static partial combine(const partial *partials, size_t chunk_count)
+/* Adds the partials of chunks that follow those already in `total`, in chunk
+ * order; `index_offset` turns their first mismatch into an index of the whole. */
+static void combine_into(partial *total, const partial *partials, size_t chunk_count,
+                         size_t index_offset)
 {
-    partial total = {-1, 0, -1.0, -1.0, {0.0, 0}, {0.0, 0}};
     for (size_t c = 0; c < chunk_count; c++) {
         const partial *p = &partials[c];
-        if (total.first_mismatch < 0)
-            total.first_mismatch = p->first_mismatch;
-        total.mismatch_count += p->mismatch_count;
-        total.max_abs = p->max_abs > total.max_abs ? p->max_abs : total.max_abs;
-        total.max_rel = p->max_rel > total.max_rel ? p->max_rel : total.max_rel;
-        add_scaled(&total.diff_squares, p->diff_squares);
-        add_scaled(&total.base_squares, p->base_squares);
+        if (total->first_mismatch < 0 && p->first_mismatch >= 0)
+            total->first_mismatch = p->first_mismatch + (int64_t)index_offset;
+        total->mismatch_count += p->mismatch_count;
+        total->max_abs = p->max_abs > total->max_abs ? p->max_abs : total->max_abs;
+        total->max_rel = p->max_rel > total->max_rel ? p->max_rel : total->max_rel;
+        add_scaled(&total->diff_squares, p->diff_squares);
+        add_scaled(&total->base_squares, p->base_squares);
     }
+}
+
+#define EMPTY_TOTAL {-1, 0, -1.0, -1.0, {0.0, 0}, {0.0, 0}}
+
+static partial combine(const partial *partials, size_t chunk_count)
+{
+    partial total = EMPTY_TOTAL;
+    combine_into(&total, partials, chunk_count, 0);
     return total;
 }
 
@@ -837,6 +847,27 @@ static int get_buffer(PyObject *object, const char *what, Py_buffer *view)
     return 0;
 }
 
+static PyObject *thread_error(int error, const char *failed_call)
+{
+    errno = error;
+    return PyErr_Format(PyExc_OSError, "compare could not run its threads: %s failed: %s",
+                        failed_call, strerror(error));
+}
+
+/* The documented result tuple of a combined total. Byte-identical buffers have
+ * no error, though under tolerance their NaNs can still be mismatches. */
+static PyObject *result_tuple(const partial *total, int identical)
+{
+    if (identical)
+        return Py_BuildValue("(LKddd)", (long long)total->first_mismatch,
+                             (unsigned long long)total->mismatch_count, 0.0, 0.0, 0.0);
+    return Py_BuildValue("(LKddd)", (long long)total->first_mismatch,
+                         (unsigned long long)total->mismatch_count,
+                         total->max_abs < 0.0 ? INFINITY : total->max_abs,
+                         total->max_rel < 0.0 ? INFINITY : total->max_rel,
+                         relative_rms(total->diff_squares, total->base_squares));
+}
+
 static PyObject *compare_buffers(const dtype_info *dtype, const Py_buffer *baseline,
                                  const Py_buffer *candidate, const tolerance *tol,
                                  size_t threads)
@@ -884,21 +915,100 @@ static PyObject *compare_buffers(const dtype_info *dtype, const Py_buffer *basel
     Py_END_ALLOW_THREADS
     PyMem_Free(partials);
     PyMem_Free(differs);
-    if (error != 0) {
-        errno = error;
-        return PyErr_Format(PyExc_OSError, "compare could not run its threads: %s failed: %s",
-                            failed_call, strerror(error));
+    if (error != 0)
+        return thread_error(error, failed_call);
+    return result_tuple(&total, identical);
+}
+
+/* Arguments shared by compare and compare_accumulate, checked and converted. */
+typedef struct {
+    const dtype_info *dtype;
+    tolerance tol;
+    int use_tolerance;
+    size_t threads;
+    Py_buffer baseline;
+    Py_buffer candidate;
+} compare_arguments;
+
+/* Fills `out` (both buffers exported on success: release them with
+ * release_arguments); 0 on success, -1 with an exception set. */
+static int parse_arguments(const char *dtype_name, PyObject *baseline_object,
+                           PyObject *candidate_object, PyObject *rtol_object,
+                           PyObject *atol_object, PyObject *equal_nan_object, Py_ssize_t threads,
+                           compare_arguments *out)
+{
+    out->dtype = find_dtype(dtype_name);
+    if (out->dtype == NULL) {
+        PyObject *names = supported_dtype_names();
+        if (names != NULL)
+            PyErr_Format(PyExc_ValueError, "unknown dtype '%s'; supported dtypes: %U",
+                         dtype_name, names);
+        Py_XDECREF(names);
+        return -1;
     }
-    /* Byte-identical buffers have no error, though under tolerance their NaNs
-     * can still be mismatches. */
-    if (identical)
-        return Py_BuildValue("(LKddd)", (long long)total.first_mismatch,
-                             (unsigned long long)total.mismatch_count, 0.0, 0.0, 0.0);
-    return Py_BuildValue("(LKddd)", (long long)total.first_mismatch,
-                         (unsigned long long)total.mismatch_count,
-                         total.max_abs < 0.0 ? INFINITY : total.max_abs,
-                         total.max_rel < 0.0 ? INFINITY : total.max_rel,
-                         relative_rms(total.diff_squares, total.base_squares));
+    tolerance *tol = &out->tol;
+    *tol = (tolerance){0.0, 0.0, 0};
+    int rtol_given, atol_given;
+    if (parse_optional_real(rtol_object, "rtol", &rtol_given, &tol->rtol) < 0 ||
+        parse_optional_real(atol_object, "atol", &atol_given, &tol->atol) < 0)
+        return -1;
+    if (rtol_given != atol_given) {
+        PyErr_SetString(PyExc_ValueError,
+                        "give both rtol and atol for a tolerance comparison, or neither for an "
+                        "exact one");
+        return -1;
+    }
+    if (rtol_given && !(isfinite(tol->rtol) && tol->rtol >= 0.0 && isfinite(tol->atol) &&
+                        tol->atol >= 0.0)) {
+        PyErr_SetString(PyExc_ValueError, "rtol and atol must be finite and non-negative");
+        return -1;
+    }
+    out->use_tolerance = rtol_given;
+    if (!PyBool_Check(equal_nan_object)) {
+        PyErr_Format(PyExc_TypeError, "equal_nan must be True or False, got %.100s",
+                     Py_TYPE(equal_nan_object)->tp_name);
+        return -1;
+    }
+    tol->equal_nan = equal_nan_object == Py_True;
+    if (threads < 1) {
+        PyErr_Format(PyExc_ValueError, "threads must be at least 1, got %zd", threads);
+        return -1;
+    }
+    out->threads = (size_t)threads;
+
+    if (get_buffer(baseline_object, "baseline", &out->baseline) < 0)
+        return -1;
+    if (get_buffer(candidate_object, "candidate", &out->candidate) < 0) {
+        PyBuffer_Release(&out->baseline);
+        return -1;
+    }
+    const char *problem = NULL;
+    if (out->baseline.len != out->candidate.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "baseline and candidate must have the same byte length, got %zd and %zd "
+                     "bytes",
+                     out->baseline.len, out->candidate.len);
+        problem = "length";
+    } else if ((size_t)out->baseline.len % out->dtype->itemsize != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "byte lengths must be a multiple of the %s element size %zu, got %zd and "
+                     "%zd bytes",
+                     out->dtype->name, out->dtype->itemsize, out->baseline.len,
+                     out->candidate.len);
+        problem = "itemsize";
+    }
+    if (problem != NULL) {
+        PyBuffer_Release(&out->baseline);
+        PyBuffer_Release(&out->candidate);
+        return -1;
+    }
+    return 0;
+}
+
+static void release_arguments(compare_arguments *arguments)
+{
+    PyBuffer_Release(&arguments->baseline);
+    PyBuffer_Release(&arguments->candidate);
 }
 
 static PyObject *compare(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -914,68 +1024,190 @@ static PyObject *compare(PyObject *self, PyObject *args, PyObject *kwargs)
                                      &baseline_object, &candidate_object, &rtol_object,
                                      &atol_object, &equal_nan_object, &threads))
         return NULL;
-
-    const dtype_info *dtype = find_dtype(dtype_name);
-    if (dtype == NULL) {
-        PyObject *names = supported_dtype_names();
-        if (names != NULL)
-            PyErr_Format(PyExc_ValueError, "unknown dtype '%s'; supported dtypes: %U",
-                         dtype_name, names);
-        Py_XDECREF(names);
+    compare_arguments arguments;
+    if (parse_arguments(dtype_name, baseline_object, candidate_object, rtol_object, atol_object,
+                        equal_nan_object, threads, &arguments) < 0)
         return NULL;
-    }
-    tolerance tol = {0.0, 0.0, 0};
-    int rtol_given, atol_given;
-    if (parse_optional_real(rtol_object, "rtol", &rtol_given, &tol.rtol) < 0 ||
-        parse_optional_real(atol_object, "atol", &atol_given, &tol.atol) < 0)
-        return NULL;
-    if (rtol_given != atol_given) {
-        PyErr_SetString(PyExc_ValueError,
-                        "give both rtol and atol for a tolerance comparison, or neither for an "
-                        "exact one");
-        return NULL;
-    }
-    if (rtol_given && !(isfinite(tol.rtol) && tol.rtol >= 0.0 && isfinite(tol.atol) &&
-                        tol.atol >= 0.0)) {
-        PyErr_SetString(PyExc_ValueError, "rtol and atol must be finite and non-negative");
-        return NULL;
-    }
-    if (!PyBool_Check(equal_nan_object)) {
-        PyErr_Format(PyExc_TypeError, "equal_nan must be True or False, got %.100s",
-                     Py_TYPE(equal_nan_object)->tp_name);
-        return NULL;
-    }
-    tol.equal_nan = equal_nan_object == Py_True;
-    if (threads < 1) {
-        PyErr_Format(PyExc_ValueError, "threads must be at least 1, got %zd", threads);
-        return NULL;
-    }
-
-    Py_buffer baseline, candidate;
-    if (get_buffer(baseline_object, "baseline", &baseline) < 0)
-        return NULL;
-    if (get_buffer(candidate_object, "candidate", &candidate) < 0) {
-        PyBuffer_Release(&baseline);
-        return NULL;
-    }
-    PyObject *result = NULL;
-    if (baseline.len != candidate.len) {
-        PyErr_Format(PyExc_ValueError,
-                     "baseline and candidate must have the same byte length, got %zd and %zd "
-                     "bytes",
-                     baseline.len, candidate.len);
-    } else if ((size_t)baseline.len % dtype->itemsize != 0) {
-        PyErr_Format(PyExc_ValueError,
-                     "byte lengths must be a multiple of the %s element size %zu, got %zd and "
-                     "%zd bytes",
-                     dtype->name, dtype->itemsize, baseline.len, candidate.len);
-    } else {
-        result = compare_buffers(dtype, &baseline, &candidate, rtol_given ? &tol : NULL,
-                                 (size_t)threads);
-    }
-    PyBuffer_Release(&baseline);
-    PyBuffer_Release(&candidate);
+    PyObject *result = compare_buffers(arguments.dtype, &arguments.baseline,
+                                       &arguments.candidate,
+                                       arguments.use_tolerance ? &arguments.tol : NULL,
+                                       arguments.threads);
+    release_arguments(&arguments);
     return result;
+}
+
+/* ---- streaming: one comparison fed block by block ---- */
+
+/* The running state of a streamed comparison, as the Python tuple
+ * (element_count, first_mismatch_index, mismatch_count, max_abs_error,
+ *  max_rel_error, diff_squares, diff_scaled, base_squares, base_scaled, identical):
+ * the combined partial of the chunks seen so far (maxima -1.0 while no finite
+ * value was seen; a sum is "scaled" as described for float64 overflow) and
+ * whether every byte so far was equal. */
+typedef struct {
+    size_t element_count;
+    partial total;
+    int identical;
+} stream_state;
+
+#define STATE_FIELDS 10
+
+static PyObject *state_tuple(const stream_state *state)
+{
+    const partial *t = &state->total;
+    return Py_BuildValue("(nLKdddOdOO)", (Py_ssize_t)state->element_count,
+                         (long long)t->first_mismatch, (unsigned long long)t->mismatch_count,
+                         t->max_abs, t->max_rel, t->diff_squares.value,
+                         t->diff_squares.level ? Py_True : Py_False, t->base_squares.value,
+                         t->base_squares.level ? Py_True : Py_False,
+                         state->identical ? Py_True : Py_False);
+}
+
+static int state_error(const char *detail)
+{
+    PyErr_Format(PyExc_ValueError,
+                 "state must be a tuple returned by compare_accumulate (%s); start a new "
+                 "comparison with state=None",
+                 detail);
+    return -1;
+}
+
+static int state_integer(PyObject *item, long long minimum, long long *value)
+{
+    if (!PyLong_Check(item) || PyBool_Check(item))
+        return state_error("an int field holds something else");
+    *value = PyLong_AsLongLong(item);
+    if (*value == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return state_error("an int field is out of range");
+    }
+    return *value < minimum ? state_error("an int field is out of range") : 0;
+}
+
+static int state_float(PyObject *item, double *value)
+{
+    if (!PyFloat_Check(item))
+        return state_error("a float field holds something else");
+    *value = PyFloat_AS_DOUBLE(item);
+    return 0;
+}
+
+static int state_flag(PyObject *item, int *value)
+{
+    if (!PyBool_Check(item))
+        return state_error("a bool field holds something else");
+    *value = item == Py_True;
+    return 0;
+}
+
+/* Parses a state tuple; None is the state before the first block. */
+static int parse_state(PyObject *object, stream_state *state)
+{
+    *state = (stream_state){0, EMPTY_TOTAL, 1};
+    if (object == Py_None)
+        return 0;
+    if (!PyTuple_Check(object) || PyTuple_GET_SIZE(object) != STATE_FIELDS)
+        return state_error("not a tuple of 10 fields");
+    PyObject **item = &PyTuple_GET_ITEM(object, 0);
+    long long element_count, first, count;
+    partial *t = &state->total;
+    if (state_integer(item[0], 0, &element_count) < 0 || state_integer(item[1], -1, &first) < 0 ||
+        state_integer(item[2], 0, &count) < 0 || state_float(item[3], &t->max_abs) < 0 ||
+        state_float(item[4], &t->max_rel) < 0 || state_float(item[5], &t->diff_squares.value) < 0 ||
+        state_flag(item[6], &t->diff_squares.level) < 0 ||
+        state_float(item[7], &t->base_squares.value) < 0 ||
+        state_flag(item[8], &t->base_squares.level) < 0 ||
+        state_flag(item[9], &state->identical) < 0)
+        return -1;
+    if (first >= element_count || count > element_count)
+        return state_error("its counts exceed its element count");
+    state->element_count = (size_t)element_count;
+    t->first_mismatch = first;
+    t->mismatch_count = (uint64_t)count;
+    return 0;
+}
+
+static PyObject *compare_accumulate(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *keywords[] = {"dtype", "baseline", "candidate", "state", "rtol",
+                               "atol", "equal_nan", "threads", NULL};
+    const char *dtype_name;
+    PyObject *baseline_object, *candidate_object, *state_object = Py_None;
+    PyObject *rtol_object = Py_None, *atol_object = Py_None, *equal_nan_object = Py_False;
+    Py_ssize_t threads = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sOO|O$OOOn:compare_accumulate", keywords,
+                                     &dtype_name, &baseline_object, &candidate_object,
+                                     &state_object, &rtol_object, &atol_object,
+                                     &equal_nan_object, &threads))
+        return NULL;
+    stream_state state;
+    if (parse_state(state_object, &state) < 0)
+        return NULL;
+    if (state.element_count % CHUNK_ELEMENTS != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "the blocks before this one hold %zu elements, not a multiple of %d: only "
+                     "the last block may end inside a chunk",
+                     state.element_count, CHUNK_ELEMENTS);
+        return NULL;
+    }
+    compare_arguments arguments;
+    if (parse_arguments(dtype_name, baseline_object, candidate_object, rtol_object, atol_object,
+                        equal_nan_object, threads, &arguments) < 0)
+        return NULL;
+    size_t element_count = (size_t)arguments.baseline.len / arguments.dtype->itemsize;
+    size_t chunk_count = (element_count + CHUNK_ELEMENTS - 1) / CHUNK_ELEMENTS;
+    size_t workers = arguments.threads < chunk_count ? arguments.threads
+                                                     : (chunk_count > 0 ? chunk_count : 1);
+    partial *partials = PyMem_Malloc((chunk_count > 0 ? chunk_count : 1) * sizeof *partials);
+    unsigned char *differs = PyMem_Malloc(workers);
+    if (partials == NULL || differs == NULL) {
+        PyMem_Free(partials);
+        PyMem_Free(differs);
+        release_arguments(&arguments);
+        return PyErr_NoMemory();
+    }
+    const tolerance *tol = arguments.use_tolerance ? &arguments.tol : NULL;
+    pass_input in = {
+        .dtype = arguments.dtype,
+        .kernel = tol != NULL ? arguments.dtype->tolerance : arguments.dtype->exact,
+        .baseline = arguments.baseline.buf,
+        .candidate = arguments.candidate.buf,
+        .element_count = element_count,
+        .tol = tol,
+        .partials = partials,
+    };
+    const char *failed_call = NULL;
+    int error;
+    /* Unlike compare, every block is measured even when its bytes are equal:
+     * its sum of squared baseline values is needed if a later block differs. */
+    Py_BEGIN_ALLOW_THREADS
+    error = run_pass(&in, PASS_MEASURE, chunk_count, workers, differs, &failed_call);
+    if (error == 0) {
+        uint64_t count_before = state.total.mismatch_count;
+        combine_into(&state.total, partials, chunk_count, state.element_count);
+        if (state.identical)
+            state.identical = tol == NULL ? state.total.mismatch_count == count_before
+                                          : memcmp(arguments.baseline.buf, arguments.candidate.buf,
+                                                   (size_t)arguments.baseline.len) == 0;
+        state.element_count += element_count;
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_Free(partials);
+    PyMem_Free(differs);
+    release_arguments(&arguments);
+    if (error != 0)
+        return thread_error(error, failed_call);
+    return state_tuple(&state);
+}
+
+static PyObject *compare_finish(PyObject *self, PyObject *state_object)
+{
+    (void)self;
+    stream_state state;
+    if (parse_state(state_object, &state) < 0)
+        return NULL;
+    return result_tuple(&state.total, state.identical);
 }
 
 PyMethodDef tp_compare_methods[] = {
@@ -988,6 +1220,19 @@ PyMethodDef tp_compare_methods[] = {
      "(integer and bool dtypes stay exact). Returns (first_mismatch_index,\n"
      "mismatch_count, max_abs_error, max_rel_error, relative_rms_error); see the\n"
      "'Compare core' section of docs/design.md."},
+    {"compare_accumulate", (PyCFunction)(void (*)(void))compare_accumulate,
+     METH_VARARGS | METH_KEYWORDS,
+     "compare_accumulate(dtype, baseline, candidate, state=None, *, rtol=None, atol=None,\n"
+     "                   equal_nan=False, threads=1)\n"
+     "--\n\n"
+     "Compare the next block of two buffers streamed block by block; returns the new state.\n\n"
+     "Pass the returned state with the next block (every block but the last must hold a\n"
+     "multiple of 32768 elements), and give the final state to compare_finish: the result\n"
+     "is bit-identical to one compare() over the concatenated blocks."},
+    {"compare_finish", compare_finish, METH_O,
+     "compare_finish(state)\n"
+     "--\n\n"
+     "The compare() result tuple of a streamed comparison's final state."},
     {NULL, NULL, 0, NULL},
 };
 

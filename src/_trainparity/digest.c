@@ -146,10 +146,11 @@ static void chunk_digest(const unsigned char *p, size_t length, uint64_t chunk_i
 typedef struct {
     const unsigned char *data;
     size_t data_len;
-    size_t first_chunk; /* absolute chunk indices [first_chunk, end_chunk) */
+    size_t first_chunk; /* chunk indices in data: [first_chunk, end_chunk) */
     size_t end_chunk;
     unsigned char *round_digests; /* slot 0 belongs to chunk round_first_chunk */
     size_t round_first_chunk;
+    uint64_t tag_offset; /* index of data's first chunk in the whole input */
 } chunk_job;
 
 static void run_chunk_job(const chunk_job *job)
@@ -159,7 +160,7 @@ static void run_chunk_job(const chunk_job *job)
         size_t length = job->data_len - offset;
         if (length > DIGEST_CHUNK_BYTES)
             length = DIGEST_CHUNK_BYTES;
-        chunk_digest(job->data + offset, length, (uint64_t)chunk,
+        chunk_digest(job->data + offset, length, job->tag_offset + (uint64_t)chunk,
                      job->round_digests + 16 * (chunk - job->round_first_chunk));
     }
 }
@@ -177,7 +178,7 @@ static void *chunk_job_thread(void *arg)
  * number of a failed pthread_join (the caller must then leave round_digests and
  * the data alone: that thread may still be running). */
 static int digest_round(const unsigned char *data, size_t data_len, size_t first, size_t count,
-                        size_t threads, unsigned char *round_digests)
+                        size_t threads, uint64_t tag_offset, unsigned char *round_digests)
 {
     chunk_job jobs[DIGEST_MAX_THREADS];
     pthread_t handles[DIGEST_MAX_THREADS];
@@ -192,6 +193,7 @@ static int digest_round(const unsigned char *data, size_t data_len, size_t first
             .end_chunk = first + count * (t + 1) / threads,
             .round_digests = round_digests,
             .round_first_chunk = first,
+            .tag_offset = tag_offset,
         };
         started[t] = 0;
     }
@@ -236,7 +238,7 @@ static digest_status digest_compute(const unsigned char *data, size_t data_len, 
         size_t count = chunk_count - first;
         if (count > DIGEST_ROUND_CHUNKS)
             count = DIGEST_ROUND_CHUNKS;
-        *join_error = digest_round(data, data_len, first, count, threads, round_digests);
+        *join_error = digest_round(data, data_len, first, count, threads, 0, round_digests);
         if (*join_error != 0)
             return DIGEST_JOIN_FAILED; /* a thread may still write round_digests: leak it */
         digest_bytes = 16 * count;
@@ -256,14 +258,14 @@ static digest_status digest_compute(const unsigned char *data, size_t data_len, 
     return DIGEST_DONE;
 }
 
-static int parse_threads(PyObject *threads_obj, size_t *threads)
+static int parse_threads(PyObject *threads_obj, const char *function, size_t *threads)
 {
     if (threads_obj == NULL) {
         *threads = 1;
         return 0;
     }
     if (!PyLong_Check(threads_obj) || PyBool_Check(threads_obj)) {
-        PyErr_Format(PyExc_TypeError, "digest() threads must be an int >= 1, not %.100s",
+        PyErr_Format(PyExc_TypeError, "%s() threads must be an int >= 1, not %.100s", function,
                      Py_TYPE(threads_obj)->tp_name);
         return -1;
     }
@@ -272,20 +274,21 @@ static int parse_threads(PyObject *threads_obj, size_t *threads)
     if (value == -1 && PyErr_Occurred())
         return -1;
     if (overflow < 0 || (overflow == 0 && value < 1)) {
-        PyErr_Format(PyExc_ValueError, "digest() threads must be >= 1, got %S", threads_obj);
+        PyErr_Format(PyExc_ValueError, "%s() threads must be >= 1, got %S", function,
+                     threads_obj);
         return -1;
     }
     *threads = (overflow > 0 || value > DIGEST_MAX_THREADS) ? DIGEST_MAX_THREADS : (size_t)value;
     return 0;
 }
 
-static int get_contiguous_buffer(PyObject *data, Py_buffer *view)
+static int get_contiguous_buffer(PyObject *data, const char *function, Py_buffer *view)
 {
     if (!PyObject_CheckBuffer(data)) {
         PyErr_Format(PyExc_TypeError,
-                     "digest() data must support the buffer protocol (bytes, bytearray, "
+                     "%s() data must support the buffer protocol (bytes, bytearray, "
                      "memoryview, mmap, array), not %.100s",
-                     Py_TYPE(data)->tp_name);
+                     function, Py_TYPE(data)->tp_name);
         return -1;
     }
     /* Asking for strides and checking contiguity here, rather than asking for a
@@ -294,9 +297,10 @@ static int get_contiguous_buffer(PyObject *data, Py_buffer *view)
         return -1;
     if (!PyBuffer_IsContiguous(view, 'C')) {
         PyBuffer_Release(view);
-        PyErr_SetString(PyExc_ValueError,
-                        "digest() data must be a C-contiguous buffer; make a contiguous copy "
-                        "first, e.g. bytes(data) or tensor.contiguous()");
+        PyErr_Format(PyExc_ValueError,
+                     "%s() data must be a C-contiguous buffer; make a contiguous copy first, "
+                     "e.g. bytes(data) or tensor.contiguous()",
+                     function);
         return -1;
     }
     return 0;
@@ -315,9 +319,9 @@ static PyObject *tp_digest(PyObject *module, PyObject *args, PyObject *kwargs)
     (void)module;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$O:digest", keywords, &data, &threads_obj))
         return NULL;
-    if (parse_threads(threads_obj, &threads) < 0)
+    if (parse_threads(threads_obj, "digest", &threads) < 0)
         return NULL;
-    if (get_contiguous_buffer(data, &view) < 0)
+    if (get_contiguous_buffer(data, "digest", &view) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
     status = digest_compute(view.buf, (size_t)view.len, threads, out, &join_error);
@@ -343,9 +347,148 @@ PyDoc_STRVAR(tp_digest_doc,
 "(at most one per chunk and at most 256). A fingerprint for equality, not a\n"
 "cryptographic hash. The algorithm (version DIGEST_VERSION) is in docs/design.md.");
 
+
+/* ---- streaming: chunk digests of one block at a time, then the root ---- */
+
+static PyObject *tp_digest_chunks(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"data", "first_chunk", "threads", NULL};
+    PyObject *data;
+    PyObject *first_chunk_obj = NULL;
+    PyObject *threads_obj = NULL;
+    size_t threads;
+    unsigned long long first_chunk = 0;
+    Py_buffer view;
+    (void)module;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OO:digest_chunks", keywords, &data,
+                                     &first_chunk_obj, &threads_obj))
+        return NULL;
+    if (first_chunk_obj != NULL) {
+        if (!PyLong_Check(first_chunk_obj) || PyBool_Check(first_chunk_obj)) {
+            PyErr_Format(PyExc_TypeError, "digest_chunks() first_chunk must be an int >= 0, not %.100s",
+                         Py_TYPE(first_chunk_obj)->tp_name);
+            return NULL;
+        }
+        first_chunk = PyLong_AsUnsignedLongLong(first_chunk_obj);
+        if (first_chunk == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError,
+                         "digest_chunks() first_chunk must be an int in [0, 2**64 - 2], got %S",
+                         first_chunk_obj);
+            return NULL;
+        }
+    }
+    if (parse_threads(threads_obj, "digest_chunks", &threads) < 0)
+        return NULL;
+    if (get_contiguous_buffer(data, "digest_chunks", &view) < 0)
+        return NULL;
+    size_t data_len = (size_t)view.len;
+    size_t chunk_count = data_len / DIGEST_CHUNK_BYTES + (data_len % DIGEST_CHUNK_BYTES != 0);
+    /* The root tag must stay unique: no chunk index may reach it. */
+    if (chunk_count > 0 && first_chunk > DIGEST_ROOT_TAG - chunk_count) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError,
+                     "digest_chunks() first_chunk %llu plus %zu chunks reaches the root tag",
+                     first_chunk, chunk_count);
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(16 * chunk_count));
+    if (out == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    unsigned char *digests = (unsigned char *)PyBytes_AS_STRING(out);
+    int join_error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t first = 0; first < chunk_count && join_error == 0; first += DIGEST_ROUND_CHUNKS) {
+        size_t count = chunk_count - first;
+        if (count > DIGEST_ROUND_CHUNKS)
+            count = DIGEST_ROUND_CHUNKS;
+        join_error = digest_round(view.buf, data_len, first, count, threads, first_chunk,
+                                  digests + 16 * first);
+    }
+    Py_END_ALLOW_THREADS
+    if (join_error != 0) {
+        /* As in digest(): a thread that could not be joined may still read the
+         * data and write the output, so both stay alive (leaked). */
+        PyErr_Format(PyExc_SystemError, "digest_chunks(): pthread_join failed: %s",
+                     strerror(join_error));
+        return NULL;
+    }
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyObject *tp_digest_root(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"chunk_digests", "length", NULL};
+    PyObject *data;
+    PyObject *length_obj;
+    Py_buffer view;
+    (void)module;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:digest_root", keywords, &data,
+                                     &length_obj))
+        return NULL;
+    if (!PyLong_Check(length_obj) || PyBool_Check(length_obj)) {
+        PyErr_Format(PyExc_TypeError, "digest_root() length must be an int >= 0, not %.100s",
+                     Py_TYPE(length_obj)->tp_name);
+        return NULL;
+    }
+    unsigned long long length = PyLong_AsUnsignedLongLong(length_obj);
+    if (length == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "digest_root() length must be an int >= 0, got %S",
+                     length_obj);
+        return NULL;
+    }
+    if (get_contiguous_buffer(data, "digest_root", &view) < 0)
+        return NULL;
+    unsigned long long chunk_count =
+        length / DIGEST_CHUNK_BYTES + (length % DIGEST_CHUNK_BYTES != 0);
+    if ((unsigned long long)view.len / 16 != chunk_count || view.len % 16 != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "digest_root() needs the 16-byte digests of all %llu chunks of a %llu-byte "
+                     "input, got %zd bytes",
+                     chunk_count, length, view.len);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    unsigned char out[16];
+    size_t whole_stripes = (size_t)view.len / DIGEST_STRIPE_BYTES;
+    size_t tail_offset = whole_stripes * DIGEST_STRIPE_BYTES;
+    const unsigned char *digests = view.buf;
+    lane_state root;
+    Py_BEGIN_ALLOW_THREADS
+    lanes_start(&root);
+    lanes_absorb(&root, digests, whole_stripes);
+    lanes_finish(&root, digests + tail_offset, (size_t)view.len - tail_offset, DIGEST_ROOT_TAG,
+                 (uint64_t)length, out);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    return PyBytes_FromStringAndSize((const char *)out, sizeof out);
+}
+
+PyDoc_STRVAR(tp_digest_chunks_doc,
+"digest_chunks(data, *, first_chunk=0, threads=1) -> bytes\n"
+"\n"
+"The 16-byte digests of data's DIGEST_CHUNK_BYTES chunks, concatenated, each hashed\n"
+"with tag first_chunk + its index in data. To digest an input streamed block by\n"
+"block, give each block (all but the last a multiple of DIGEST_CHUNK_BYTES) with the\n"
+"index of its first chunk, and pass the concatenation to digest_root.");
+
+PyDoc_STRVAR(tp_digest_root_doc,
+"digest_root(chunk_digests, length) -> bytes\n"
+"\n"
+"The digest of a `length`-byte input from the digests of all its chunks:\n"
+"digest(data) == digest_root(digest_chunks(data), len(data)).");
+
 PyMethodDef tp_digest_methods[] = {
     {"digest", (PyCFunction)(void (*)(void))tp_digest, METH_VARARGS | METH_KEYWORDS,
      tp_digest_doc},
+    {"digest_chunks", (PyCFunction)(void (*)(void))tp_digest_chunks, METH_VARARGS | METH_KEYWORDS,
+     tp_digest_chunks_doc},
+    {"digest_root", (PyCFunction)(void (*)(void))tp_digest_root, METH_VARARGS | METH_KEYWORDS,
+     tp_digest_root_doc},
     {NULL, NULL, 0, NULL},
 };
 
