@@ -1,0 +1,206 @@
+/* Host emulation of the CUDA kernels' arithmetic, for tests on machines without a GPU.
+ *
+ * Built with the host C++ compiler from the same rule headers the kernels use
+ * (csrc/cuda/compare_rules.cuh, digest_rules.cuh) and run in the kernels'
+ * order: per chunk, 8 "threads" each take a row of 8 elements per step, then
+ * lane l adds the step's lane-l terms row by row; lanes pairwise; float64
+ * chunks rescaled on overflow; counts and maxima in any order, sums in chunk
+ * order. tests/test_cuda_backend.py checks the results against the C core.
+ * What it cannot show (shuffles, shared memory, launch shapes) tests/gpu checks
+ * on a GPU. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare_rules.cuh"
+#include "digest_rules.cuh"
+#include "launchers.h"
+
+using namespace tp_rules;
+
+namespace {
+
+template <class Dtype, bool TOLERANCE, bool RESCALED>
+void emulate_chunk_pass(const typename Dtype::raw *a, const typename Dtype::raw *b, int count,
+                        const Tolerance &tol, ElementStats &stats, double *lane_diff,
+                        double *lane_base)
+{
+    int rows = (count + LANES - 1) / LANES;
+    /* Each thread keeps its own stats over the chunk (its running maximum
+     * decides which divisions it skips), merged at the end. */
+    ElementStats thread_stats[LANES];
+    for (int l = 0; l < LANES; l++) {
+        lane_diff[l] = lane_base[l] = 0.0;
+        thread_stats[l] = empty_stats();
+    }
+    for (int step_row = 0; step_row < rows; step_row += LANES) {
+        double diff_terms[LANES][LANES], base_terms[LANES][LANES];
+        for (int thread = 0; thread < LANES; thread++) {
+            int row = step_row + thread;
+            int valid = row < rows ? (count - row * LANES < LANES ? count - row * LANES : LANES)
+                                   : 0;
+            typename Dtype::raw row_a[LANES] = {}, row_b[LANES] = {};
+            for (int i = 0; i < valid; i++) {
+                row_a[i] = a[row * LANES + i];
+                row_b[i] = b[row * LANES + i];
+            }
+            row_terms<Dtype, TOLERANCE, RESCALED>(row_a, row_b, valid, row * LANES, tol,
+                                                  thread_stats[thread], diff_terms[thread],
+                                                  base_terms[thread]);
+        }
+        for (int l = 0; l < LANES; l++) {
+            for (int r = 0; r < LANES; r++) {
+                lane_diff[l] = add(lane_diff[l], diff_terms[r][l]);
+                lane_base[l] = add(lane_base[l], base_terms[r][l]);
+            }
+        }
+    }
+    for (int thread = 0; thread < LANES; thread++)
+        merge_stats(stats, thread_stats[thread]);
+}
+
+template <class Dtype, bool TOLERANCE>
+CompareTotal emulate_compare(const void *baseline, const void *candidate, size_t element_count,
+                             const Tolerance &tol)
+{
+    typedef typename Dtype::raw raw;
+    const raw *a = static_cast<const raw *>(baseline), *b = static_cast<const raw *>(candidate);
+    if (!TOLERANCE && memcmp(a, b, element_count * sizeof(raw)) == 0)
+        return empty_total(); /* the byte scan found nothing: nothing is measured */
+    CompareTotal total = empty_total();
+    ScaledSum diff_total = {0.0, 0}, base_total = {0.0, 0};
+    for (size_t start = 0; start < element_count; start += CHUNK_ELEMENTS) {
+        int count = element_count - start < (size_t)CHUNK_ELEMENTS ? (int)(element_count - start)
+                                                                  : CHUNK_ELEMENTS;
+        ElementStats stats = empty_stats();
+        double lane_diff[LANES], lane_base[LANES];
+        emulate_chunk_pass<Dtype, TOLERANCE, false>(a + start, b + start, count, tol, stats,
+                                                    lane_diff, lane_base);
+        ScaledSum diff = {pairwise_lanes(lane_diff), 0}, base = {pairwise_lanes(lane_base), 0};
+        if (Dtype::sums_can_overflow && (isinf(diff.value) || isinf(base.value))) {
+            ElementStats unused = empty_stats();
+            emulate_chunk_pass<Dtype, false, true>(a + start, b + start, count, tol, unused,
+                                                   lane_diff, lane_base);
+            if (isinf(diff.value))
+                diff = ScaledSum{pairwise_lanes(lane_diff), 1};
+            if (isinf(base.value))
+                base = ScaledSum{pairwise_lanes(lane_base), 1};
+        }
+        ChunkPartial partial;
+        partial.max_abs = stats.max_abs;
+        partial.max_rel = stats.max_rel;
+        partial.diff_squares = diff;
+        partial.base_squares = base;
+        partial.first_mismatch = stats.first < CHUNK_ELEMENTS ? (int64_t)(start + stats.first) : -1;
+        partial.mismatch_count = stats.mismatches;
+        partial.bytes_differ = stats.bytes_differ;
+        merge_unordered(total, partial);
+        if (Dtype::sums_can_overflow) {
+            add_scaled(diff_total, diff);
+            add_scaled(base_total, base);
+        } else {
+            diff_total.value = add(diff_total.value, diff.value);
+            base_total.value = add(base_total.value, base.value);
+        }
+    }
+    total.diff_squares = diff_total;
+    total.base_squares = base_total;
+    return total;
+}
+
+template <class Dtype>
+CompareTotal emulate_dtype(bool use_tolerance, const void *a, const void *b, size_t count,
+                           const Tolerance &tol)
+{
+    if (use_tolerance && Dtype::floating)
+        return emulate_compare<Dtype, true>(a, b, count, tol);
+    return emulate_compare<Dtype, false>(a, b, count, tol);
+}
+
+} /* namespace */
+
+/* 0 on success, -1 for a dtype the kernels do not handle. */
+extern "C" int tp_emulate_compare(const char *dtype, const void *baseline, const void *candidate,
+                                  size_t element_count, int use_tolerance, double rtol,
+                                  double atol, int equal_nan, tp_cuda_compare_result *result)
+{
+    Tolerance tol = {rtol, atol, equal_nan != 0};
+    bool tolerance = use_tolerance != 0;
+    CompareTotal total;
+    const void *a = baseline, *b = candidate;
+    size_t n = element_count;
+    if (strcmp(dtype, "bool") == 0 || strcmp(dtype, "uint8") == 0)
+        total = emulate_dtype<IntegerType<uint8_t>>(tolerance, a, b, n, tol);
+    else if (strcmp(dtype, "int8") == 0)
+        total = emulate_dtype<IntegerType<int8_t>>(tolerance, a, b, n, tol);
+    else if (strcmp(dtype, "int16") == 0)
+        total = emulate_dtype<IntegerType<int16_t>>(tolerance, a, b, n, tol);
+    else if (strcmp(dtype, "uint16") == 0)
+        total = emulate_dtype<IntegerType<uint16_t>>(tolerance, a, b, n, tol);
+    else if (strcmp(dtype, "int32") == 0)
+        total = emulate_dtype<IntegerType<int32_t>>(tolerance, a, b, n, tol);
+    else if (strcmp(dtype, "uint32") == 0)
+        total = emulate_dtype<IntegerType<uint32_t>>(tolerance, a, b, n, tol);
+    else if (strcmp(dtype, "int64") == 0)
+        total = emulate_dtype<IntegerType<int64_t>>(tolerance, a, b, n, tol);
+    else if (strcmp(dtype, "uint64") == 0)
+        total = emulate_dtype<IntegerType<uint64_t>>(tolerance, a, b, n, tol);
+    else if (strcmp(dtype, "float16") == 0)
+        total = emulate_dtype<Float16>(tolerance, a, b, n, tol);
+    else if (strcmp(dtype, "bfloat16") == 0)
+        total = emulate_dtype<BFloat16>(tolerance, a, b, n, tol);
+    else if (strcmp(dtype, "float32") == 0)
+        total = emulate_dtype<Float32>(tolerance, a, b, n, tol);
+    else if (strcmp(dtype, "float64") == 0)
+        total = emulate_dtype<Float64>(tolerance, a, b, n, tol);
+    else
+        return -1;
+    result->first_mismatch_index = total.first_mismatch;
+    result->mismatch_count = total.mismatch_count;
+    result_magnitudes(total, &result->max_abs_error, &result->max_rel_error,
+                      &result->relative_rms_error);
+    return 0;
+}
+
+/* The digest as the two kernels compute it: 4 lane chains per chunk, then the root. */
+extern "C" void tp_emulate_digest(const void *data, size_t byte_count, unsigned char digest[16])
+{
+    namespace d = tp_digest;
+    const uint64_t k[20] = TP_DIGEST_SECRETS;
+    const unsigned char *bytes = static_cast<const unsigned char *>(data);
+    uint64_t chunk_count = (byte_count + d::CHUNK_BYTES - 1) / d::CHUNK_BYTES;
+    uint64_t *chunk_words = static_cast<uint64_t *>(calloc(2 * chunk_count + 1, sizeof(uint64_t)));
+    for (uint64_t chunk = 0; chunk < chunk_count; chunk++) {
+        uint64_t offset = chunk * d::CHUNK_BYTES;
+        uint64_t length = byte_count - offset < d::CHUNK_BYTES ? byte_count - offset : d::CHUNK_BYTES;
+        uint64_t padded = (length + d::STRIPE_BYTES - 1) / d::STRIPE_BYTES * d::STRIPE_BYTES;
+        uint64_t acc[d::LANES];
+        for (int lane = 0; lane < d::LANES; lane++) {
+            acc[lane] = k[16 + lane];
+            for (uint64_t s = 0; s < padded; s += d::STRIPE_BYTES) {
+                uint64_t words[2] = {0, 0};
+                for (uint64_t i = 0; i < d::LANE_BYTES; i++) {
+                    uint64_t at = s + d::LANE_BYTES * lane + i;
+                    uint64_t byte = at < length ? bytes[offset + at] : 0u;
+                    words[i / 8] |= byte << (8 * (i % 8));
+                }
+                acc[lane] = d::lane_step(acc[lane], words[0], words[1], k[2 * lane], k[2 * lane + 1]);
+            }
+        }
+        d::finish(acc, chunk, length, k, chunk_words + 2 * chunk);
+    }
+    uint64_t acc[d::LANES];
+    for (int lane = 0; lane < d::LANES; lane++) {
+        acc[lane] = k[16 + lane];
+        for (uint64_t s = 0; s < (chunk_count + d::LANES - 1) / d::LANES; s++) {
+            uint64_t index = s * d::LANES + lane;
+            uint64_t first = index < chunk_count ? chunk_words[2 * index] : 0u;
+            uint64_t second = index < chunk_count ? chunk_words[2 * index + 1] : 0u;
+            acc[lane] = d::lane_step(acc[lane], first, second, k[2 * lane], k[2 * lane + 1]);
+        }
+    }
+    uint64_t root[2];
+    d::finish(acc, d::ROOT_TAG, byte_count, k, root);
+    free(chunk_words);
+    for (int i = 0; i < 16; i++)
+        digest[i] = (unsigned char)(root[i / 8] >> (8 * (i % 8)));
+}
