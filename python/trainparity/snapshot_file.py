@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity._native import core
+from trainparity.cuda_backend import digest_buffer, write_buffer
 from trainparity.dtypes import info_for_text
 from trainparity.paths import StatePath, render_path
 from trainparity.snapshot import REFERENCE_BACKEND, SNAPSHOT_SCHEMA_VERSION, Snapshot
@@ -45,7 +46,6 @@ __all__ = [
 SNAPSHOT_FILE_FORMAT = "trainparity-snapshot/1"
 _METADATA_KEY = "trainparity"
 _MAX_HEADER_BYTES = 512 << 20
-_WRITE_BLOCK = 64 << 20
 
 
 class SnapshotFileError(ValueError):
@@ -78,8 +78,9 @@ def write_snapshot(
     """Freeze `state` and write it to `path` atomically (temp file, fsync, rename).
 
     Tensor bytes stream from the live tensors to the file without an
-    intermediate copy (non-contiguous or non-CPU tensors are made contiguous on
-    the CPU one at a time). With include_values=False only the manifest and
+    intermediate copy (non-contiguous CPU tensors are made contiguous one at a
+    time; CUDA tensors are digested on the GPU and copied to the file through
+    bounded host buffers, never whole). With include_values=False only the manifest and
     digests are written: a few kilobytes that still tell which tensors differ.
     Raises UnsupportedStateError (naming the path) for values that cannot be frozen.
     """
@@ -94,7 +95,7 @@ def write_snapshot(
     offset = 0
     for name, tensor in tensors:
         entry = info_for_text(tensor.dtype)
-        digest = core.digest(tensor.data, threads=_digest_threads(tensor.nbytes))
+        digest, _ = digest_buffer(tensor.data)
         table.append(
             {
                 "name": name,
@@ -136,7 +137,7 @@ def write_snapshot(
         stream.write(header_bytes)
         if include_values:
             for _, tensor in tensors:
-                _write_buffer(stream, tensor.data)
+                write_buffer(stream, tensor.data)
         stream.flush()
         os.fsync(stream.fileno())
     os.replace(temporary, target)
@@ -147,16 +148,6 @@ def write_snapshot(
         tensor_bytes=sum(tensor.nbytes for _, tensor in tensors),
         includes_values=include_values,
     )
-
-
-def _write_buffer(stream, data: memoryview) -> None:
-    view = memoryview(data).cast("B")
-    for start in range(0, len(view), _WRITE_BLOCK):
-        stream.write(view[start : start + _WRITE_BLOCK])
-
-
-def _digest_threads(nbytes: int) -> int:
-    return 1 if nbytes < (8 << 20) else max(1, min(os.cpu_count() or 1, 8))
 
 
 def _encode_node(value: FrozenValue, path: StatePath, tensors: list) -> Any:

@@ -10,6 +10,7 @@ from typing import Any, Union
 import torch
 
 from trainparity._native import tensor_bytes
+from trainparity.cuda_backend import DeviceTensorBytes
 from trainparity.dtypes import info_for_dtype, info_for_text
 from trainparity.paths import StatePath, render_path
 
@@ -49,7 +50,10 @@ class FrozenTensor:
     `data` is a read-only buffer owned by the frozen value (a private copy, or
     a slice of a memory-mapped snapshot file); it never aliases live state
     unless created with `freeze(..., copy=False)` for a transient comparison.
-    `digest` is the 16-byte content digest when known (snapshot files carry it).
+    There a CUDA tensor's bytes stay on the GPU: `data` is then a
+    `cuda_backend.DeviceTensorBytes` (sliceable to `bytes`, compared and
+    digested on the device). `digest` is the 16-byte content digest when known
+    (snapshot files carry it).
     """
 
     shape: tuple[int, ...]
@@ -77,6 +81,8 @@ class FrozenTensor:
         entry = info_for_text(self.dtype)
         if self.nbytes == 0:
             return torch.empty(self.shape, dtype=entry.dtype)
+        if isinstance(self.data, DeviceTensorBytes):
+            return self.data.tensor.to("cpu").reshape(self.shape)
         raw = torch.frombuffer(bytearray(self.data), dtype=torch.uint8)
         return raw.view(entry.dtype).reshape(self.shape)
 
@@ -129,8 +135,8 @@ def freeze(value: object, path: StatePath = (), *, copy: bool = True) -> FrozenV
     Raises UnsupportedStateError naming the path for values that cannot be
     frozen (non-strided, meta or quantized tensors, non-str mapping keys,
     arbitrary objects, cyclic containers). With copy=False tensor leaves are
-    zero-copy views of contiguous CPU tensors: only for a comparison that
-    finishes before the live state changes.
+    zero-copy views of contiguous CPU tensors, and CUDA tensors stay on their
+    GPU: only for a comparison that finishes before the live state changes.
     """
     return _Freezer(copy).freeze(value, path)
 
@@ -191,7 +197,14 @@ def _freeze_tensor(tensor: torch.Tensor, path: StatePath, *, copy: bool) -> Froz
     if info_for_dtype(tensor.dtype) is None:
         raise UnsupportedStateError(path, f"tensor dtype {tensor.dtype}")
     detached = tensor.detach()
-    data = _private_copy(detached) if copy else tensor_bytes(contiguous_cpu(detached))
+    if copy:
+        data = _private_copy(detached)
+    elif detached.device.type == "cuda":
+        data = DeviceTensorBytes(
+            detached
+        )  # compared and digested on the device, never copied whole
+    else:
+        data = tensor_bytes(contiguous_cpu(detached))
     return FrozenTensor(
         shape=tuple(int(size) for size in tensor.shape),
         dtype=str(tensor.dtype),

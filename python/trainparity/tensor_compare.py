@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-from trainparity._native import core
+from trainparity.cuda_backend import CPU_BACKEND, compare_buffers
 from trainparity.dtypes import info_for_text
 from trainparity.state import FrozenTensor
-
-# Below this size a single thread is faster than starting more.
-_PARALLEL_MIN_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -20,8 +16,12 @@ class TensorValueComparison:
     The error magnitudes follow CONTRACT §5.5 (relative to the baseline);
     they are 0.0 when the two tensors are byte-identical.
     `method` says how equality was decided: "digest" (stored digests only)
-    or "native" (a pass of the native core over both buffers). When only
-    digests of different values are known, count and magnitudes are None.
+    or "native" (a pass over both buffers). `backend` says where that pass
+    ran: "cpu" (the C core over host memory; also for digest decisions),
+    "cuda-kernel" (the CUDA kernels, both tensors on one GPU) or "host-stream"
+    (GPU bytes streamed to the host through the C core in bounded blocks); all
+    three give bit-identical results. When only digests of different values
+    are known, count and magnitudes are None.
     """
 
     numel: int
@@ -31,6 +31,7 @@ class TensorValueComparison:
     max_rel_error: float | None
     relative_rms_error: float | None
     method: str
+    backend: str = CPU_BACKEND
 
     @property
     def equal(self) -> bool:
@@ -53,15 +54,8 @@ def compare_tensor_values(
     if baseline.data is None or candidate.data is None:
         # A digest-only snapshot: it can say that the tensor differs, not where.
         return TensorValueComparison(numel, None, None, None, None, None, "digest")
-    threads = _thread_count(len(baseline.data))
-    first, count, max_abs, max_rel, rel_rms = core.compare(
-        entry.name,
-        baseline.data,
-        candidate.data,
-        rtol=rtol,
-        atol=atol,
-        equal_nan=equal_nan,
-        threads=threads,
+    (first, count, max_abs, max_rel, rel_rms), backend = compare_buffers(
+        entry.name, baseline.data, candidate.data, rtol=rtol, atol=atol, equal_nan=equal_nan
     )
     return TensorValueComparison(
         numel=numel,
@@ -71,6 +65,7 @@ def compare_tensor_values(
         max_rel_error=max_rel,
         relative_rms_error=rel_rms,
         method="native",
+        backend=backend,
     )
 
 
@@ -88,9 +83,3 @@ def _equal_by_digest(
         return False
     # Under tolerance without equal_nan, a NaN is unequal to itself: only a pass can tell.
     return exact or equal_nan or not is_floating
-
-
-def _thread_count(nbytes: int) -> int:
-    if nbytes < _PARALLEL_MIN_BYTES:
-        return 1
-    return max(1, min(os.cpu_count() or 1, 8))

@@ -1,0 +1,354 @@
+"""The CUDA backend on any machine: fallback, host streaming, and the kernels' arithmetic emulated on the host.
+
+Streaming is exercised with CPU tensors wrapped in DeviceTensorBytes: the same
+code that streams a GPU tensor's bytes through bounded staging buffers. The
+kernels' arithmetic (csrc/cuda/*_rules.cuh) is compiled for the host by
+tests/gpu/emulate_kernels.cpp and checked against the C core bit for bit; what
+only a GPU can show is in tests/gpu.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import math
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from trainparity import compare_states
+from trainparity._native import core, tensor_bytes
+from trainparity.cuda_backend import (
+    BLOCK_ALIGNMENT,
+    CPU_BACKEND,
+    HOST_STREAM_BACKEND,
+    KERNEL_BACKEND,
+    DeviceTensorBytes,
+    compare_buffers,
+    digest_buffer,
+    iter_host_blocks,
+    kernel_unavailable_reason,
+    kernels_available,
+    write_buffer,
+)
+from trainparity.state import FrozenTensor, freeze
+from trainparity.state_diff import compare_states_with_records
+
+ROOT = Path(__file__).resolve().parents[1]
+CHUNK_ELEMENTS = 32768
+ALL_DTYPES = [
+    name
+    for name in (
+        "bool", "uint8", "int8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+        "float16", "bfloat16", "float32", "float64", "complex32", "complex64", "complex128",
+        "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+    )
+    if isinstance(getattr(torch, name, None), torch.dtype)
+]  # fmt: skip
+KERNEL_DTYPES = ALL_DTYPES[:13]
+MODES = {
+    "exact": {},
+    "tolerance": {"rtol": 1e-3, "atol": 1e-5},
+    "equal_nan": {"rtol": 1e-3, "atol": 1e-5, "equal_nan": True},
+}
+
+
+def result_bits(result) -> tuple:
+    """Floats as bit patterns: 0.0 and -0.0 (and NaN payloads) are told apart."""
+    return tuple(struct.pack("<d", x) if isinstance(x, float) else x for x in result)
+
+
+def random_pair(name: str, count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every bit pattern (NaN, Inf, subnormals, huge float64) and a copy with ~1% changed."""
+    dtype = getattr(torch, name)
+    generator = torch.Generator().manual_seed(seed)
+    size = dtype.itemsize
+    raw = torch.randint(0, 256, (count, size), dtype=torch.uint8, generator=generator)
+    if name == "bool":
+        raw &= 1
+    changed = raw.clone()
+    rows = torch.rand(count, generator=generator) < 0.01
+    changed[rows, 0] ^= 1
+    return raw.reshape(-1).view(dtype), changed.reshape(-1).view(dtype)
+
+
+def core_result(name, baseline, candidate, **mode):
+    return core.compare(name, tensor_bytes(baseline), tensor_bytes(candidate), **mode)
+
+
+# ---- fallback and laziness --------------------------------------------------------------
+
+
+def test_importing_trainparity_builds_nothing():
+    script = (
+        "import sys, torch, trainparity\n"
+        "from trainparity import compare_states\n"
+        "compare_states({'w': torch.ones(3)}, {'w': torch.ones(3)})\n"
+        "assert 'torch.utils.cpp_extension' not in sys.modules, 'cpp_extension was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=ROOT)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_without_cuda_the_backend_says_why_and_streams():
+    reason = kernel_unavailable_reason()
+    assert reason is not None and "CUDA" in reason
+    assert not kernels_available()
+    baseline, candidate = random_pair("float32", 1000, seed=1)
+    _, backend = compare_buffers(
+        "float32", DeviceTensorBytes(baseline), DeviceTensorBytes(candidate)
+    )
+    assert backend == HOST_STREAM_BACKEND
+
+
+def test_disabling_the_kernels_is_reported():
+    script = (
+        "from trainparity import cuda_backend\nprint(cuda_backend.kernel_unavailable_reason())\n"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", script],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRAINPARITY_CUDA_KERNELS": "0"},
+    ).stdout
+    assert "TRAINPARITY_CUDA_KERNELS=0" in output
+
+
+def test_backends_that_cannot_apply_are_refused():
+    cpu = DeviceTensorBytes(torch.ones(4))
+    with pytest.raises(ValueError, match="two buffers on one CUDA device"):
+        compare_buffers("float32", cpu, cpu, backend=KERNEL_BACKEND)
+    with pytest.raises(ValueError, match="two host buffers"):
+        compare_buffers("float32", cpu, cpu, backend=CPU_BACKEND)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        compare_buffers("float32", cpu, cpu, backend="gpu")
+    with pytest.raises(ValueError, match="on a CUDA device"):
+        digest_buffer(cpu, backend=KERNEL_BACKEND)
+    with pytest.raises(ValueError, match="positive multiple of 524288"):
+        compare_buffers("float32", cpu, cpu, backend=HOST_STREAM_BACKEND, block_bytes=1000)
+
+
+# ---- host streaming: identical to one pass of the C core ---------------------------------
+
+
+@pytest.mark.parametrize("name", ALL_DTYPES)
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_streamed_compare_is_bit_identical_to_the_core(name, mode):
+    itemsize = getattr(torch, name).itemsize
+    count = (3 * BLOCK_ALIGNMENT + 1000) // itemsize  # three full blocks and a short one
+    baseline, candidate = random_pair(name, count, seed=len(name))
+    expected = core_result(name, baseline, candidate, **MODES[mode])
+    streamed, backend = compare_buffers(
+        name,
+        DeviceTensorBytes(baseline),
+        DeviceTensorBytes(candidate),
+        backend=HOST_STREAM_BACKEND,
+        block_bytes=BLOCK_ALIGNMENT,
+        **MODES[mode],
+    )
+    assert backend == HOST_STREAM_BACKEND
+    assert result_bits(streamed) == result_bits(expected)
+    # One side already in host memory (a snapshot file), the other streamed.
+    mixed, _ = compare_buffers(
+        name,
+        tensor_bytes(baseline),
+        DeviceTensorBytes(candidate),
+        block_bytes=BLOCK_ALIGNMENT,
+        **MODES[mode],
+    )
+    assert result_bits(mixed) == result_bits(expected)
+
+
+def test_streamed_compare_of_identical_and_empty_buffers():
+    values = torch.linspace(-1.0, 1.0, 3 * CHUNK_ELEMENTS)
+    same = DeviceTensorBytes(values)
+    result, _ = compare_buffers("float32", same, same, block_bytes=BLOCK_ALIGNMENT)
+    assert result == (-1, 0, 0.0, 0.0, 0.0)
+    empty = DeviceTensorBytes(torch.empty(0))
+    assert compare_buffers("float32", empty, empty)[0] == (-1, 0, 0.0, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("length", [0, 1, 65536, 3 * BLOCK_ALIGNMENT + 77])
+def test_streamed_digest_is_the_core_digest(length):
+    data = torch.randint(
+        0, 256, (length,), dtype=torch.uint8, generator=torch.Generator().manual_seed(length)
+    )
+    digest, backend = digest_buffer(
+        DeviceTensorBytes(data), backend=HOST_STREAM_BACKEND, block_bytes=BLOCK_ALIGNMENT
+    )
+    assert backend == HOST_STREAM_BACKEND
+    assert digest == core.digest(tensor_bytes(data))
+    assert digest_buffer(tensor_bytes(data)) == (digest, CPU_BACKEND)
+
+
+def test_streaming_holds_at_most_two_bounded_staging_buffers(monkeypatch):
+    allocations = []
+    real_empty = torch.empty
+
+    def recording_empty(*args, **kwargs):
+        tensor = real_empty(*args, **kwargs)
+        allocations.append(tensor.numel() * tensor.element_size())
+        return tensor
+
+    monkeypatch.setattr(torch, "empty", recording_empty)
+    data = torch.arange(5 * BLOCK_ALIGNMENT // 4, dtype=torch.float32)
+    blocks = [len(block) for block in iter_host_blocks(DeviceTensorBytes(data), BLOCK_ALIGNMENT)]
+    assert blocks == [BLOCK_ALIGNMENT] * 5
+    assert allocations == [BLOCK_ALIGNMENT, BLOCK_ALIGNMENT]
+
+
+def test_write_buffer_writes_the_bytes_of_every_kind_of_buffer():
+    data = torch.randn(3 * BLOCK_ALIGNMENT // 4 + 3)
+    for source in (DeviceTensorBytes(data), tensor_bytes(data)):
+        stream = io.BytesIO()
+        write_buffer(stream, source, block_bytes=BLOCK_ALIGNMENT)
+        assert stream.getvalue() == bytes(tensor_bytes(data))
+
+
+def test_device_tensor_bytes_slices_and_views():
+    tensor = torch.tensor([[1.0, 2.0], [3.0, 4.0]]).t()  # not contiguous
+    data = DeviceTensorBytes(tensor)
+    assert len(data) == 16
+    assert data[4:8] == struct.pack("<f", 3.0)
+    assert data[100:200] == b""
+    with pytest.raises(TypeError, match="contiguous slices"):
+        data[::2]
+    frozen = FrozenTensor((2, 2), "torch.float32", "cpu", False, data)
+    assert frozen.value_at(1) == 3.0
+    assert frozen.leading_values() == [1.0, 3.0, 2.0, 4.0]
+    assert torch.equal(frozen.to_tensor(), tensor)
+
+
+def test_cpu_comparisons_say_the_cpu_backend_ran():
+    _, records = compare_states_with_records({"w": torch.ones(3)}, {"w": torch.zeros(3)})
+    assert [record.values.backend for record in records] == [CPU_BACKEND]
+    assert (
+        compare_states({"w": torch.ones(3)}, {"w": torch.zeros(3)}).tensors[0].mismatch_count == 3
+    )
+
+
+def test_freezing_cpu_tensors_without_copy_still_views_them():
+    tensor = torch.arange(4.0)
+    frozen = freeze({"t": tensor}, copy=False).as_dict()["t"]
+    assert isinstance(frozen.data, memoryview)
+    tensor[0] = 9.0  # a view of the live tensor, not a copy
+    assert frozen.value_at(0) == 9.0
+
+
+# ---- the kernels' arithmetic, emulated on the host ------------------------------------
+
+
+class _Result(ctypes.Structure):
+    _fields_ = [
+        ("first_mismatch_index", ctypes.c_int64),
+        ("mismatch_count", ctypes.c_uint64),
+        ("max_abs_error", ctypes.c_double),
+        ("max_rel_error", ctypes.c_double),
+        ("relative_rms_error", ctypes.c_double),
+    ]
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("no C++ compiler to build the kernel emulation")
+    library = tmp_path_factory.mktemp("emulator") / "emulate_kernels.so"
+    subprocess.run(
+        [
+            compiler, "-O2", "-std=c++17", "-ffp-contract=off", "-Wall", "-Wextra", "-Werror",
+            "-shared", "-fPIC", f"-I{ROOT / 'csrc' / 'cuda'}",
+            str(ROOT / "tests" / "gpu" / "emulate_kernels.cpp"), "-o", str(library),
+        ],
+        check=True,
+    )  # fmt: skip
+    emulation = ctypes.CDLL(str(library))
+    emulation.tp_emulate_compare.argtypes = [
+        ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+        ctypes.c_double, ctypes.c_double, ctypes.c_int, ctypes.POINTER(_Result),
+    ]  # fmt: skip
+    emulation.tp_emulate_digest.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    return emulation
+
+
+def emulated_compare(emulation, name, baseline, candidate, rtol=None, atol=None, equal_nan=False):
+    result = _Result()
+    status = emulation.tp_emulate_compare(
+        name.encode(), baseline.data_ptr(), candidate.data_ptr(), baseline.numel(),
+        rtol is not None, rtol or 0.0, atol or 0.0, equal_nan, ctypes.byref(result),
+    )  # fmt: skip
+    assert status == 0
+    return (
+        result.first_mismatch_index,
+        result.mismatch_count,
+        result.max_abs_error,
+        result.max_rel_error,
+        result.relative_rms_error,
+    )
+
+
+@pytest.mark.parametrize("name", KERNEL_DTYPES)
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("count", [1, 67, CHUNK_ELEMENTS, 2 * CHUNK_ELEMENTS + 13])
+def test_kernel_arithmetic_matches_the_core(emulator, name, mode, count):
+    baseline, candidate = random_pair(name, count, seed=count)
+    expected = core_result(name, baseline, candidate, **MODES[mode])
+    got = emulated_compare(emulator, name, baseline, candidate, **MODES[mode])
+    assert result_bits(got) == result_bits(expected)
+    same = emulated_compare(emulator, name, baseline, baseline.clone(), **MODES[mode])
+    assert result_bits(same) == result_bits(core_result(name, baseline, baseline, **MODES[mode]))
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_kernel_arithmetic_on_special_values(emulator, mode):
+    inf, nan = math.inf, math.nan
+    cases = {
+        "float32": ([1.0, 2.0, -0.0, nan, inf, 1e-45, 3.0], [1.0, 3.0, 0.0, nan, inf, 0.0, -inf]),
+        # Squares and differences that overflow double: the rescaled sums.
+        "float64": ([1.7e308, 0.0, 1e300, -1e-310, 5.0], [-1.7e308, 0.0, 1e300, 1e-310, 5.0]),
+        "float16": ([65504.0, -65504.0, 6e-8, nan], [-65504.0, 65504.0, 0.0, 1.0]),
+        "bfloat16": ([3e38, 1.0, -2.0, inf], [-3e38, 1.0078125, -2.0, -inf]),
+        "int64": ([2**62, -(2**63), 0, 5], [-(2**62), 2**63 - 1, 0, 5]),
+        "uint64": ([2**64 - 1, 0], [0, 2**64 - 1]),
+    }
+    for name, (left, right) in cases.items():
+        if name == "uint64":
+            baseline = torch.tensor([v - 2**64 if v >= 2**63 else v for v in left]).view(
+                torch.uint64
+            )
+            candidate = torch.tensor([v - 2**64 if v >= 2**63 else v for v in right]).view(
+                torch.uint64
+            )
+        else:
+            baseline = torch.tensor(left, dtype=getattr(torch, name))
+            candidate = torch.tensor(right, dtype=getattr(torch, name))
+        expected = core_result(name, baseline, candidate, **MODES[mode])
+        got = emulated_compare(emulator, name, baseline, candidate, **MODES[mode])
+        assert result_bits(got) == result_bits(expected), name
+
+
+def test_kernel_arithmetic_rescales_an_overflowing_chunk_among_others(emulator):
+    values = torch.ones(3 * CHUNK_ELEMENTS + 5, dtype=torch.float64)
+    changed = values.clone()
+    changed[3] = 2.0
+    values[CHUNK_ELEMENTS + 9] = changed[CHUNK_ELEMENTS + 9] = 1.5e308
+    values[-1], changed[-1] = 1e300, -1e300
+    expected = core_result("float64", values, changed)
+    assert result_bits(emulated_compare(emulator, "float64", values, changed)) == result_bits(
+        expected
+    )
+
+
+@pytest.mark.parametrize("length", [0, 1, 63, 64, 65, 65536, 65537, 3 * 65536 + 5, 300_001])
+def test_kernel_digest_arithmetic_matches_the_core(emulator, length):
+    data = bytes(torch.randint(0, 256, (length,), dtype=torch.uint8).tolist())
+    out = ctypes.create_string_buffer(16)
+    emulator.tp_emulate_digest(data, length, out)
+    assert out.raw == core.digest(data)
