@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 
-.PHONY: venv quickstart test sanitize lint clean
+.PHONY: venv quickstart test sanitize lint cuda-check clean
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,32 @@ sanitize: venv
 lint: venv
 	$(VENV)/bin/ruff check python quickstarts tests benchmarks setup.py
 	$(VENV)/bin/ruff format --check python quickstarts tests benchmarks setup.py
+
+# The CUDA sources checked without a GPU: each .cu compiled by nvcc for sm_90 plus
+# compute_90 PTX (skipped with a message where there is no nvcc), and the torch
+# binding's syntax checked against torch's and Python's headers. Nothing runs.
+NVCC ?= $(shell command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+CXX ?= c++
+CUDA_FLAGS := -std=c++17 -O3 --fmad=false -Werror all-warnings \
+	-Xcompiler -ffp-contract=off,-Wall,-Wextra \
+	-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+TORCH_HEADERS = $$($(VPY) -c 'import sysconfig, torch.utils.cpp_extension as c; \
+	print(" ".join("-isystem " + p for p in [*c.include_paths(), sysconfig.get_paths()["include"]]))')
+
+cuda-check: venv
+	@mkdir -p build/cuda-check
+	@if [ -x "$(NVCC)" ]; then \
+		for source in csrc/cuda/compare.cu csrc/cuda/digest.cu; do \
+			echo "nvcc -c $$source (sm_90 + compute_90 PTX)"; \
+			"$(NVCC)" -c $(CUDA_FLAGS) $$source -o build/cuda-check/$$(basename $$source .cu).o || exit 1; \
+		done; \
+	else \
+		echo "cuda-check: no nvcc found (set NVCC=...): the .cu files were not compiled"; \
+	fi
+	@echo "$(CXX) -fsyntax-only csrc/cuda/binding.cpp (torch and Python headers)"
+	@$(CXX) -std=c++17 -fsyntax-only -Wall -Wextra -Werror \
+		-DTORCH_EXTENSION_NAME=trainparity_cuda_kernels -Icsrc/cuda $(TORCH_HEADERS) \
+		csrc/cuda/binding.cpp
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -20,6 +20,7 @@ __all__ = [
     "HOST_STREAM_BACKEND",
     "KERNEL_BACKEND",
     "CompareResult",
+    "build_kernels",
     "DeviceTensorBytes",
     "compare_buffers",
     "core_threads",
@@ -179,7 +180,16 @@ def _environment_problem() -> str | None:
     return None
 
 
-def _build_kernels() -> Any:
+def build_kernels(*, verbose: bool = False) -> Any:
+    """Build (or load from the TORCH_EXTENSIONS_DIR cache) the kernel extension; raise on failure.
+
+    Comparisons call this on their first GPU tensor and fall back to host
+    streaming if it fails; call it with verbose=True to build ahead of time
+    and see the compiler's output.
+    """
+    problem = _environment_problem()
+    if problem is not None:
+        raise RuntimeError(problem)
     # Imported here, not at module import: importing trainparity never compiles anything.
     from torch.utils import cpp_extension
 
@@ -195,7 +205,7 @@ def _build_kernels() -> Any:
         # The sums must be rounded exactly as the C core rounds them: no fused
         # multiply-adds (the kernels also use explicit round-to-nearest intrinsics).
         extra_cuda_cflags=["-O3", "--fmad=false", "-Xcompiler", "-ffp-contract=off"],
-        verbose=False,
+        verbose=verbose,
     )
 
 
@@ -207,7 +217,7 @@ def _kernels() -> Any:
             _kernel_failure = _environment_problem()
             if _kernel_failure is None:
                 try:
-                    _kernel_module = _build_kernels()
+                    _kernel_module = build_kernels()
                 except Exception as error:  # any build failure means: stream instead
                     detail = str(error).strip().splitlines()
                     _kernel_failure = (
