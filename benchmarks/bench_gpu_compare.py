@@ -91,6 +91,9 @@ def bench_dtype(dtype: torch.dtype, size_bytes: int, repeats: int) -> dict:
         return result
 
     tolerance = median_seconds(lambda: kernel_compare(rtol=RTOL, atol=ATOL), repeats)
+    small_blocks = median_seconds(
+        lambda: kernel_compare(rtol=RTOL, atol=ATOL, launch_shape=(128, 0)), repeats
+    )
     exact_equal = median_seconds(lambda: kernel_compare(b=side_equal), repeats)
     exact_differing = median_seconds(kernel_compare, repeats)
     chain = median_seconds(lambda: torch_chain(baseline, candidate), repeats)
@@ -113,6 +116,7 @@ def bench_dtype(dtype: torch.dtype, size_bytes: int, repeats: int) -> dict:
 
     line("device copy (read + write)", copy, moved)
     line("kernel tolerance compare (differing pair)", tolerance, moved)
+    line("  the same with 128-thread blocks", small_blocks, moved)
     line("kernel exact compare, equal pair", exact_equal, moved)
     line("kernel exact compare, differing pair", exact_differing, moved)
     line("torch isclose+nonzero+max chain", chain, moved)
@@ -135,6 +139,7 @@ def bench_dtype(dtype: torch.dtype, size_bytes: int, repeats: int) -> dict:
         "median_seconds": {
             "copy": copy,
             "kernel_tolerance": tolerance,
+            "kernel_tolerance_128_threads": small_blocks,
             "kernel_exact_equal": exact_equal,
             "kernel_exact_differing": exact_differing,
             "torch_chain": chain,

@@ -26,6 +26,15 @@ constexpr unsigned DEFAULT_BLOCK_THREADS = 256;
 /* A measuring thread holds two rows of both buffers and their terms in
  * registers: 256 threads per block leave it room (up to 255 registers). */
 constexpr unsigned MAX_BLOCK_THREADS = 256;
+
+/* Blocks of 256 measuring threads a multiprocessor should hold: as many as the
+ * registers allow without spilling much (64, 85 and 128 registers per thread
+ * for 1-2, 4 and 8-byte elements), so that many chunks are in flight. */
+template <typename Raw>
+constexpr int measure_blocks_per_sm()
+{
+    return sizeof(Raw) <= 2 ? 4 : (sizeof(Raw) == 4 ? 3 : 2);
+}
 /* Each group of LANES threads takes LANES rows (of LANES elements) per step. */
 constexpr int ROWS_PER_STEP = LANES;
 /* A row of terms in shared memory, padded by one double against bank conflicts. */
@@ -193,7 +202,8 @@ __device__ void chunk_pass(const typename Dtype::raw *a, const typename Dtype::r
 }
 
 template <class Dtype, bool TOLERANCE, bool VECTOR>
-__global__ void __launch_bounds__(MAX_BLOCK_THREADS)
+__global__ void __launch_bounds__(MAX_BLOCK_THREADS,
+                                  measure_blocks_per_sm<typename Dtype::raw>())
     measure_kernel(const typename Dtype::raw *baseline, const typename Dtype::raw *candidate,
                    size_t element_count, size_t chunk_count, Tolerance tol,
                    const unsigned *differs, ChunkPartial *partials)
@@ -289,6 +299,7 @@ __global__ void __launch_bounds__(MAX_BLOCK_THREADS)
     total = warp_unordered(total);
     if (threadIdx.x % 32u == 0)
         warp_totals[threadIdx.x / 32u] = total;
+    __syncthreads();
 
     ScaledSum diff_squares = {0.0, 0}, base_squares = {0.0, 0};
     for (size_t tile = 0; tile < chunk_count; tile += blockDim.x) {
