@@ -50,6 +50,5 @@ def main() -> None:
     )
     print(f"digest threads=2:  {two_threads:7.2f} GB/s  ({scaling:.2f}x threads=1)")
 
-
 if __name__ == "__main__":
     main()
