@@ -41,12 +41,15 @@ class FaultExpectation:
 
     `primary` is the first difference in traversal order (often downstream of the
     fault); `fault_paths` are the faulty component's own paths, which must be among
-    the differences; `cpu_paths` is every differing path as observed on CPU.
+    the differences; `cpu_paths` is every differing path as observed on CPU;
+    `primary_values` are the primary difference's (baseline, candidate) summaries
+    where the primary is a plain counter.
     """
 
     primary: tuple[str, str]
     fault_paths: tuple[str, ...]
     cpu_paths: tuple[str, ...]
+    primary_values: tuple[str, str] | None = None
     environment: dict[str, str] | None = None
 
 
