@@ -66,11 +66,8 @@ def observe_one(
     }
 
 
-def _failure(outcome: Outcome, message: str, detail: str | None = None) -> dict[str, Any]:
-    record: dict[str, Any] = {"outcome": outcome.value, "message": message}
-    if detail is not None:
-        record["detail"] = detail
-    return record
+def _failure(outcome: Outcome, message: str) -> dict[str, Any]:
+    return {"outcome": outcome.value, "message": message}
 
 
 def write_result(path: str, record: dict[str, Any]) -> None:
