@@ -80,8 +80,8 @@ run_step gpu_tests 150 "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
     --junitxml="$OUT/gpu_tests.xml" tests/gpu tests/test_cuda_backend.py
 
 if [[ -f tests/test_resume_faults.py ]]; then
-    run_step resume_cuda_rng 90 env TRAINPARITY_DEVICE=cuda "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
-        tests/test_resume_faults.py -k "cuda_rng or CudaRng or cuda"
+    run_step resume_cuda_rng 90 "$PYTHON" -m pytest -q -p no:cacheprovider -rs \
+        tests/test_resume_faults.py -k cuda_rng
 else
     echo "resume_cuda_rng skipped: tests/test_resume_faults.py is not in this tree" | tee -a "$OUT/summary.txt"
 fi
