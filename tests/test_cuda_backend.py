@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import io
-import math
 import os
 import shutil
 import struct
@@ -39,8 +38,17 @@ from trainparity.cuda_backend import (
 from trainparity.state import FrozenTensor, freeze
 from trainparity.state_diff import compare_states_with_records
 
+from tests.gpu.pairs import (
+    CHUNK_ELEMENTS,
+    KERNEL_DTYPES,
+    MODES,
+    overflowing_float64_pair,
+    random_pair,
+    result_bits,
+    special_value_pairs,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
-CHUNK_ELEMENTS = 32768
 ALL_DTYPES = [
     name
     for name in (
@@ -50,31 +58,6 @@ ALL_DTYPES = [
     )
     if isinstance(getattr(torch, name, None), torch.dtype)
 ]  # fmt: skip
-KERNEL_DTYPES = ALL_DTYPES[:13]
-MODES = {
-    "exact": {},
-    "tolerance": {"rtol": 1e-3, "atol": 1e-5},
-    "equal_nan": {"rtol": 1e-3, "atol": 1e-5, "equal_nan": True},
-}
-
-
-def result_bits(result) -> tuple:
-    """Floats as bit patterns: 0.0 and -0.0 (and NaN payloads) are told apart."""
-    return tuple(struct.pack("<d", x) if isinstance(x, float) else x for x in result)
-
-
-def random_pair(name: str, count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every bit pattern (NaN, Inf, subnormals, huge float64) and a copy with ~1% changed."""
-    dtype = getattr(torch, name)
-    generator = torch.Generator().manual_seed(seed)
-    size = dtype.itemsize
-    raw = torch.randint(0, 256, (count, size), dtype=torch.uint8, generator=generator)
-    if name == "bool":
-        raw &= 1
-    changed = raw.clone()
-    rows = torch.rand(count, generator=generator) < 0.01
-    changed[rows, 0] ^= 1
-    return raw.reshape(-1).view(dtype), changed.reshape(-1).view(dtype)
 
 
 def core_result(name, baseline, candidate, **mode):
@@ -308,38 +291,14 @@ def test_kernel_arithmetic_matches_the_core(emulator, name, mode, count):
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_kernel_arithmetic_on_special_values(emulator, mode):
-    inf, nan = math.inf, math.nan
-    cases = {
-        "float32": ([1.0, 2.0, -0.0, nan, inf, 1e-45, 3.0], [1.0, 3.0, 0.0, nan, inf, 0.0, -inf]),
-        # Squares and differences that overflow double: the rescaled sums.
-        "float64": ([1.7e308, 0.0, 1e300, -1e-310, 5.0], [-1.7e308, 0.0, 1e300, 1e-310, 5.0]),
-        "float16": ([65504.0, -65504.0, 6e-8, nan], [-65504.0, 65504.0, 0.0, 1.0]),
-        "bfloat16": ([3e38, 1.0, -2.0, inf], [-3e38, 1.0078125, -2.0, -inf]),
-        "int64": ([2**62, -(2**63), 0, 5], [-(2**62), 2**63 - 1, 0, 5]),
-        "uint64": ([2**64 - 1, 0], [0, 2**64 - 1]),
-    }
-    for name, (left, right) in cases.items():
-        if name == "uint64":
-            baseline = torch.tensor([v - 2**64 if v >= 2**63 else v for v in left]).view(
-                torch.uint64
-            )
-            candidate = torch.tensor([v - 2**64 if v >= 2**63 else v for v in right]).view(
-                torch.uint64
-            )
-        else:
-            baseline = torch.tensor(left, dtype=getattr(torch, name))
-            candidate = torch.tensor(right, dtype=getattr(torch, name))
+    for name, baseline, candidate in special_value_pairs():
         expected = core_result(name, baseline, candidate, **MODES[mode])
         got = emulated_compare(emulator, name, baseline, candidate, **MODES[mode])
         assert result_bits(got) == result_bits(expected), name
 
 
 def test_kernel_arithmetic_rescales_an_overflowing_chunk_among_others(emulator):
-    values = torch.ones(3 * CHUNK_ELEMENTS + 5, dtype=torch.float64)
-    changed = values.clone()
-    changed[3] = 2.0
-    values[CHUNK_ELEMENTS + 9] = changed[CHUNK_ELEMENTS + 9] = 1.5e308
-    values[-1], changed[-1] = 1e300, -1e300
+    values, changed = overflowing_float64_pair()
     expected = core_result("float64", values, changed)
     assert result_bits(emulated_compare(emulator, "float64", values, changed)) == result_bits(
         expected

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import struct
 
 import pytest
 import torch
@@ -32,18 +31,18 @@ from trainparity.state import freeze
 from trainparity.state_diff import compare_states_with_records
 from trainparity.testing import assert_parity
 
+from tests.gpu.pairs import (
+    CHUNK_ELEMENTS,
+    KERNEL_DTYPES,
+    MODES,
+    overflowing_float64_pair,
+    random_pair,
+    result_bits,
+    special_value_pairs,
+)
+
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-CHUNK_ELEMENTS = 32768
-KERNEL_DTYPES = [
-    "bool", "uint8", "int8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
-    "float16", "bfloat16", "float32", "float64",
-]  # fmt: skip
-MODES = {
-    "exact": {},
-    "tolerance": {"rtol": 1e-3, "atol": 1e-5},
-    "equal_nan": {"rtol": 1e-3, "atol": 1e-5, "equal_nan": True},
-}
 LAUNCH_SHAPES = [(32, 1), (64, 7), (96, 3), (128, 0), (256, 1), (256, 0)]
 
 
@@ -54,22 +53,6 @@ def kernels():
         if os.environ.get("TRAINPARITY_REQUIRE_CUDA_KERNELS") == "1":
             pytest.fail(message)
         pytest.skip(message)
-
-
-def result_bits(result) -> tuple:
-    return tuple(struct.pack("<d", x) if isinstance(x, float) else x for x in result)
-
-
-def random_pair(name: str, count: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """CPU tensors of every bit pattern, and a copy with ~1% of elements changed."""
-    generator = torch.Generator().manual_seed(seed)
-    dtype = getattr(torch, name)
-    raw = torch.randint(0, 256, (count, dtype.itemsize), dtype=torch.uint8, generator=generator)
-    if name == "bool":
-        raw &= 1
-    changed = raw.clone()
-    changed[torch.rand(count, generator=generator) < 0.01, 0] ^= 1
-    return raw.reshape(-1).view(dtype), changed.reshape(-1).view(dtype)
 
 
 def on_gpu(tensor: torch.Tensor) -> DeviceTensorBytes:
@@ -104,30 +87,14 @@ def test_kernel_equals_the_core_and_the_stream(name, mode, count):
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_kernel_special_values(mode):
-    inf, nan = math.inf, math.nan
-    cases = {
-        "float32": ([1.0, 2.0, -0.0, nan, inf, 1e-45, 3.0], [1.0, 3.0, 0.0, nan, inf, 0.0, -inf]),
-        "float64": ([1.7e308, 0.0, 1e300, -1e-310, 5.0], [-1.7e308, 0.0, 1e300, 1e-310, 5.0]),
-        "float16": ([65504.0, -65504.0, 6e-8, nan], [-65504.0, 65504.0, 0.0, 1.0]),
-        "bfloat16": ([3e38, 1.0, -2.0, inf], [-3e38, 1.0078125, -2.0, -inf]),
-        "int64": ([2**62, -(2**63), 0, 5], [-(2**62), 2**63 - 1, 0, 5]),
-    }
-    for name, (left, right) in cases.items():
-        dtype = getattr(torch, name)
-        expected, kernel, streamed = all_three(
-            name, torch.tensor(left, dtype=dtype), torch.tensor(right, dtype=dtype), **MODES[mode]
-        )
+    for name, baseline, candidate in special_value_pairs():
+        expected, kernel, streamed = all_three(name, baseline, candidate, **MODES[mode])
         assert result_bits(kernel) == result_bits(expected), name
         assert result_bits(streamed) == result_bits(expected), name
 
 
 def test_kernel_rescales_overflowing_float64_chunks():
-    values = torch.ones(3 * CHUNK_ELEMENTS + 5, dtype=torch.float64)
-    changed = values.clone()
-    changed[3] = 2.0
-    values[CHUNK_ELEMENTS + 9] = changed[CHUNK_ELEMENTS + 9] = 1.5e308
-    values[-1], changed[-1] = 1e300, -1e300
-    expected, kernel, _ = all_three("float64", values, changed)
+    expected, kernel, _ = all_three("float64", *overflowing_float64_pair())
     assert result_bits(kernel) == result_bits(expected)
 
 
