@@ -491,11 +491,13 @@ def test_rq_quickstart_case_passes_under_a_declared_tolerance(tmp_path):
 def test_rq_unit_training_helper_resumes_with_the_scheduler_fault(tmp_path):
     from trainparity.quickstarts import resume as quickstart
 
-    quickstart._train(tmp_path / "split", 2, None, False)
+    # Ours names the helper `train`; the original's is private (`_train`).
+    train = getattr(quickstart, "train", None) or quickstart._train
+    train(tmp_path / "split", 2, None, False)
     split = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=True)
     assert split["step"] == split["scheduler"]["last_epoch"] == 2
 
-    quickstart._train(tmp_path / "resumed", 4, tmp_path / "split" / "checkpoint.pt", True)
+    train(tmp_path / "resumed", 4, tmp_path / "split" / "checkpoint.pt", True)
     resumed = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)
     assert resumed["step"] == 4
     assert resumed["scheduler"]["last_epoch"] == 2
