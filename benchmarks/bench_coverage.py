@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import numpy
-
 from trainparity.sample_coverage import (
     ExactlyOnce,
     SampleObservation,
@@ -147,7 +146,9 @@ def main() -> int:
     if not arguments.skip_arrays:
         bench_rank_arrays(arguments.array_size)
     sizes = [int(size) for size in arguments.sizes.split(",") if size]
-    bench_observations(sizes, arguments.repeats, arguments.reference_repeats, arguments.skip_reference)
+    bench_observations(
+        sizes, arguments.repeats, arguments.reference_repeats, arguments.skip_reference
+    )
     return 0
 
 

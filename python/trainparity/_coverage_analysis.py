@@ -61,9 +61,7 @@ def anomaly_kind(flags: int) -> str:
     return "+".join(label for flag, label in _LABELS if flags & flag)
 
 
-def _observed_violation(
-    kind: str, path: str, row: tuple[int, ...], source: CoreInput
-) -> Violation:
+def _observed_violation(kind: str, path: str, row: tuple[int, ...], source: CoreInput) -> Violation:
     _index, key, rank_code, epoch, position, worker = row
     return Violation(
         kind,
@@ -86,7 +84,9 @@ def _first_violation(
     if policy_name == "exactly_once":
         repeat = raw["first_repeat"]
         if unexpected is not None and (repeat is None or unexpected[0] <= repeat[0]):
-            found = _observed_violation("unexpected_id", "coverage.unexpected_ids", unexpected, source)
+            found = _observed_violation(
+                "unexpected_id", "coverage.unexpected_ids", unexpected, source
+            )
         elif repeat is not None:
             if raw["first_repeat_same_rank"]:
                 kind, path = "same_rank_duplicate", "coverage.same_rank_duplicate"

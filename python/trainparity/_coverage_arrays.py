@@ -19,6 +19,7 @@ from trainparity._native import core
 RankArray = Any
 
 _NPY_MAGIC = b"\x93NUMPY"
+_RAW_BYTES = (bytes, bytearray, mmap.mmap)
 _INT64_FORMATS = {"q", "l", "@q", "@l", "=q", "=l", "<q" if sys.byteorder == "little" else ">q"}
 
 
@@ -39,12 +40,11 @@ def _open_file(path: Path, label: str) -> memoryview:
             if size
             else memoryview(b"")
         )
-    offset = _npy_data_offset(data, label) if path.suffix == ".npy" else 0
+    where = f"{label}: {str(path)!r}"
+    offset = _npy_data_offset(data, where) if path.suffix == ".npy" else 0
     body = data[offset:]
     if len(body) % 8:
-        raise ArrayProblem(
-            f"{label} file {str(path)!r} holds {len(body)} bytes, not a whole number of int64"
-        )
+        raise ArrayProblem(f"{where} has {len(body)} bytes, not a whole number of int64 values")
     if sys.byteorder != "little":  # files are little-endian; the core reads native order
         swapped = array.array("q", body.tobytes())
         swapped.byteswap()
@@ -52,10 +52,10 @@ def _open_file(path: Path, label: str) -> memoryview:
     return body
 
 
-def _npy_data_offset(data: memoryview, label: str) -> int:
+def _npy_data_offset(data: memoryview, where: str) -> int:
     """Where the values of a one-dimensional little-endian int64 .npy file start."""
     if bytes(data[:6]) != _NPY_MAGIC or len(data) < 10:
-        raise ArrayProblem(f"{label} is not a .npy file (no NUMPY magic)")
+        raise ArrayProblem(f"{where} is not a .npy file (no NUMPY magic)")
     major = data[6]
     if major == 1:
         (header_length,) = struct.unpack("<H", data[8:10])
@@ -66,19 +66,19 @@ def _npy_data_offset(data: memoryview, label: str) -> int:
     try:
         header = ast.literal_eval(bytes(data[start : start + header_length]).decode("latin1"))
     except (ValueError, SyntaxError, UnicodeDecodeError) as error:
-        raise ArrayProblem(f"{label} has an unreadable .npy header: {error}") from None
+        raise ArrayProblem(f"{where} has an unreadable .npy header: {error}") from None
     if not isinstance(header, dict) or header.get("descr") not in ("<i8", "<q"):
         descr = header.get("descr") if isinstance(header, dict) else None
         raise ArrayProblem(
-            f"{label} must hold little-endian int64 ('<i8'), not {descr!r}; "
+            f"{where} must hold little-endian int64 ('<i8'), not {descr!r}; "
             "save it with numpy.save(path, numpy.asarray(ids, dtype='<i8'))"
         )
     shape = header.get("shape")
     if not (isinstance(shape, tuple) and len(shape) == 1):
-        raise ArrayProblem(f"{label} must be one-dimensional, not of shape {shape!r}")
+        raise ArrayProblem(f"{where} must be one-dimensional, not of shape {shape!r}")
     offset = start + header_length
     if len(data) - offset != 8 * shape[0]:
-        raise ArrayProblem(f"{label} is truncated: its header promises {shape[0]} values")
+        raise ArrayProblem(f"{where} is truncated: its header promises {shape[0]} values")
     return offset
 
 
@@ -94,10 +94,12 @@ def _open_buffer(source: Any, label: str) -> memoryview:
         raise ArrayProblem(f"{label} must be one-dimensional, not of shape {view.shape}")
     if not view.c_contiguous:
         raise ArrayProblem(f"{label} must be contiguous; pass numpy.ascontiguousarray(ids)")
-    if view.itemsize == 1 and view.format in ("B", "b", "c"):
+    if isinstance(source, _RAW_BYTES) or (isinstance(source, memoryview) and view.format == "B"):
         if view.nbytes % 8:
-            raise ArrayProblem(f"{label} holds {view.nbytes} bytes, not a whole number of int64")
-        return view.cast("B")  # raw bytes of native int64, e.g. read from a file
+            raise ArrayProblem(
+                f"{label}: {view.nbytes} bytes are not a whole number of int64 values"
+            )
+        return view.cast("B")  # raw native int64, e.g. read from a file
     if view.format not in _INT64_FORMATS or view.itemsize != 8:
         raise ArrayProblem(
             f"{label} must hold int64 values, not buffer format {view.format!r}; "
@@ -178,7 +180,11 @@ def read_rank_arrays(
             worker_column = None
             if worker_arrays is not None:
                 worker_column = _checked_column(
-                    worker_arrays[rank], rank, "workers", count, -1,
+                    worker_arrays[rank],
+                    rank,
+                    "workers",
+                    count,
+                    -1,
                     "worker must be -1 (unknown) or a non-negative integer",
                 )
             segments.append((keys, code, epoch_column, None, worker_column))
@@ -186,7 +192,8 @@ def read_rank_arrays(
     except ArrayProblem as problem:
         return str(problem)
     if total > core.COVERAGE_MAX_OBSERVATIONS:
-        return f"too many observations: the coverage core audits at most {core.COVERAGE_MAX_OBSERVATIONS}"
+        limit = core.COVERAGE_MAX_OBSERVATIONS
+        return f"too many observations: the coverage core audits at most {limit}"
     return Observed(segments, ranks, None, total)
 
 
@@ -203,8 +210,8 @@ def _checked_column(
     column = open_rank_array(source, label)
     if len(column) // 8 != count:
         raise ArrayProblem(
-            f"{label} hold {len(column) // 8} values but rank {rank} IDs hold {count}; "
-            f"give one value per ID"
+            f"rank {rank} has {len(column) // 8} {what.rstrip('s')} values for {count} IDs; "
+            "give one value per ID"
         )
     below = core.coverage_first_below(column, minimum)
     if below >= 0:

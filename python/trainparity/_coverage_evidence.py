@@ -85,8 +85,7 @@ class _Renderer:
         for key, _flags, _count, _codes, same in self.flagged(core.COVERAGE_SAME_RANK):
             for rank in self.ranks(same):
                 yield (
-                    f'    {{\n      "rank": {rank},\n'
-                    f'      "sample_id": {self.id_json(key)}\n    }}'
+                    f'    {{\n      "rank": {rank},\n      "sample_id": {self.id_json(key)}\n    }}'
                 )
 
     def cross_rank(self) -> Iterator[str]:

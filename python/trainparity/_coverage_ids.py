@@ -6,7 +6,7 @@ import array
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from trainparity._native import core
 
@@ -17,7 +17,9 @@ UNIVERSE_UNREADABLE = "expected ID universe could not be read: {type}"
 UNIVERSE_UNSUPPORTED = "expected ID universe contains an unsupported ID; use int or str"
 UNIVERSE_MIXED = "expected ID universe mixes int and str IDs; use only int or only str IDs"
 UNIVERSE_DUPLICATES = "expected ID universe contains duplicate IDs"
-UNIVERSE_TOO_LARGE = "expected ID universe is too large: the coverage core audits at most {limit} IDs"
+UNIVERSE_TOO_LARGE = (
+    "expected ID universe is too large: the coverage core audits at most {limit} IDs"
+)
 OBSERVED_ID_UNSUPPORTED = "observed sample ID is unsupported; use int or str"
 
 
@@ -61,7 +63,7 @@ class ObjectIds:
         return iter(self.ids)
 
 
-ExpectedIds = Union[RangeIds, KeyIds, ObjectIds]
+ExpectedIds = RangeIds | KeyIds | ObjectIds
 
 
 def id_order(sample_id: int | str) -> tuple[bool, int | str]:

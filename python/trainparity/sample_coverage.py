@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar, Union
+from typing import Any, ClassVar, Generic, TypeVar
 
 from trainparity._coverage_analysis import Analysis, analyse
 from trainparity._coverage_arrays import RankArray, read_rank_arrays
@@ -116,7 +116,7 @@ class ExpectedPadding:
     padding_count: int
 
 
-CoveragePolicy = Union[ExactlyOnce, AtLeastOnce, NoCrossRankOverlap, ExpectedPadding]
+CoveragePolicy = ExactlyOnce | AtLeastOnce | NoCrossRankOverlap | ExpectedPadding
 _POLICIES = (ExactlyOnce, AtLeastOnce, NoCrossRankOverlap, ExpectedPadding)
 
 _MESSAGES = {
@@ -305,9 +305,14 @@ def _read_rank_iterables(
             try:
                 extracted = sample_id_extractor(value)
             except Exception as error:
-                return f"sample ID extraction failed at rank {rank} batch {batch}: {_failure(error)}"
+                return (
+                    f"sample ID extraction failed at rank {rank} batch {batch}: {_failure(error)}"
+                )
             if isinstance(extracted, (str, bytes)):
-                return f"sample_id_extractor must return an iterable of IDs at rank {rank} batch {batch}"
+                return (
+                    "sample_id_extractor must return an iterable of IDs "
+                    f"at rank {rank} batch {batch}"
+                )
             try:
                 ids.extend(extracted)
             except Exception as error:
@@ -339,7 +344,9 @@ def audit_rank_iterables(
     try:
         items = list(rank_iterables.items())
     except Exception as error:
-        return _stopped(Outcome.ERROR, policy, f"rank iterables could not be read: {_failure(error)}")
+        return _stopped(
+            Outcome.ERROR, policy, f"rank iterables could not be read: {_failure(error)}"
+        )
     problem = _rank_keys_problem(rank for rank, _iterable in items)
     if problem is not None:
         return _stopped(Outcome.ERROR, policy, problem)

@@ -54,15 +54,15 @@ def model_analyze(segments, universe, max_examples):
     traces = {}
     for row in rows:
         traces.setdefault(row[1], []).append(row)
-    first_unexpected = next((r for r in rows if expected is not None and r[1] not in expected), None)
+    first_unexpected = next(
+        (r for r in rows if expected is not None and r[1] not in expected), None
+    )
     second = [trace[1] for trace in traces.values() if len(trace) > 1]
     first_repeat = min(second, default=None)
     same_rank_first = False
     if first_repeat is not None:
         same_rank_first = traces[first_repeat[1]][0][2] == first_repeat[2]
-    crossing = [
-        next((r for r in trace if r[2] != trace[0][2]), None) for trace in traces.values()
-    ]
+    crossing = [next((r for r in trace if r[2] != trace[0][2]), None) for trace in traces.values()]
     first_cross = min((r for r in crossing if r is not None), default=None)
     missing = sorted(expected - set(traces)) if expected is not None else []
     unexpected = [k for k in traces if expected is not None and k not in expected]
@@ -114,7 +114,11 @@ def model_analyze(segments, universe, max_examples):
 
 def check(core, segments, universe=None, max_examples=10, rank_count=None):
     if rank_count is None:
-        codes = [c for s in segments for c in ([s[1]] if isinstance(s[1], int) else array.array("I", s[1]))]
+        codes = [
+            c
+            for s in segments
+            for c in ([s[1]] if isinstance(s[1], int) else array.array("I", s[1]))
+        ]
         rank_count = max(codes, default=0) + 1
     got = core.coverage_analyze(segments, rank_count, universe, max_examples, False)
     assert got == model_analyze(segments, universe, max_examples)
@@ -202,8 +206,12 @@ def test_details_list_every_missing_key_and_group(core):
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(
-        st.lists(st.tuples(st.integers(-3, 12), st.integers(0, 3), st.integers(0, 2),
-                           st.integers(-1, 2)), max_size=12),
+        st.lists(
+            st.tuples(
+                st.integers(-3, 12), st.integers(0, 3), st.integers(0, 2), st.integers(-1, 2)
+            ),
+            max_size=12,
+        ),
         max_size=4,
     ),
     st.one_of(
@@ -220,8 +228,13 @@ def test_core_matches_the_model(core, ranks, universe, max_examples, per_row_ran
         keys = [row[0] for row in rows]
         rank = [row[1] for row in rows] if per_row_ranks else code
         segments.append(
-            segment(keys, rank=rank, epoch=[row[2] for row in rows],
-                    positions=list(range(len(rows))), workers=[row[3] for row in rows])
+            segment(
+                keys,
+                rank=rank,
+                epoch=[row[2] for row in rows],
+                positions=list(range(len(rows))),
+                workers=[row[3] for row in rows],
+            )
         )
     check(core, segments, universe, max_examples, rank_count=4)
 
@@ -304,7 +317,10 @@ def test_collect_observations_reports_the_first_invalid_field(core, item, field,
 def test_int64_from_buffer(core):
     for code in "bBhHiIlLqQ":
         values = [0, 1, 100] if code.isupper() else [-5, 0, 100]
-        assert list(array.array("q", core.coverage_int64_from_buffer(array.array(code, values)))) == values
+        assert (
+            list(array.array("q", core.coverage_int64_from_buffer(array.array(code, values))))
+            == values
+        )
     assert core.coverage_int64_from_buffer(array.array("Q", [2**64 - 1])) is None
     assert core.coverage_int64_from_buffer(array.array("d", [1.0])) is None
     assert core.coverage_int64_from_buffer([1, 2]) is None
