@@ -114,13 +114,17 @@ def time_reference(python: str, size: int, repeats: int) -> list[float]:
 
 
 def reference_python() -> str:
+    """The python of the 0.1.0 venv, created by reference_venv.sh beside this script if needed."""
     script = Path(__file__).with_name("reference_venv.sh")
+    if not script.exists():
+        sys.exit(f"{script} is missing; pass --reference-python or --skip-reference")
     completed = subprocess.run(["bash", str(script)], check=True, capture_output=True, text=True)
     return completed.stdout.strip().splitlines()[-1]
 
 
-def bench_observations(sizes: list[int], repeats: int, reference_repeats: int, skip: bool) -> None:
-    python = None if skip else reference_python()
+def bench_observations(
+    sizes: list[int], repeats: int, reference_repeats: int, python: str | None
+) -> None:
     for size in sizes:
         print(f"== audit_sample_coverage, {size:,} SampleObservation, ExactlyOnce(range({size:,}))")
         ours = statistics.median(time_ours(size, repeats))
@@ -140,15 +144,17 @@ def main() -> int:
     parser.add_argument(
         "--reference-repeats", type=int, default=1, help="audits of 0.1.0 per size (slow)"
     )
+    parser.add_argument("--reference-python", help="python of a venv with TrainParity 0.1.0")
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--skip-arrays", action="store_true")
     arguments = parser.parse_args()
     if not arguments.skip_arrays:
         bench_rank_arrays(arguments.array_size)
     sizes = [int(size) for size in arguments.sizes.split(",") if size]
-    bench_observations(
-        sizes, arguments.repeats, arguments.reference_repeats, arguments.skip_reference
-    )
+    python = None
+    if not arguments.skip_reference:
+        python = arguments.reference_python or reference_python()
+    bench_observations(sizes, arguments.repeats, arguments.reference_repeats, python)
     return 0
 
 
