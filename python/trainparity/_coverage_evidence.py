@@ -7,7 +7,9 @@ never holds the whole document, or a Python object per occurrence, in memory.
 
 from __future__ import annotations
 
+import array
 import contextlib
+import itertools
 import json
 import os
 import secrets
@@ -20,16 +22,7 @@ from trainparity._native import core
 
 Write = Callable[[str], object]
 
-_GATHER_CHUNK = 65536
-_OCCURRENCE = (
-    "        {\n"
-    '          "epoch": %d,\n'
-    '          "position": %d,\n'
-    '          "rank": %d,\n'
-    '          "sample_id": %s,\n'
-    '          "worker": %s\n'
-    "        }"
-)
+_CHUNK = 65536  # list items, or trace occurrences, rendered per write
 
 
 def _nested(value: Any, level: int) -> str:
@@ -43,12 +36,18 @@ def _rank_list(ranks: Iterable[int]) -> str:
 
 def _write_list(write: Write, key: str, blocks: Iterable[str], last: bool = False) -> None:
     """A top-level list whose items are already rendered at list-item depth."""
-    empty = True
-    for block in blocks:
-        write(f'  "{key}": [\n' if empty else ",\n")
-        write(block)
-        empty = False
-    write(f'  "{key}": []' if empty else "\n  ]")
+    items = iter(blocks)
+    chunk = list(itertools.islice(items, _CHUNK))
+    if not chunk:
+        write(f'  "{key}": []')
+    else:
+        write(f'  "{key}": [\n')
+        while chunk:  # one write per chunk: many small writes cost more than the rendering
+            write(",\n".join(chunk))
+            chunk = list(itertools.islice(items, _CHUNK))
+            if chunk:
+                write(",\n")
+        write("\n  ]")
     write("\n" if last else ",\n")
 
 
@@ -104,34 +103,20 @@ class _Renderer:
         if source.total == 0:
             write('  "traces": [],\n')
             return
-        rank_count = max(1, len(source.rank_values))
+        rank_count = len(source.rank_values)
         order = core.coverage_trace_order(source.segments, rank_count)
+        rank_values = array.array("q", source.rank_values).tobytes()
+        id_texts = None
+        if source.sample_ids is not None:
+            id_texts = [json.dumps(sample_id) for sample_id in source.sample_ids]
         write('  "traces": [\n')
-        current: int | None = None
-        for start in range(0, source.total, _GATHER_CHUNK):
-            stop = min(source.total, start + _GATHER_CHUNK)
-            for key, rank_code, epoch, position, worker in core.coverage_gather(
-                source.segments, rank_count, order, start, stop
-            ):
-                if key != current:
-                    if current is not None:
-                        write(f'\n      ],\n      "sample_id": {self.id_json(current)}\n    }},\n')
-                    write('    {\n      "occurrences": [\n')
-                    current = key
-                else:
-                    write(",\n")
-                write(
-                    _OCCURRENCE
-                    % (
-                        epoch,
-                        position,
-                        source.rank_values[rank_code],
-                        self.id_json(key),
-                        "null" if worker < 0 else worker,
-                    )
-                )
-        assert current is not None
-        write(f'\n      ],\n      "sample_id": {self.id_json(current)}\n    }}\n  ],\n')
+        start = 0
+        while start < source.total:
+            text, start = core.coverage_render_traces(
+                source.segments, rank_count, order, start, _CHUNK, rank_values, id_texts
+            )
+            write(text)
+        write("\n  ],\n")
 
 
 def _write_document(

@@ -1318,55 +1318,193 @@ static PyObject *coverage_trace_order(PyObject *module, PyObject *args)
     return order;
 }
 
-PyDoc_STRVAR(coverage_gather_doc,
-"coverage_gather(segments, rank_count, order, start, stop) -> list\n\n"
-"(key, rank code, epoch, position, worker or -1) of the observations whose global indices\n"
-"are order[start:stop] (order: uint32 buffer from coverage_trace_order).");
+/* A growing ASCII text. */
+typedef struct {
+    char *data;
+    size_t length, capacity;
+} text_buffer;
 
-static PyObject *coverage_gather(PyObject *module, PyObject *args)
+static int text_append(text_buffer *text, const char *piece, size_t length)
+{
+    if (text->length + length > text->capacity) {
+        size_t capacity = text->capacity ? text->capacity : 1 << 16;
+        while (capacity < text->length + length)
+            capacity *= 2;
+        char *grown = PyMem_RawRealloc(text->data, capacity);
+        if (!grown)
+            return -1;
+        text->data = grown;
+        text->capacity = capacity;
+    }
+    memcpy(text->data + text->length, piece, length);
+    text->length += length;
+    return 0;
+}
+
+static int text_literal(text_buffer *text, const char *piece) { return text_append(text, piece, strlen(piece)); }
+
+static int text_int(text_buffer *text, int64_t value)
+{
+    char digits[24];
+    int length = snprintf(digits, sizeof digits, "%lld", (long long)value);
+    return text_append(text, digits, (size_t)length);
+}
+
+/* How an ID is written: its decimal key, or a pre-rendered JSON text per code. */
+typedef struct {
+    const char **texts; /* NULL: keys are the int IDs */
+    Py_ssize_t *lengths;
+    size_t count;
+} id_texts;
+
+static int text_id(text_buffer *text, const id_texts *ids, int64_t key)
+{
+    if (!ids->texts)
+        return text_int(text, key);
+    if (key < 0 || (uint64_t)key >= ids->count)
+        return -2;
+    return text_append(text, ids->texts[key], (size_t)ids->lengths[key]);
+}
+
+/* The trace objects of order[start, ...): at least `budget` occurrences, then to the
+ * end of the last ID, so that the next call starts on a new ID. -1: out of memory,
+ * -2: a key without a text. */
+static int render_traces(const segment_list *list, const unsigned char *order, size_t total, size_t start,
+                         size_t budget, const unsigned char *rank_values, const id_texts *ids,
+                         text_buffer *text, size_t *next)
+{
+    size_t at = start;
+    int64_t current = 0;
+    int status = 0;
+    for (; at < total && status == 0; at++) {
+        size_t local;
+        const segment *item = segment_at(list, load_u32(order, at), &local);
+        int64_t key = segment_key(item, local);
+        if (at > start && key == current) {
+            status = text_literal(text, ",\n");
+        } else {
+            if (at - start >= budget)
+                break;
+            if (at > start)
+                status = text_literal(text, "\n      ],\n      \"sample_id\": ");
+            if (status == 0 && at > start)
+                status = text_id(text, ids, current);
+            if (status == 0 && at > start)
+                status = text_literal(text, "\n    },\n");
+            if (status == 0 && at == start && start > 0)
+                status = text_literal(text, ",\n");
+            if (status == 0)
+                status = text_literal(text, "    {\n      \"occurrences\": [\n");
+            current = key;
+        }
+        int64_t worker = segment_worker(item, local);
+        if (status == 0)
+            status = text_literal(text, "        {\n          \"epoch\": ");
+        if (status == 0)
+            status = text_int(text, segment_epoch(item, local));
+        if (status == 0)
+            status = text_literal(text, ",\n          \"position\": ");
+        if (status == 0)
+            status = text_int(text, segment_position(item, local));
+        if (status == 0)
+            status = text_literal(text, ",\n          \"rank\": ");
+        if (status == 0)
+            status = text_int(text, load_i64(rank_values, segment_rank(item, local)));
+        if (status == 0)
+            status = text_literal(text, ",\n          \"sample_id\": ");
+        if (status == 0)
+            status = text_id(text, ids, key);
+        if (status == 0)
+            status = text_literal(text, ",\n          \"worker\": ");
+        if (status == 0)
+            status = worker < 0 ? text_literal(text, "null") : text_int(text, worker);
+        if (status == 0)
+            status = text_literal(text, "\n        }");
+    }
+    if (status == 0 && at > start) {
+        status = text_literal(text, "\n      ],\n      \"sample_id\": ");
+        if (status == 0)
+            status = text_id(text, ids, current);
+        if (status == 0)
+            status = text_literal(text, "\n    }");
+    }
+    *next = at;
+    return status;
+}
+
+PyDoc_STRVAR(coverage_render_traces_doc,
+"coverage_render_traces(segments, rank_count, order, start, budget, rank_values, id_texts)\n"
+"    -> (str, next)\n\n"
+"The evidence file's trace objects (indent=2 JSON, as inside its \"traces\" list) for the\n"
+"observations at order[start:next] (order from coverage_trace_order): at least `budget`\n"
+"occurrences, then to the end of the last ID. The text starts with \",\\n\" when start > 0.\n"
+"rank_values: int64 buffer, rank code -> rank. id_texts: None when keys are the int IDs,\n"
+"else a list of the JSON text of each code's ID (ASCII str).");
+
+static PyObject *coverage_render_traces(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *segments, *rank_count;
-    Py_buffer order;
-    Py_ssize_t start, stop;
-    if (!PyArg_ParseTuple(args, "OOy*nn:coverage_gather", &segments, &rank_count, &order, &start, &stop))
+    PyObject *segments, *rank_count, *texts_object;
+    Py_buffer order, rank_values;
+    Py_ssize_t start, budget;
+    if (!PyArg_ParseTuple(args, "OOy*nny*O:coverage_render_traces", &segments, &rank_count, &order, &start,
+                          &budget, &rank_values, &texts_object))
         return NULL;
     segment_list list;
-    if (segments_parse(segments, rank_count, &list) < 0) {
-        PyBuffer_Release(&order);
-        return NULL;
-    }
+    id_texts ids = {NULL, NULL, 0};
+    text_buffer text = {NULL, 0, 0};
     PyObject *result = NULL;
-    Py_ssize_t available = order.len / 4;
-    if (start < 0 || stop < start || stop > available) {
-        PyErr_Format(PyExc_ValueError, "gather range [%zd, %zd) is outside the %zd indices", start, stop,
-                     available);
+    bool parsed = segments_parse(segments, rank_count, &list) == 0;
+    if (!parsed)
+        goto done;
+    size_t total = (size_t)order.len / 4;
+    if (order.len % 4 != 0 || total != list.total || start < 0 || (size_t)start > total || budget < 1 ||
+        (size_t)rank_values.len / 8 < list.rank_count) {
+        PyErr_SetString(PyExc_ValueError, "order, start, budget or rank_values do not fit the segments");
         goto done;
     }
-    result = PyList_New(stop - start);
-    for (Py_ssize_t i = start; result && i < stop; i++) {
-        uint32_t index = load_u32(order.buf, (size_t)i);
-        if (index >= list.total) {
-            PyErr_SetString(PyExc_ValueError, "order holds an index beyond the observations");
-            Py_CLEAR(result);
-            break;
+    if (texts_object != Py_None) {
+        if (!PyList_Check(texts_object)) {
+            PyErr_SetString(PyExc_TypeError, "id_texts must be a list of str or None");
+            goto done;
         }
-        size_t local;
-        const segment *item = segment_at(&list, index, &local);
-        PyObject *row = Py_BuildValue("(LILLL)", (long long)segment_key(item, local),
-                                      (unsigned int)segment_rank(item, local),
-                                      (long long)segment_epoch(item, local),
-                                      (long long)segment_position(item, local),
-                                      (long long)segment_worker(item, local));
-        if (!row) {
-            Py_CLEAR(result);
-            break;
+        ids.count = (size_t)PyList_GET_SIZE(texts_object);
+        ids.texts = PyMem_Calloc(ids.count ? ids.count : 1, sizeof *ids.texts);
+        ids.lengths = PyMem_Calloc(ids.count ? ids.count : 1, sizeof *ids.lengths);
+        if (!ids.texts || !ids.lengths) {
+            PyErr_NoMemory();
+            goto done;
         }
-        PyList_SET_ITEM(result, i - start, row);
+        /* The list keeps the strs, and with them their cached UTF-8, alive. */
+        for (size_t i = 0; i < ids.count; i++)
+            if (!(ids.texts[i] = PyUnicode_AsUTF8AndSize(PyList_GET_ITEM(texts_object, i), &ids.lengths[i])))
+                goto done;
     }
+    for (size_t i = 0; i < total; i++)
+        if (load_u32(order.buf, i) >= list.total) {
+            PyErr_SetString(PyExc_ValueError, "order holds an index beyond the observations");
+            goto done;
+        }
+    size_t next;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = render_traces(&list, order.buf, total, (size_t)start, (size_t)budget, rank_values.buf, &ids, &text,
+                           &next);
+    Py_END_ALLOW_THREADS
+    if (status == -1)
+        PyErr_NoMemory();
+    else if (status == -2)
+        PyErr_SetString(PyExc_ValueError, "a key has no entry in id_texts");
+    else
+        result = Py_BuildValue("(s#n)", text.data ? text.data : "", (Py_ssize_t)text.length, (Py_ssize_t)next);
 done:
-    segments_release(&list);
+    PyMem_RawFree(text.data);
+    PyMem_Free(ids.texts);
+    PyMem_Free(ids.lengths);
+    if (parsed)
+        segments_release(&list);
     PyBuffer_Release(&order);
+    PyBuffer_Release(&rank_values);
     return result;
 }
 
@@ -1907,7 +2045,7 @@ static PyObject *coverage_first_below(PyObject *module, PyObject *args)
 PyMethodDef tp_coverage_methods[] = {
     {"coverage_analyze", coverage_analyze, METH_VARARGS, coverage_analyze_doc},
     {"coverage_trace_order", coverage_trace_order, METH_VARARGS, coverage_trace_order_doc},
-    {"coverage_gather", coverage_gather, METH_VARARGS, coverage_gather_doc},
+    {"coverage_render_traces", coverage_render_traces, METH_VARARGS, coverage_render_traces_doc},
     {"coverage_collect_ids", coverage_collect_ids, METH_VARARGS, coverage_collect_ids_doc},
     {"coverage_collect_observations", coverage_collect_observations, METH_VARARGS,
      coverage_collect_observations_doc},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import json
 import random
 
 import pytest
@@ -246,11 +247,61 @@ def test_trace_order_is_by_key_then_input_order(core):
     segments = [segment([5, -1, 5], rank=0), segment([-1, 3], rank=1)]
     order = list(array.array("I", core.coverage_trace_order(segments, 2)))
     assert order == [1, 3, 4, 0, 2]
-    order_bytes = array.array("I", order).tobytes()
-    rows = core.coverage_gather(segments, 2, order_bytes, 1, 3)
-    assert rows == [(-1, 1, 0, 0, -1), (3, 1, 0, 1, -1)]
+
+
+def render_all(core, segments, budget, id_texts):
+    order = core.coverage_trace_order(segments, 2)
+    total = len(order) // 4
+    pieces, start = [], 0
+    while start < total:
+        text, start = core.coverage_render_traces(
+            segments, 2, order, start, budget, int64([10, 20]), id_texts
+        )
+        pieces.append(text)
+    return pieces
+
+
+def occurrence(sample_id, rank, epoch, position, worker):
+    return {
+        "epoch": epoch,
+        "position": position,
+        "rank": rank,
+        "sample_id": sample_id,
+        "worker": worker,
+    }
+
+
+@pytest.mark.parametrize("budget, calls", [(1, 3), (2, 2), (100, 1)])
+def test_rendered_traces_are_indent_2_json_cut_at_id_boundaries(core, budget, calls):
+    segments = [
+        segment([5, -1, 5], rank=0, epoch=[0, 1, 2], workers=[-1, 3, 0]),
+        segment([-1, 3], rank=1, epoch=7),
+    ]
+    pieces = render_all(core, segments, budget, None)
+    assert len(pieces) == calls
+    traces = [
+        {
+            "occurrences": [occurrence(-1, 10, 1, 1, 3), occurrence(-1, 20, 7, 0, None)],
+            "sample_id": -1,
+        },
+        {"occurrences": [occurrence(3, 20, 7, 1, None)], "sample_id": 3},
+        {
+            "occurrences": [occurrence(5, 10, 0, 0, None), occurrence(5, 10, 2, 2, 0)],
+            "sample_id": 5,
+        },
+    ]
+    document = json.dumps({"traces": traces}, indent=2, sort_keys=True)
+    assert document == '{\n  "traces": [\n' + "".join(pieces) + "\n  ]\n}"
+
+
+def test_rendered_traces_use_the_id_texts_of_codes(core):
+    segments = [segment([1, 0], rank=0)]
+    (text,) = render_all(core, segments, 10, ['"a\\u00e9"', '"b"'])
+    assert '"sample_id": "a\\u00e9"' in text and text.index('"a') < text.index('"b"')
     with pytest.raises(ValueError):
-        core.coverage_gather(segments, 2, order_bytes, 2, 9)
+        render_all(core, segments, 10, ['"a"'])
+    with pytest.raises(ValueError):
+        core.coverage_render_traces(segments, 2, b"", 0, 1, int64([0, 0]), None)
 
 
 # ---------------------------------------------------------------- input shaping
