@@ -47,15 +47,10 @@ def observe_one(
             )
         info = write_snapshot(request["snapshot"], normalized, step=case.total_step)
     except (UnsupportedStateError, StableStateError) as error:
-        return _failure(
-            Outcome.ABSTAIN,
-            f"snapshot state is unsupported: {type(error).__name__}",
-            detail=str(error),
-        )
+        # The contract's message names the type only; the path is what a user needs next.
+        return _failure(Outcome.ABSTAIN, f"snapshot state is unsupported: {type(error).__name__}: {error}")
     except Exception as error:
-        return _failure(
-            Outcome.ERROR, f"snapshot worker failed: {type(error).__name__}", detail=str(error)
-        )
+        return _failure(Outcome.ERROR, f"snapshot worker failed: {type(error).__name__}: {error}")
     written = time.perf_counter()
     return {
         "outcome": Outcome.PASS.value,
