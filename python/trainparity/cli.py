@@ -75,8 +75,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainparity import cli_accumulation, cli_coverage, cli_diff, cli_env, cli_resume
-    from trainparity import cli_snapshot
+    from trainparity import (
+        cli_accumulation,
+        cli_coverage,
+        cli_diff,
+        cli_env,
+        cli_resume,
+        cli_snapshot,
+    )
 
     parser = _Parser(
         prog="trainparity",
@@ -164,9 +170,7 @@ def add_tolerance_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("comparison (exact unless --rtol and --atol are given)")
     group.add_argument("--rtol", type=float, help="relative tolerance: |a-b| <= atol + rtol*|b|")
     group.add_argument("--atol", type=float, help="absolute tolerance")
-    group.add_argument(
-        "--equal-nan", action="store_true", help="under a tolerance, NaN equals NaN"
-    )
+    group.add_argument("--equal-nan", action="store_true", help="under a tolerance, NaN equals NaN")
 
 
 def comparison_from(arguments: argparse.Namespace) -> ComparisonPolicy | None:
@@ -182,7 +186,9 @@ def comparison_from(arguments: argparse.Namespace) -> ComparisonPolicy | None:
             rtol=arguments.rtol, atol=arguments.atol, equal_nan=arguments.equal_nan
         )
     except ValueError as error:
-        raise UsageError(f"{error} (got --rtol {arguments.rtol}, --atol {arguments.atol})") from None
+        raise UsageError(
+            f"{error} (got --rtol {arguments.rtol}, --atol {arguments.atol})"
+        ) from None
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:

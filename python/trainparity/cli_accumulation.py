@@ -58,7 +58,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
             default=not value,
             help=f"plan field {field}={value}",
         )
-    parser.add_argument("--device", default="cpu", help="device for build() and batch() (default: cpu)")
+    parser.add_argument(
+        "--device", default="cpu", help="device for build() and batch() (default: cpu)"
+    )
     parser.add_argument("--seed", type=int, default=23, help="seed of every child (default: 23)")
     cli.add_tolerance_options(parser)
     cli.add_run_options(parser)

@@ -92,7 +92,9 @@ def _rank_files(items: list[str]) -> dict[int, Path]:
         try:
             rank = cli.non_negative_int(rank_text)
         except argparse.ArgumentTypeError:
-            raise cli.UsageError(f"--ids {item!r}: the rank must be a non-negative integer") from None
+            raise cli.UsageError(
+                f"--ids {item!r}: the rank must be a non-negative integer"
+            ) from None
         if rank in files:
             raise cli.UsageError(f"--ids gives rank {rank} twice")
         files[rank] = Path(path)
@@ -107,7 +109,9 @@ def _universe(arguments: argparse.Namespace) -> range | list[int] | None:
     try:
         lines = arguments.universe_file.read_text(encoding="utf-8").splitlines()
     except OSError as error:
-        raise cli.UsageError(f"--universe-file {arguments.universe_file}: {error.strerror}") from None
+        raise cli.UsageError(
+            f"--universe-file {arguments.universe_file}: {error.strerror}"
+        ) from None
     identifiers = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

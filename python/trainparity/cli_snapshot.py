@@ -92,7 +92,9 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
     except cli.UsageError:
         raise
     except Exception as error:
-        return _recorded(Outcome.ERROR, f"{source} could not be observed: {_described(error)}", fields)
+        return _recorded(
+            Outcome.ERROR, f"{source} could not be observed: {_described(error)}", fields
+        )
     environment = environment_fingerprint(initialize_cuda=True)
     try:
         normalized = normalize_observation(observed)

@@ -123,9 +123,7 @@ def _truncated(section: Section, max_rows: int) -> Section:
 
 def _context(report: Mapping[str, Any]) -> Section | None:
     rows = [
-        (label, _text(report[key]))
-        for key, label in _CONTEXT_KEYS
-        if report.get(key) is not None
+        (label, _text(report[key])) for key, label in _CONTEXT_KEYS if report.get(key) is not None
     ]
     if "comparison_policy" in report:
         rows.append(("comparison", _policy_text(report)))

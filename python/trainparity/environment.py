@@ -99,6 +99,7 @@ def environment_fingerprint(
         "torch": _torch(),
         "cuda": _cuda(initialize_cuda),
         "determinism": _determinism(),
+        "precision": _precision(),
         "numpy": _numpy(),
         "variables": {name: source.get(name) for name in ALLOWED_VARIABLES},
     }
@@ -187,7 +188,9 @@ def _cuda(initialize: bool) -> dict[str, Any]:
     details = {
         "available": available,
         "version": torch.version.cuda,
-        "cudnn_version": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "cudnn_version": torch.backends.cudnn.version()
+        if torch.backends.cudnn.is_available()
+        else None,
         "driver_version": _nvidia_driver_version(),
         "device_count": torch.cuda.device_count() if available else 0,
         "devices": _devices(available and (initialize or torch.cuda.is_initialized())),
@@ -240,7 +243,6 @@ def _nvidia_proc_gpu_names() -> list[str]:
 
 
 def _determinism() -> dict[str, Any]:
-    matmul = torch.backends.cuda.matmul
     cudnn = torch.backends.cudnn
     return {
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
@@ -248,15 +250,23 @@ def _determinism() -> dict[str, Any]:
         "cudnn_enabled": bool(cudnn.enabled),
         "cudnn_benchmark": bool(cudnn.benchmark),
         "cudnn_deterministic": bool(cudnn.deterministic),
-        "cudnn_allow_tf32": bool(cudnn.allow_tf32),
+    }
+
+
+def _precision() -> dict[str, Any]:
+    """Process-wide settings that change how floating-point results are rounded."""
+    matmul = torch.backends.cuda.matmul
+    return {
+        "default_dtype": str(torch.get_default_dtype()),
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "cuda_matmul_allow_tf32": bool(matmul.allow_tf32),
+        "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
         "cuda_matmul_allow_fp16_reduced_precision_reduction": bool(
             matmul.allow_fp16_reduced_precision_reduction
         ),
         "cuda_matmul_allow_bf16_reduced_precision_reduction": bool(
             matmul.allow_bf16_reduced_precision_reduction
         ),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
     }
 
 
@@ -272,7 +282,9 @@ def _numpy() -> dict[str, Any] | None:
         "version": numpy.__version__,
         "simd_baseline": list(getattr(umath, "__cpu_baseline__", None) or []),
         "simd_dispatched": [
-            target for target in getattr(umath, "__cpu_dispatch__", None) or [] if features.get(target)
+            target
+            for target in getattr(umath, "__cpu_dispatch__", None) or []
+            if features.get(target)
         ],
     }
 
@@ -303,7 +315,7 @@ class EnvironmentLead:
 
 _CATEGORY_NOTES = {
     "simd": "vector instruction sets differ: other kernels run, with another summation order and FMA use",
-    "tf32": "TF32 settings differ: float32 matmuls and convolutions may round inputs to a 10-bit mantissa",
+    "precision": "precision settings differ (TF32, reduced-precision reductions, default dtype): results are rounded differently",
     "threads": "thread counts differ: parallel reductions split their work per thread, changing summation order",
     "determinism": "determinism settings differ: non-deterministic algorithms may be chosen",
     "library_version": "library versions differ: kernels and their reduction orders can change between releases",
@@ -316,10 +328,8 @@ _CATEGORY_PREFIXES = (
     ("cpu.simd", "simd"),
     ("cpu.torch_capability", "simd"),
     ("numpy.simd", "simd"),
-    ("determinism.cudnn_allow_tf32", "tf32"),
-    ("determinism.cuda_matmul_allow_tf32", "tf32"),
-    ("determinism.float32_matmul_precision", "tf32"),
-    ("variables.NVIDIA_TF32_OVERRIDE", "tf32"),
+    ("precision.", "precision"),
+    ("variables.NVIDIA_TF32_OVERRIDE", "precision"),
     ("threads.", "threads"),
     ("cpu.logical_cores", "threads"),
     ("variables.OMP_NUM_THREADS", "threads"),
@@ -346,7 +356,7 @@ def environment_leads(
 ) -> tuple[EnvironmentLead, ...]:
     """Every differing fact of two fingerprints, most likely explanations of drift first.
 
-    Categories in order: simd, tf32, threads, determinism, library_version,
+    Categories in order: simd, precision, threads, determinism, library_version,
     hardware, other; keys in code-point order within a category. When a side
     has no fingerprint, one lead says so.
     """
@@ -370,9 +380,7 @@ def environment_leads(
         if before == after:
             continue
         category = _category(key)
-        leads.append(
-            EnvironmentLead(key, category, before, after, _note(category, before, after))
-        )
+        leads.append(EnvironmentLead(key, category, before, after, _note(category, before, after)))
     return tuple(sorted(leads, key=lambda lead: _CATEGORY_ORDER.index(lead.category)))
 
 

@@ -29,13 +29,13 @@ def render_html_report(report: Mapping[str, Any] | Any, *, title: str | None = N
     report, environment included, follows as JSON.
     """
     payload = _as_report(report)
-    heading = title or f"trainparity: {headline(payload)}"
+    heading = title or "trainparity report"
     body = html_fragment(payload, max_rows=50, include_environment="outcome" not in payload)
     full_json = json.dumps(payload, indent=2, sort_keys=True, default=str)
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{html.escape(heading)}</title><style>{_PAGE_STYLE}</style></head><body>"
+        f"<title>{html.escape(title or headline(payload))}</title><style>{_PAGE_STYLE}</style></head><body>"
         f"<h1>{html.escape(heading)}</h1>{body}"
         f"<details><summary>Full report (JSON)</summary><pre>{html.escape(full_json)}</pre></details>"
         "</body></html>\n"

@@ -73,7 +73,9 @@ def pytest_assertrepr_compare(
     ):
         return None
     actual = left if isinstance(left, Outcome) else right
-    results = [value for value in _asserting_locals() if _is_result(value) and value.outcome is actual]
+    results = [
+        value for value in _asserting_locals() if _is_result(value) and value.outcome is actual
+    ]
     if not results:
         return None
     lines = [f"{_plain(left)} {op} {_plain(right)}"]
@@ -100,8 +102,10 @@ def _asserting_locals() -> list[Any]:
 
 
 def _is_result(value: object) -> bool:
-    return callable(getattr(value, "to_dict", None)) and hasattr(value, "message") and hasattr(
-        value, "outcome"
+    return (
+        callable(getattr(value, "to_dict", None))
+        and hasattr(value, "message")
+        and hasattr(value, "outcome")
     )
 
 
