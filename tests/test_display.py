@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from trainparity import Outcome
 from trainparity.api import Difference, ProcessResumeResult
 from trainparity.display import NotebookProgress, html_fragment, text_report

@@ -8,7 +8,6 @@ import uuid
 
 import pytest
 import torch
-
 from trainparity import environment
 from trainparity.environment import ALLOWED_VARIABLES, environment_fingerprint, environment_leads
 

@@ -9,7 +9,6 @@ import subprocess
 import zlib
 
 import pytest
-
 from trainparity import Outcome
 from trainparity.api import Difference, ProcessResumeResult
 from trainparity.display import OUTCOME_COLOURS
@@ -17,7 +16,7 @@ from trainparity.environment import environment_fingerprint
 from trainparity.html_report import render_html_report, write_html_report
 from trainparity.results import ExternalProcessEvidence
 
-FIRST_PATH = "optimizer.state[\"0\"].exp_avg"
+FIRST_PATH = 'optimizer.state["0"].exp_avg'
 
 
 def _failed_resume() -> ProcessResumeResult:
@@ -128,7 +127,7 @@ def test_chromium_shows_the_outcome_and_first_divergence_of_a_fail_report(tmp_pa
     badge = re.search(r"<span class=\"tp-badge\" id=\"tp-outcome\"[^>]*>([^<]*)</span>", dom)
     assert badge is not None and badge.group(1) == "FAIL"
     divergence = dom.split("<h3>First divergence</h3>", 1)[1]
-    assert "optimizer.state[\"0\"].exp_avg" in divergence.split("</table>", 1)[0]
+    assert 'optimizer.state["0"].exp_avg' in divergence.split("</table>", 1)[0]
 
     screenshot = tmp_path / "report.png"
     _render(

@@ -11,7 +11,6 @@ import textwrap
 
 import pytest
 import torch
-
 from trainparity import ExactComparison, Outcome, ToleranceComparison
 from trainparity.environment import environment_fingerprint
 from trainparity.snapshot_diff import diff_snapshots
@@ -58,20 +57,28 @@ def test_thread_count_drift_shows_in_the_table_and_the_environment_leads(tmp_pat
 
     assert diff.outcome is Outcome.FAIL
     drifted = {stats.path: stats for stats in diff.differing_tensors}
-    assert "total" in drifted, "a 4M-element float32 sum should round differently on 1 and 2 threads"
+    assert "total" in drifted, (
+        "a 4M-element float32 sum should round differently on 1 and 2 threads"
+    )
     assert drifted["total"].mismatch_count == 1
     assert 0 < drifted["total"].relative_rms_error < 1e-4
     relative = [stats.relative_rms_error for stats in diff.differing_tensors]
     assert relative == sorted(relative, reverse=True)
     lead_keys = {lead.key: lead for lead in diff.environment_leads}
-    assert (lead_keys["threads.torch_intra_op"].baseline, lead_keys["threads.torch_intra_op"].candidate) == (1, 2)
+    assert (
+        lead_keys["threads.torch_intra_op"].baseline,
+        lead_keys["threads.torch_intra_op"].candidate,
+    ) == (1, 2)
     assert lead_keys["variables.OMP_NUM_THREADS"].category == "threads"
     assert diff.environment_leads[0].category in ("threads", "simd", "precision")
 
 
 def test_float32_against_float64_shows_the_drift_and_names_the_default_dtype(tmp_path):
     generator = torch.Generator().manual_seed(1)
-    left, right = torch.randn(32, 256, generator=generator), torch.randn(256, 16, generator=generator)
+    left, right = (
+        torch.randn(32, 256, generator=generator),
+        torch.randn(256, 16, generator=generator),
+    )
     _write(tmp_path / "float32.safetensors", {"product": left @ right})
     torch.set_default_dtype(torch.float64)
     try:
@@ -110,7 +117,12 @@ def test_summary_statistics_cover_every_compared_tensor(tmp_path):
     )
     assert [stats.path for stats in diff.differing_tensors] == ["a", "b"]
     assert diff.compared_tensor_count == 4
-    errors = [diff.differing_tensors[0].relative_rms_error, diff.differing_tensors[1].relative_rms_error, 0.0, 0.0]
+    errors = [
+        diff.differing_tensors[0].relative_rms_error,
+        diff.differing_tensors[1].relative_rms_error,
+        0.0,
+        0.0,
+    ]
     assert diff.median_relative_rms_error == pytest.approx(statistics.median(errors))
     assert diff.max_relative_rms_error == diff.differing_tensors[0].relative_rms_error
     assert diff.message == "first observed divergence at a: tensor_value"
@@ -129,7 +141,9 @@ def test_structure_differences_are_reported_in_traversal_order(tmp_path):
 
 def test_identical_snapshots_pass_with_no_leads(tmp_path):
     state = {"w": torch.arange(5.0)}
-    diff = diff_snapshots(_write(tmp_path / "a.safetensors", state), _write(tmp_path / "b.safetensors", state))
+    diff = diff_snapshots(
+        _write(tmp_path / "a.safetensors", state), _write(tmp_path / "b.safetensors", state)
+    )
     assert diff.outcome is Outcome.PASS
     assert diff.message == "snapshots are equivalent under policy"
     assert diff.environment_leads == ()
