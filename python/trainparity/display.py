@@ -172,6 +172,8 @@ def _first_violation(report: Mapping[str, Any]) -> Section | None:
 
 
 def _coverage_counts(report: Mapping[str, Any]) -> Section | None:
+    if report.get("outcome") not in ("PASS", "FAIL"):
+        return None  # an audit that stopped early counted nothing: its zeros mean nothing
     rows = tuple(
         (key.replace("_", " "), _text(report[key]))
         for key in _COVERAGE_COUNT_KEYS
