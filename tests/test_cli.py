@@ -144,6 +144,15 @@ def test_diff_prints_text_by_default_and_exactly_the_report_with_json(capsys, tm
     assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
+def test_failures_outside_a_check_are_errors_with_a_message_not_a_traceback(capsys, tmp_path):
+    same = _snapshot(tmp_path / "a.safetensors", {"w": torch.ones(3)})
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, _, err = _run(capsys, "diff", same, same, "--report", blocker / "report.json")
+    assert code == 3
+    assert err.startswith("trainparity diff: error: ") and "Traceback" not in err
+
+
 def test_snapshot_records_a_checkpoint_with_the_environment(capsys, tmp_path):
     checkpoint = tmp_path / "checkpoint.pt"
     torch.save(

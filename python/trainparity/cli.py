@@ -62,19 +62,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.command is None:
         parser.print_help(sys.stderr)
         return USAGE_ERROR
+    prefix = f"trainparity {arguments.command}: error:"
     try:
         output = arguments.run(arguments)
+        emit(output, arguments)
     except UsageError as error:
-        print(f"trainparity {arguments.command}: error: {error}", file=sys.stderr)
+        print(f"{prefix} {error}", file=sys.stderr)
         return USAGE_ERROR
     except CommandUnavailable as error:
-        print(f"trainparity {arguments.command}: error: {error}", file=sys.stderr)
+        print(f"{prefix} {error}", file=sys.stderr)
         return EXIT_CODES[Outcome.ERROR]
-    emit(output, arguments)
+    except KeyboardInterrupt:
+        # The checks have already stopped their children and removed temporary files.
+        print(f"trainparity {arguments.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # e.g. an unwritable --report path: ERROR, not a traceback
+        print(f"{prefix} {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_CODES[Outcome.ERROR]
     return EXIT_CODES[output.outcome] if output.outcome is not None else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # The command modules import this one for its helpers, so they are imported here.
     from trainparity import (
         cli_accumulation,
         cli_coverage,
