@@ -77,11 +77,8 @@ def _environment() -> dict[str, Any]:
     return environment_fingerprint()
 
 
-def _failure(outcome: Outcome, message: str, detail: str | None = None) -> dict[str, Any]:
-    record: dict[str, Any] = {"outcome": outcome.value, "message": message}
-    if detail is not None:
-        record["detail"] = detail
-    return record
+def _failure(outcome: Outcome, message: str) -> dict[str, Any]:
+    return {"outcome": outcome.value, "message": message}
 
 
 def write_result(path: str, record: dict[str, Any]) -> None:
