@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.comparison import ExactComparison, ToleranceComparison
+from trainparity.environment import environment_fingerprint
 from trainparity.importing import case_module_name, load_process_case
 from trainparity.observer_client import ObservationFailure, ObserverClient
 from trainparity.outcomes import Outcome
@@ -143,9 +144,12 @@ class ProcessResumeRunner:
             result = ProcessResumeResult(
                 outcome=Outcome.ERROR,
                 message=f"process case setup failed: {type(error).__name__}",
+                environment=environment_fingerprint(),
                 **fields,
             )
             return self._finish(result, report_path)
+        # The children's allow-listed variables (CUBLAS_WORKSPACE_CONFIG, ...) are what mattered.
+        fields["environment"] = environment_fingerprint(variables=child_environment)
         run_root, managed = _run_root(work_dir, self.temporary_root)
         try:
             execution = _ResumeExecution(
