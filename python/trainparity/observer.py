@@ -51,7 +51,9 @@ def observe_one(
         )
     except (UnsupportedStateError, StableStateError) as error:
         # The contract's message names the type only; the path is what a user needs next.
-        return _failure(Outcome.ABSTAIN, f"snapshot state is unsupported: {type(error).__name__}: {error}")
+        return _failure(
+            Outcome.ABSTAIN, f"snapshot state is unsupported: {type(error).__name__}: {error}"
+        )
     except Exception as error:
         return _failure(Outcome.ERROR, f"snapshot worker failed: {type(error).__name__}: {error}")
     written = time.perf_counter()
