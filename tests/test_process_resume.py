@@ -286,27 +286,34 @@ def test_r8_nondeterministic_baselines_abstain(results_by_call_form):
     assert "self-consistency" in result.message
 
 
+# The original uses a 10 s timeout for the cases that do not test timeouts; a
+# longer one keeps them independent of machine load without changing them.
 @pytest.mark.parametrize(
-    ("class_name", "timeout", "expected_outcome", "expected_message"),
+    ("class_name", "timeout", "expected_outcome", "expected_message", "our_detail"),
     [
-        ("ErrorProcessCase", 10.0, Outcome.ERROR, "baseline_a child exited with status 1"),
-        ("SlowProcessCase", 0.1, Outcome.ERROR, "baseline_a child exceeded timeout"),
+        ("ErrorProcessCase", 120.0, Outcome.ERROR, "baseline_a child exited with status 1", ""),
+        ("SlowProcessCase", 0.1, Outcome.ERROR, "baseline_a child exceeded timeout", ""),
         (
             "UnsupportedProcessCase",
-            10.0,
+            120.0,
             Outcome.ABSTAIN,
             "baseline_a checkpoint observation failed: snapshot state is unsupported: UnsupportedStateError",
+            # Ours also names the path and type (docs/compatibility.md).
+            ": unsupported state at unsupported: builtins.object",
         ),
-        ("MissingCase", 10.0, Outcome.ERROR, "process case setup failed: CaseImportError"),
+        ("MissingCase", 120.0, Outcome.ERROR, "process case setup failed: CaseImportError", ""),
     ],
     ids=["child-error", "timeout", "unsupported", "missing-case"],
 )
 def test_r9_failures_become_results(
-    tmp_path, class_name, timeout, expected_outcome, expected_message
+    tmp_path, class_name, timeout, expected_outcome, expected_message, our_detail
 ):
     result = run_with_runner(class_name, tmp_path, timeout=timeout)
     assert result.outcome is expected_outcome
-    assert result.message == expected_message
+    if trainparity.__version__ == "0.1.0":
+        assert result.message == expected_message
+    else:
+        assert result.message == expected_message + our_detail
     assert result.fresh_resume_processes_distinct is False
     assert list(tmp_path.iterdir()) == []
 
@@ -491,11 +498,13 @@ def test_rq_quickstart_case_passes_under_a_declared_tolerance(tmp_path):
 def test_rq_unit_training_helper_resumes_with_the_scheduler_fault(tmp_path):
     from trainparity.quickstarts import resume as quickstart
 
-    quickstart._train(tmp_path / "split", 2, None, False)
+    # Ours names the helper `train`; the original's is private (`_train`).
+    train = getattr(quickstart, "train", None) or quickstart._train
+    train(tmp_path / "split", 2, None, False)
     split = torch.load(tmp_path / "split" / "checkpoint.pt", weights_only=True)
     assert split["step"] == split["scheduler"]["last_epoch"] == 2
 
-    quickstart._train(tmp_path / "resumed", 4, tmp_path / "split" / "checkpoint.pt", True)
+    train(tmp_path / "resumed", 4, tmp_path / "split" / "checkpoint.pt", True)
     resumed = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)
     assert resumed["step"] == 4
     assert resumed["scheduler"]["last_epoch"] == 2
