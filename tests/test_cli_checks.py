@@ -8,7 +8,6 @@ import types
 import uuid
 from dataclasses import dataclass
 
-import pytest
 from trainparity.cli import main
 from trainparity.outcomes import Outcome
 
@@ -156,24 +155,6 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
         _run(capsys, "accumulation", "c:C", "--microbatches", "2", "--clip-per-microbatch")[0] == 4
     )
     assert _run(capsys, "accumulation", "c:C", "--microbatches", "0")[0] == 4
-
-
-@pytest.mark.parametrize(
-    ("module", "arguments"),
-    [
-        ("trainparity.accumulation", ("accumulation", "c:C", "--microbatches", "2")),
-        (
-            "trainparity.sample_coverage",
-            ("coverage", "--ids", "0=a.npy", "--policy", "exactly_once"),
-        ),
-    ],
-)
-def test_commands_missing_from_the_build_exit_3_and_say_so(capsys, monkeypatch, module, arguments):
-    monkeypatch.setitem(sys.modules, module, None)  # makes the import fail
-    code, out, err = _run(capsys, *arguments)
-    assert code == 3
-    assert out == ""
-    assert "not available in this build" in err
 
 
 class _Policy:

@@ -31,10 +31,6 @@ class UsageError(Exception):
     """An argument that parsed but makes no sense (exit code 4)."""
 
 
-class CommandUnavailable(Exception):
-    """A command whose implementation is not part of this build (exit code 3)."""
-
-
 @dataclass(frozen=True)
 class CommandOutput:
     """What a command produced: its machine report, the verdict (None: just information)."""
@@ -69,9 +65,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"{prefix} {error}", file=sys.stderr)
         return USAGE_ERROR
-    except CommandUnavailable as error:
-        print(f"{prefix} {error}", file=sys.stderr)
-        return EXIT_CODES[Outcome.ERROR]
     except KeyboardInterrupt:
         # The checks have already stopped their children and removed temporary files.
         print(f"trainparity {arguments.command}: interrupted", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -62,18 +63,10 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(arguments: argparse.Namespace) -> cli.CommandOutput:
-    try:
-        from trainparity import sample_coverage
-
-        audit_rank_arrays = sample_coverage.audit_rank_arrays
-    except (ImportError, AttributeError):
-        raise cli.CommandUnavailable(
-            "sample coverage audits are not available in this build of trainparity "
-            "(trainparity.sample_coverage.audit_rank_arrays is missing)"
-        ) from None
+    sample_coverage = importlib.import_module("trainparity.sample_coverage")
     rank_files = _rank_files(arguments.ids)
     policy = _policy(sample_coverage, arguments, _universe(arguments))
-    result = audit_rank_arrays(
+    result = sample_coverage.audit_rank_arrays(
         rank_files,
         policy=policy,
         epoch=arguments.epoch,
