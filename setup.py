@@ -8,6 +8,21 @@ import glob
 import os
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+CUDA_SOURCES = os.path.join("csrc", "cuda")
+
+
+class build_py_with_cuda_sources(build_py):  # noqa: N801 - setuptools command naming
+    """Ships csrc/cuda inside the package, so an installed trainparity can build its kernels on first use."""
+
+    def run(self):
+        super().run()
+        target = os.path.join(self.build_lib, "trainparity", "csrc", "cuda")
+        self.mkpath(target)
+        for source in sorted(glob.glob(os.path.join(CUDA_SOURCES, "*"))):
+            self.copy_file(source, os.path.join(target, os.path.basename(source)))
+
 
 SANITIZE = os.environ.get("TRAINPARITY_SANITIZE") == "1"
 
@@ -39,4 +54,5 @@ setup(
     packages=["trainparity", "trainparity.quickstarts"],
     package_data={"trainparity": ["py.typed"]},
     ext_modules=[native_core],
+    cmdclass={"build_py": build_py_with_cuda_sources},
 )

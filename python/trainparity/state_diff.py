@@ -33,6 +33,7 @@ class TensorStatistics:
     max_abs_error: float | None
     max_rel_error: float | None
     relative_rms_error: float | None
+    backend: str = "cpu"  # where the values were compared: "cpu", "cuda-kernel" or "host-stream"
 
 
 @dataclass(frozen=True)
@@ -129,4 +130,5 @@ def _statistics(record: TensorRecord) -> TensorStatistics:
         max_abs_error=values.max_abs_error,
         max_rel_error=values.max_rel_error,
         relative_rms_error=values.relative_rms_error,
+        backend=values.backend,
     )
