@@ -22,7 +22,9 @@ from trainparity._coverage_ids import (
     read_observation_list,
     read_rank_id_lists,
 )
+from trainparity.display import result_html, result_repr
 from trainparity.outcomes import Outcome
+from trainparity.results import report_dict
 from trainparity.version import add_report_metadata
 
 __all__ = [
@@ -149,11 +151,12 @@ class SampleCoverageResult:
     anomaly_examples: tuple[SampleAnomaly, ...] = ()
     evidence_path: str | None = None
 
+    __repr__ = result_repr
+    _repr_html_ = result_html
+
     def to_dict(self) -> dict[str, Any]:
         """Report metadata, then every field (nested values as dicts, tuples kept)."""
-        payload = dataclasses.asdict(self)
-        payload["outcome"] = self.outcome.value
-        return add_report_metadata(payload)
+        return report_dict(self)
 
 
 def _policy_name(policy: object) -> str:
