@@ -192,6 +192,14 @@ def test_fault_details_match_the_recorded_evidence():
 
 
 @needs_cuda
+@pytest.mark.parametrize("case", ["LinearCase", "MLPCase", "TokenCase"])
+def test_clean_cases_pass_on_cuda(case):  # A-C1..A-C3 on the GPU
+    result = check(case, AccumulationExecutionPlan(2), device="cuda")
+    assert result.outcome == "PASS", result.message
+    assert_ran_three_fresh_children(result)
+
+
+@needs_cuda
 def test_amp_case_passes_on_cuda():  # A-C4
     result = check("AmpCase", AccumulationExecutionPlan(2), device="cuda")
     assert result.outcome == "PASS", result.message
