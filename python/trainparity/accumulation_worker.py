@@ -40,6 +40,7 @@ from trainparity.capture import (
     state_dict_or_none,
 )
 from trainparity.importing import CaseImportError, load_accumulation_case
+from trainparity.observer import write_result
 from trainparity.outcomes import Outcome
 from trainparity.protocols import LossAccounting, TrainingState
 from trainparity.snapshot_file import write_snapshot
@@ -338,13 +339,6 @@ def _check_state(state: object) -> None:
         )
 
 
-def write_result(path: Path, record: dict[str, Any]) -> None:
-    """Publish the result record atomically: the parent never sees half a file."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
-    os.replace(temporary, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m trainparity.accumulation_worker", description=__doc__
@@ -359,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     record = execute(
         arguments.case, arguments.plan, arguments.device, arguments.seed, arguments.observations
     )
-    write_result(arguments.result, record)
+    write_result(str(arguments.result), record)  # atomically: never half a file
     return 0
 
 
