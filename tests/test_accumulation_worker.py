@@ -20,6 +20,9 @@ from trainparity.snapshot_file import read_snapshot
 
 import tests.fixtures.accumulation_cases as cases
 
+# The scheduler-per-microbatch fault steps the scheduler before the optimizer on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
+
 TOLERANCE = ToleranceComparison(rtol=1e-6, atol=1e-7)
 _numbers = itertools.count()
 
