@@ -100,6 +100,12 @@ def test_from_dict_requires_exactly_the_ten_fields_and_revalidates():
 
 
 @ours_only
+def test_per_microbatch_clipping_needs_a_norm():
+    with pytest.raises(ValueError, match="clip_per_microbatch needs clip_grad_norm"):
+        AccumulationExecutionPlan(2, clip_per_microbatch=True).validate()
+
+
+@ours_only
 def test_plan_validation_rejects_wrong_types():
     for plan in (
         AccumulationExecutionPlan("2"),

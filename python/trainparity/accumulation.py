@@ -85,7 +85,11 @@ class AccumulationExecutionPlan:
     omit_final_microbatch: bool = False
 
     def validate(self) -> None:
-        """Raise ValueError for a non-positive count or clip norm, TypeError for wrong types."""
+        """Raise ValueError for values no execution can honour, TypeError for wrong field types.
+
+        ValueError: microbatch_count < 1, clip_grad_norm <= 0 or NaN, clip_per_microbatch
+        without clip_grad_norm.
+        """
         count = self.microbatch_count
         if isinstance(count, bool) or not isinstance(count, int):
             raise TypeError(f"microbatch_count must be an int, got {type(count).__name__}")
@@ -103,6 +107,9 @@ class AccumulationExecutionPlan:
                 )
             if math.isnan(norm) or norm <= 0:
                 raise ValueError("clip_grad_norm must be positive")
+        elif self.clip_per_microbatch:
+            # Without a norm the flag would silently do nothing.
+            raise ValueError("clip_per_microbatch needs clip_grad_norm")
 
     def to_dict(self) -> dict[str, Any]:
         """The ten fields by name."""
