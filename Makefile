@@ -29,7 +29,7 @@ sanitize: venv
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	TRAINPARITY_CORE_PATH="$$(ls build/asan/trainparity/_trainparity*.so)" \
-	$(VPY) -m pytest -q -p no:cacheprovider tests/ccore
+	$(VPY) -m pytest -q -p no:cacheprovider -p no:trainparity tests/ccore
 
 lint: venv
 	$(VENV)/bin/ruff check python quickstarts tests benchmarks setup.py

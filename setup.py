@@ -14,8 +14,13 @@ SANITIZE = os.environ.get("TRAINPARITY_SANITIZE") == "1"
 compile_args = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-pthread", "-D_GNU_SOURCE"]
 link_args = ["-pthread"]
 if SANITIZE:
-    compile_args += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
-                     "-fno-sanitize-recover=undefined"]
+    compile_args += [
+        "-O1",
+        "-g",
+        "-fno-omit-frame-pointer",
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=undefined",
+    ]
     link_args += ["-fsanitize=address,undefined"]
 else:
     compile_args += ["-O3"]

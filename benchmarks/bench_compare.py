@@ -74,12 +74,16 @@ def bench_tolerance(size_bytes: int, repeats: int) -> None:
     rtol, atol = 1e-5, 1e-8
     # torch's chain holds about five tensors of the input size at its peak.
     if size_bytes >= GIB and available_bytes() < 8 * size_bytes:
-        print(f"   (only {available_bytes() / GIB:.1f} GiB available: using 256 MiB, not "
-              f"{size_bytes // MIB} MiB)")
+        print(
+            f"   (only {available_bytes() / GIB:.1f} GiB available: using 256 MiB, not "
+            f"{size_bytes // MIB} MiB)"
+        )
         size_bytes = 256 * MIB
     count = size_bytes // 4
-    print(f"2. tolerance compare (rtol={rtol}, atol={atol}) of {size_bytes // MIB} MiB float32 "
-          f"tensors with one mismatch at element {count - 3}")
+    print(
+        f"2. tolerance compare (rtol={rtol}, atol={atol}) of {size_bytes // MIB} MiB float32 "
+        f"tensors with one mismatch at element {count - 3}"
+    )
     a = torch.randn(count)
     b = a.clone()
     b[count - 3] += 1.0
@@ -124,13 +128,19 @@ def bench_compare_states(size_bytes: int, repeats: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--size-mib", type=int, default=1024,
-                        help="bytes per buffer in MiB (default 1024; shrink for a quick run)")
+    parser.add_argument(
+        "--size-mib",
+        type=int,
+        default=1024,
+        help="bytes per buffer in MiB (default 1024; shrink for a quick run)",
+    )
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per figure")
     args = parser.parse_args()
     size_bytes = args.size_mib * MIB
-    print(f"trainparity {trainparity.__version__}, torch {torch.__version__}, "
-          f"median of {args.repeats} runs")
+    print(
+        f"trainparity {trainparity.__version__}, torch {torch.__version__}, "
+        f"median of {args.repeats} runs"
+    )
     bench_exact(size_bytes, args.repeats)
     bench_tolerance(size_bytes, args.repeats)
     bench_compare_states(size_bytes, args.repeats)

@@ -50,5 +50,6 @@ def main() -> None:
     )
     print(f"digest threads=2:  {two_threads:7.2f} GB/s  ({scaling:.2f}x threads=1)")
 
+
 if __name__ == "__main__":
     main()

@@ -1,9 +1,14 @@
 """trainparity: differential tests for PyTorch training semantics."""
 
 from trainparity.api import (
+    AtLeastOnce,
     ExactComparison,
+    ExactlyOnce,
+    ExpectedPadding,
+    NoCrossRankOverlap,
     Outcome,
     ToleranceComparison,
+    audit_sample_coverage,
     check_resume,
     compare_states,
 )
@@ -12,6 +17,11 @@ from trainparity.version import PACKAGE_VERSION as _PACKAGE_VERSION
 __version__ = _PACKAGE_VERSION
 
 __all__ = [
+    "AtLeastOnce",
+    "ExactlyOnce",
+    "ExpectedPadding",
+    "NoCrossRankOverlap",
+    "audit_sample_coverage",
     "ExactComparison",
     "Outcome",
     "ToleranceComparison",

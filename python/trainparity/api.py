@@ -6,14 +6,40 @@ from trainparity.comparison import (
     ExactComparison,
     ToleranceComparison,
 )
+from trainparity.environment import environment_fingerprint
 from trainparity.outcomes import Outcome
 from trainparity.process_resume import check_resume
 from trainparity.protocols import ProcessExecutionPlan, ProcessResumeCase
 from trainparity.results import ProcessResumeResult
+from trainparity.sample_coverage import (
+    AtLeastOnce,
+    ExactlyOnce,
+    ExpectedPadding,
+    NoCrossRankOverlap,
+    SampleAnomaly,
+    SampleCoverageResult,
+    SampleObservation,
+    SampleViolation,
+    audit_rank_arrays,
+    audit_rank_iterables,
+    audit_sample_coverage,
+)
+from trainparity.snapshot_diff import SnapshotDiff, diff_snapshots
 from trainparity.state_diff import StateComparison, TensorStatistics, compare_states
 from trainparity.version import MACHINE_REPORT_SCHEMA_VERSION
 
 __all__ = [
+    "AtLeastOnce",
+    "ExactlyOnce",
+    "ExpectedPadding",
+    "NoCrossRankOverlap",
+    "SampleAnomaly",
+    "SampleCoverageResult",
+    "SampleObservation",
+    "SampleViolation",
+    "audit_rank_arrays",
+    "audit_rank_iterables",
+    "audit_sample_coverage",
     "MACHINE_REPORT_SCHEMA_VERSION",
     "ComparisonPolicy",
     "Difference",
@@ -22,9 +48,12 @@ __all__ = [
     "ProcessExecutionPlan",
     "ProcessResumeCase",
     "ProcessResumeResult",
+    "SnapshotDiff",
     "StateComparison",
     "TensorStatistics",
     "ToleranceComparison",
     "check_resume",
     "compare_states",
+    "diff_snapshots",
+    "environment_fingerprint",
 ]

@@ -11,6 +11,7 @@ can serve every phase of a check while the training children stay fresh.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -45,17 +46,16 @@ def observe_one(
             raise UnsupportedStateError(
                 (), f"observation root is a {type(observation).__name__}, not a mapping"
             )
-        info = write_snapshot(request["snapshot"], normalized, step=case.total_step)
+        info = write_snapshot(
+            request["snapshot"], normalized, step=case.total_step, environment=_environment()
+        )
     except (UnsupportedStateError, StableStateError) as error:
+        # The contract's message names the type only; the path is what a user needs next.
         return _failure(
-            Outcome.ABSTAIN,
-            f"snapshot state is unsupported: {type(error).__name__}",
-            detail=str(error),
+            Outcome.ABSTAIN, f"snapshot state is unsupported: {type(error).__name__}: {error}"
         )
     except Exception as error:
-        return _failure(
-            Outcome.ERROR, f"snapshot worker failed: {type(error).__name__}", detail=str(error)
-        )
+        return _failure(Outcome.ERROR, f"snapshot worker failed: {type(error).__name__}: {error}")
     written = time.perf_counter()
     return {
         "outcome": Outcome.PASS.value,
@@ -66,11 +66,16 @@ def observe_one(
     }
 
 
-def _failure(outcome: Outcome, message: str, detail: str | None = None) -> dict[str, Any]:
-    record: dict[str, Any] = {"outcome": outcome.value, "message": message}
-    if detail is not None:
-        record["detail"] = detail
-    return record
+@functools.cache
+def _environment() -> dict[str, Any]:
+    """This worker's fingerprint, recorded in every snapshot it writes (computed once)."""
+    from trainparity.environment import environment_fingerprint
+
+    return environment_fingerprint()
+
+
+def _failure(outcome: Outcome, message: str) -> dict[str, Any]:
+    return {"outcome": outcome.value, "message": message}
 
 
 def write_result(path: str, record: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.comparison import ExactComparison, ToleranceComparison
+from trainparity.environment import environment_fingerprint
 from trainparity.importing import case_module_name, load_process_case
 from trainparity.observer_client import ObservationFailure, ObserverClient
 from trainparity.outcomes import Outcome
@@ -143,9 +144,12 @@ class ProcessResumeRunner:
             result = ProcessResumeResult(
                 outcome=Outcome.ERROR,
                 message=f"process case setup failed: {type(error).__name__}",
+                environment=environment_fingerprint(),
                 **fields,
             )
             return self._finish(result, report_path)
+        # The children's allow-listed variables (CUBLAS_WORKSPACE_CONFIG, ...) are what mattered.
+        fields["environment"] = environment_fingerprint(variables=child_environment)
         run_root, managed = _run_root(work_dir, self.temporary_root)
         try:
             execution = _ResumeExecution(
@@ -430,8 +434,10 @@ class _ResumeExecution:
             phase.resume_from = resume_from
         if not phase.started:
             self._start(phase)
-        if phase.error is None and phase.result is None:
-            self.group.wait_for(name)
+        if phase.error is None:  # else the command callback or the launch failed
+            if phase.result is None:
+                self.group.wait_for(name)
+            self._account(phase)
         if phase.error is not None:
             raise phase.error
         return self._checkpoint_after(phase)
@@ -474,10 +480,18 @@ class _ResumeExecution:
         if name not in self.phases:
             return
         self.progress.event(name, kind, result.wall_seconds if result is not None else None)
-        if kind != "end" or result is None:
-            return
-        phase = self.phases[name]
-        phase.result = result
+        if kind == "end":
+            self.phases[name].result = result
+
+    def _account(self, phase: _Phase) -> None:
+        """Record how a finished child ended, when the decision sequence reaches it.
+
+        Evidence of children that ran early (concurrently) but whose phase the
+        verdict never reached is left out, so a report does not depend on
+        scheduling.
+        """
+        result = phase.result
+        name = phase.name
         if result.timed_out:
             phase.error = _PhaseError(
                 Outcome.ERROR, self._hinted(name, f"{name} child exceeded timeout")

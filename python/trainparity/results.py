@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainparity.comparison import Difference
+from trainparity.display import result_html, result_repr
 from trainparity.outcomes import Outcome
 from trainparity.version import add_report_metadata
 
@@ -48,6 +49,10 @@ class ProcessResumeResult:
     comparison_atol: float | None = None
     comparison_equal_nan: bool | None = None
     nondeterminism_hints: tuple[str, ...] = ()
+    environment: dict[str, Any] | None = None
+
+    __repr__ = result_repr
+    _repr_html_ = result_html
 
     def to_dict(self) -> dict[str, Any]:
         return report_dict(self)

@@ -121,6 +121,32 @@ static void child_redirect(const struct spawn_plan *plan, const char *path, int 
         child_fail(plan, step, errno);
 }
 
+
+/* glibc's sigaction refuses the signals it reserves for itself (32 and 33 on
+ * Linux) with EINVAL, yet an ignored disposition of one of them, inherited
+ * from whoever started us, would survive execve. The raw system call resets
+ * them. Async-signal-safe: a plain syscall. Elsewhere there is nothing to do. */
+static int reset_reserved_signal(int sig)
+{
+#if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
+    struct {
+        void (*handler)(int);
+        unsigned long flags;
+        void (*restorer)(void);
+        uint64_t mask;
+    } kernel_action;
+    memset(&kernel_action, 0, sizeof kernel_action);
+    kernel_action.handler = SIG_DFL;
+    if (syscall(SYS_rt_sigaction, sig, &kernel_action, NULL, sizeof kernel_action.mask) == 0)
+        return 0;
+    /* Still EINVAL: SIGKILL/SIGSTOP-like, nothing that can be ignored. */
+    return errno == EINVAL ? 0 : -1;
+#else
+    (void)sig;
+    return 0;
+#endif
+}
+
 static void child_close_inherited(const struct spawn_plan *plan)
 {
     const int keep = plan->error_fd; /* close-on-exec: goes away at execve */
@@ -173,7 +199,9 @@ __attribute__((noreturn)) static void child_exec(const struct spawn_plan *plan)
     for (int sig = 1; sig < NSIG; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP)
             continue;
-        if (sigaction(sig, &default_action, NULL) < 0 && errno != EINVAL)
+        if (sigaction(sig, &default_action, NULL) == 0)
+            continue;
+        if (errno != EINVAL || reset_reserved_signal(sig) < 0)
             child_fail(plan, STEP_SIGNALS, errno);
     }
     if (sigprocmask(SIG_SETMASK, &plan->empty_mask, NULL) < 0)

@@ -1,0 +1,7 @@
+"""`python -m trainparity`: the trainparity command line."""
+
+import sys
+
+from trainparity.cli import main
+
+sys.exit(main())

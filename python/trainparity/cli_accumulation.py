@@ -1,0 +1,104 @@
+"""`trainparity accumulation CASE --microbatches N`: accumulation parity of one optimizer update."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+from typing import Any
+
+from trainparity import cli
+
+EXAMPLE = (
+    "trainparity accumulation trainparity.quickstarts.accumulation:Case --microbatches 2 "
+    "--rtol 1e-6 --atol 1e-7"
+)
+# (flag, AccumulationExecutionPlan field, value the flag sets): the plan's booleans.
+_PLAN_SWITCHES = (
+    ("--no-scale-accumulated-loss", "scale_accumulated_loss", False),
+    ("--no-explicit-loss-accounting", "use_explicit_loss_accounting", False),
+    ("--optimizer-step-per-microbatch", "optimizer_step_per_microbatch", True),
+    ("--scheduler-step-per-microbatch", "scheduler_step_per_microbatch", True),
+    ("--zero-grad-before-gradient-observation", "zero_grad_before_gradient_observation", True),
+    ("--clip-per-microbatch", "clip_per_microbatch", True),
+    ("--amp-step-before-unscale", "amp_step_before_unscale", True),
+    ("--omit-final-microbatch", "omit_final_microbatch", True),
+)
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = cli.add_command(
+        commands,
+        "accumulation",
+        common,
+        summary="Check that a microbatch plan gives the full-batch update at one optimizer boundary.",
+        example=EXAMPLE,
+        run=run,
+    )
+    parser.add_argument("case", help="importable case class, 'package.module:ClassName'")
+    plan = parser.add_argument_group("candidate plan (AccumulationExecutionPlan)")
+    plan.add_argument(
+        "--microbatches",
+        type=cli.positive_int,
+        required=True,
+        metavar="N",
+        help="split the full batch into N contiguous microbatches",
+    )
+    plan.add_argument(
+        "--clip-grad-norm",
+        type=cli.positive_number,
+        metavar="MAX_NORM",
+        help="clip gradients to this norm (the baseline clips too)",
+    )
+    for flag, field, value in _PLAN_SWITCHES:
+        plan.add_argument(
+            flag,
+            dest=field,
+            action="store_const",
+            const=value,
+            default=not value,
+            help=f"plan field {field}={value}",
+        )
+    parser.add_argument(
+        "--device", default="cpu", help="device for build() and batch() (default: cpu)"
+    )
+    parser.add_argument("--seed", type=int, default=23, help="seed of every child (default: 23)")
+    cli.add_tolerance_options(parser)
+    cli.add_run_options(parser)
+
+
+def run(arguments: argparse.Namespace) -> cli.CommandOutput:
+    try:
+        from trainparity.accumulation import AccumulationExecutionPlan, check_accumulation
+    except ImportError:
+        raise cli.CommandUnavailable(
+            "accumulation checks are not available in this build of trainparity "
+            "(module trainparity.accumulation is missing)"
+        ) from None
+    comparison = cli.comparison_from(arguments)
+    environment = cli.environment_from(arguments)
+    directory = cli.command_directory(arguments)
+    plan_fields = {field: getattr(arguments, field) for _, field, _ in _PLAN_SWITCHES}
+    try:
+        candidate = AccumulationExecutionPlan(
+            arguments.microbatches, clip_grad_norm=arguments.clip_grad_norm, **plan_fields
+        )
+        candidate.validate()
+    except ValueError as error:
+        raise cli.UsageError(f"invalid plan: {error}") from None
+    report_path = cli.writes_json_report(arguments)
+    options: dict[str, Any] = {}
+    if "progress" in inspect.signature(check_accumulation).parameters:
+        options["progress"] = cli.progress_from(arguments)
+    result = check_accumulation(
+        arguments.case,
+        candidate=candidate,
+        comparison=comparison,
+        device=arguments.device,
+        seed=arguments.seed,
+        cwd=directory,
+        report_path=report_path,
+        environment=environment,
+        timeout=arguments.timeout,
+        **options,
+    )
+    return cli.result_output(result, report_written=report_path is not None)

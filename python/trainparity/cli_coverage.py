@@ -1,0 +1,132 @@
+"""`trainparity coverage`: audit the sample IDs each rank recorded against a coverage policy."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Any
+
+from trainparity import cli
+
+EXAMPLE = """\
+python -c "import numpy; numpy.save('rank0.npy', numpy.arange(0, 8, 2)); numpy.save('rank1.npy', numpy.arange(1, 8, 2))"
+trainparity coverage --ids 0=rank0.npy --ids 1=rank1.npy --policy exactly_once --universe 8
+"""
+_POLICIES = ("exactly_once", "at_least_once", "no_cross_rank_overlap", "expected_padding")
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = cli.add_command(
+        commands,
+        "coverage",
+        common,
+        summary="Audit the sample IDs each rank consumed against a declared coverage policy.",
+        example=EXAMPLE,
+        run=run,
+    )
+    parser.add_argument(
+        "--ids",
+        action="append",
+        required=True,
+        metavar="RANK=PATH",
+        help="a rank's IDs in consumption order: a 1-D int64 .npy file or raw little-endian "
+        "int64 (repeat per rank)",
+    )
+    parser.add_argument("--policy", choices=_POLICIES, required=True, help="the coverage policy")
+    universe = parser.add_mutually_exclusive_group()
+    universe.add_argument(
+        "--universe", type=cli.non_negative_int, metavar="N", help="expected IDs are 0 .. N-1"
+    )
+    universe.add_argument(
+        "--universe-file", type=Path, metavar="PATH", help="expected IDs, one integer per line"
+    )
+    parser.add_argument(
+        "--padding-count",
+        type=cli.non_negative_int,
+        metavar="N",
+        help="declared repetitions (needed by --policy expected_padding)",
+    )
+    parser.add_argument(
+        "--epoch", type=cli.non_negative_int, default=0, help="epoch of every ID (default: 0)"
+    )
+    parser.add_argument(
+        "--max-examples",
+        type=cli.non_negative_int,
+        default=10,
+        metavar="N",
+        help="anomalous IDs listed in the report (default: 10)",
+    )
+    parser.add_argument(
+        "--evidence", type=Path, metavar="PATH", help="write the complete evidence JSON here"
+    )
+
+
+def run(arguments: argparse.Namespace) -> cli.CommandOutput:
+    sample_coverage = importlib.import_module("trainparity.sample_coverage")
+    rank_files = _rank_files(arguments.ids)
+    policy = _policy(sample_coverage, arguments, _universe(arguments))
+    result = sample_coverage.audit_rank_arrays(
+        rank_files,
+        policy=policy,
+        epoch=arguments.epoch,
+        max_examples=arguments.max_examples,
+        evidence_path=arguments.evidence,
+    )
+    return cli.result_output(result, report_written=False)
+
+
+def _rank_files(items: list[str]) -> dict[int, Path]:
+    files: dict[int, Path] = {}
+    for item in items:
+        rank_text, separator, path = item.partition("=")
+        if not separator or not path:
+            raise cli.UsageError(f"--ids expects RANK=PATH, got {item!r}")
+        try:
+            rank = cli.non_negative_int(rank_text)
+        except argparse.ArgumentTypeError:
+            raise cli.UsageError(
+                f"--ids {item!r}: the rank must be a non-negative integer"
+            ) from None
+        if rank in files:
+            raise cli.UsageError(f"--ids gives rank {rank} twice")
+        files[rank] = Path(path)
+    return files
+
+
+def _universe(arguments: argparse.Namespace) -> range | list[int] | None:
+    if arguments.universe is not None:
+        return range(arguments.universe)
+    if arguments.universe_file is None:
+        return None
+    try:
+        lines = arguments.universe_file.read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise cli.UsageError(
+            f"--universe-file {arguments.universe_file}: {error.strerror}"
+        ) from None
+    identifiers = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            identifiers.append(int(line))
+        except ValueError:
+            raise cli.UsageError(
+                f"--universe-file {arguments.universe_file} line {number}: {line.strip()!r} is not an integer ID"
+            ) from None
+    return identifiers
+
+
+def _policy(module: Any, arguments: argparse.Namespace, universe: Any) -> Any:
+    if arguments.policy == "expected_padding":
+        if arguments.padding_count is None:
+            raise cli.UsageError("--policy expected_padding needs --padding-count N")
+        return module.ExpectedPadding(universe, arguments.padding_count)
+    if arguments.padding_count is not None:
+        raise cli.UsageError("--padding-count applies to --policy expected_padding only")
+    if arguments.policy == "no_cross_rank_overlap":
+        return module.NoCrossRankOverlap()
+    if arguments.policy == "exactly_once":
+        return module.ExactlyOnce(universe)
+    return module.AtLeastOnce(universe)

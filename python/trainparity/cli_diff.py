@@ -1,0 +1,38 @@
+"""`trainparity diff A B`: compare two snapshot files recorded anywhere."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from trainparity import cli
+
+EXAMPLE = """\
+python -c "import torch; torch.save({'weight': torch.ones(2, 3)}, 'a.pt'); torch.save({'weight': torch.ones(2, 3) + 1e-6}, 'b.pt')"
+trainparity snapshot --checkpoint a.pt --output a.safetensors
+trainparity snapshot --checkpoint b.pt --output b.safetensors
+trainparity diff a.safetensors b.safetensors --rtol 1e-5 --atol 1e-8
+"""
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = cli.add_command(
+        commands,
+        "diff",
+        common,
+        summary="Compare two snapshot files: first divergence, worst tensors, environment leads.",
+        example=EXAMPLE,
+        run=run,
+    )
+    parser.add_argument("baseline", type=Path, help="snapshot file A (the reference)")
+    parser.add_argument("candidate", type=Path, help="snapshot file B")
+    cli.add_tolerance_options(parser)
+
+
+def run(arguments: argparse.Namespace) -> cli.CommandOutput:
+    from trainparity.snapshot_diff import diff_snapshots
+
+    comparison = cli.comparison_from(arguments)
+    result = diff_snapshots(arguments.baseline, arguments.candidate, comparison=comparison)
+    return cli.result_output(result, report_written=False)

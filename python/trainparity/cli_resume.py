@@ -1,0 +1,56 @@
+"""`trainparity resume CASE`: resume parity of a case through real processes."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from trainparity import cli
+
+EXAMPLE = "trainparity resume trainparity.quickstarts.resume:FaultyCase --report resume.html"
+
+
+def register(commands: Any, common: argparse.ArgumentParser) -> None:
+    parser = cli.add_command(
+        commands,
+        "resume",
+        common,
+        summary="Check that save -> exit -> fresh-process load -> continue reproduces uninterrupted training.",
+        example=EXAMPLE,
+        run=run,
+    )
+    parser.add_argument("case", help="importable case class, 'package.module:ClassName'")
+    cli.add_tolerance_options(parser)
+    cli.add_run_options(parser)
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        help="keep every phase's logs and checkpoints here (default: a removed temporary directory)",
+    )
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="run one child at a time (default: independent phases run concurrently on CPU)",
+    )
+
+
+def run(arguments: argparse.Namespace) -> cli.CommandOutput:
+    from trainparity.process_resume import check_resume
+
+    comparison = cli.comparison_from(arguments)
+    environment = cli.environment_from(arguments)
+    directory = cli.command_directory(arguments)
+    report_path = cli.writes_json_report(arguments)
+    result = check_resume(
+        arguments.case,
+        comparison=comparison,
+        cwd=directory,
+        work_dir=arguments.work_dir,
+        report_path=report_path,
+        environment=environment,
+        timeout=arguments.timeout,
+        parallel=False if arguments.sequential else None,
+        progress=cli.progress_from(arguments),
+    )
+    return cli.result_output(result, report_written=report_path is not None)

@@ -1,0 +1,156 @@
+"""Diff of two snapshot files recorded anywhere: first divergence, per-tensor errors, environment leads."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from trainparity.comparison import ComparisonPolicy, Difference, ToleranceComparison
+from trainparity.display import result_html, result_repr
+from trainparity.environment import EnvironmentLead, environment_leads
+from trainparity.outcomes import Outcome
+from trainparity.results import report_dict
+from trainparity.snapshot_file import SnapshotFileError, read_snapshot
+from trainparity.state_diff import (
+    TensorStatistics,
+    _checked_policy,
+    compare_states_with_records,
+)
+
+__all__ = ["SnapshotDiff", "diff_snapshots"]
+
+
+@dataclass(frozen=True)
+class SnapshotDiff:
+    """How two recorded snapshots differ, and which environment differences could explain it.
+
+    `differing_tensors` lists every tensor whose values differ, largest
+    relative RMS error first; the two relative RMS summaries are taken over
+    every tensor whose values were compared. `compared_by` is "values", or
+    "digest" when either file holds digests only (then a differing tensor is
+    known to differ, not by how much).
+    """
+
+    outcome: Outcome
+    message: str
+    baseline: str
+    candidate: str
+    comparison_policy: str = "exact"
+    comparison_rtol: float | None = None
+    comparison_atol: float | None = None
+    comparison_equal_nan: bool | None = None
+    compared_by: str = "values"
+    primary_difference: Difference | None = None
+    all_differences: tuple[Difference, ...] = ()
+    compared_tensor_count: int = 0
+    differing_tensors: tuple[TensorStatistics, ...] = ()
+    median_relative_rms_error: float | None = None
+    max_relative_rms_error: float | None = None
+    environment_leads: tuple[EnvironmentLead, ...] = ()
+    baseline_environment: dict[str, Any] | None = None
+    candidate_environment: dict[str, Any] | None = None
+
+    __repr__ = result_repr
+    _repr_html_ = result_html
+
+    def to_dict(self) -> dict[str, Any]:
+        return report_dict(self)
+
+
+def diff_snapshots(
+    baseline: str | os.PathLike[str],
+    candidate: str | os.PathLike[str],
+    *,
+    comparison: ComparisonPolicy | None = None,
+) -> SnapshotDiff:
+    """Compare two snapshot files (CONTRACT §5 traversal; `comparison=None` means exact).
+
+    PASS: equivalent under the policy. FAIL: the first observed divergence
+    (never a root cause). ABSTAIN: under a tolerance, only digests of the
+    differing tensors were recorded, so closeness cannot be judged. ERROR: a
+    file is missing, unreadable or not a snapshot. Raises TypeError for a
+    comparison that is not ExactComparison/ToleranceComparison.
+    """
+    policy = _checked_policy(comparison)
+    fields: dict[str, Any] = {
+        "baseline": os.fspath(baseline),
+        "candidate": os.fspath(candidate),
+        **_policy_fields(policy),
+    }
+    try:
+        left, left_extras = read_snapshot(baseline)
+        right, right_extras = read_snapshot(candidate)
+    except (OSError, SnapshotFileError) as error:
+        return SnapshotDiff(Outcome.ERROR, _unreadable(error), **fields)
+    state, records = compare_states_with_records(left, right, policy)
+    by_digest = not (left_extras["includes_values"] and right_extras["includes_values"])
+    known_errors = [
+        record.values.relative_rms_error
+        for record in records
+        if record.values.relative_rms_error is not None
+        and not math.isnan(record.values.relative_rms_error)
+    ]
+    undecidable = {
+        record.path
+        for record in records
+        if record.values.mismatch_count is None and isinstance(policy, ToleranceComparison)
+    }
+    decisive = [item for item in state.differences if item.path not in undecidable]
+    outcome, message = _verdict(state.differences, decisive, undecidable, by_digest)
+    return SnapshotDiff(
+        outcome=outcome,
+        message=message,
+        **fields,
+        compared_by="digest" if by_digest else "values",
+        primary_difference=decisive[0] if decisive else None,
+        all_differences=state.differences,
+        compared_tensor_count=len(records),
+        differing_tensors=state.worst_tensors(len(records)),
+        median_relative_rms_error=statistics.median(known_errors) if known_errors else None,
+        max_relative_rms_error=max(known_errors) if known_errors else None,
+        environment_leads=environment_leads(
+            left_extras["environment"], right_extras["environment"]
+        ),
+        baseline_environment=left_extras["environment"],
+        candidate_environment=right_extras["environment"],
+    )
+
+
+def _policy_fields(comparison: object) -> dict[str, Any]:
+    if isinstance(comparison, ToleranceComparison):
+        return {
+            "comparison_policy": "explicit_tolerance",
+            "comparison_rtol": comparison.rtol,
+            "comparison_atol": comparison.atol,
+            "comparison_equal_nan": comparison.equal_nan,
+        }
+    return {"comparison_policy": "exact"}
+
+
+def _unreadable(error: Exception) -> str:
+    if isinstance(error, SnapshotFileError):
+        return str(error)
+    name = getattr(error, "filename", None)
+    return f"snapshot file {name} could not be opened: {error.strerror or error}; check the path"
+
+
+def _verdict(
+    differences: tuple[Difference, ...],
+    decisive: list[Difference],
+    undecidable: set[str],
+    by_digest: bool,
+) -> tuple[Outcome, str]:
+    suffix = " (compared by digest: values were not recorded)" if by_digest else ""
+    if decisive:
+        first = decisive[0]
+        return Outcome.FAIL, f"first observed divergence at {first.path}: {first.reason}{suffix}"
+    if differences:
+        return (
+            Outcome.ABSTAIN,
+            f"{len(undecidable)} tensor(s) cannot be judged under a tolerance from digests alone "
+            "(their values were not recorded); record both snapshots with values",
+        )
+    return Outcome.PASS, f"snapshots are equivalent under policy{suffix}"

@@ -1,0 +1,225 @@
+"""The check commands of `trainparity`: resume end to end; accumulation and coverage wiring."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+import uuid
+from dataclasses import dataclass
+
+from trainparity.cli import main
+from trainparity.outcomes import Outcome
+
+
+def _run(capsys, *arguments) -> tuple[int, str, str]:
+    code = main([str(argument) for argument in arguments])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_resume_fail_exits_1_with_the_report_progress_and_no_secret(capsys, tmp_path, monkeypatch):
+    secret = f"s3cr3t-{uuid.uuid4()}"
+    monkeypatch.setenv("TRAINPARITY_TEST_TOKEN", secret)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # progress is shown on terminals
+    work_dir, report = tmp_path / "work", tmp_path / "resume.json"
+    code, printed, progress = _run(
+        capsys,
+        "resume",
+        "trainparity.quickstarts.resume:FaultyCase",
+        "--json",
+        "--work-dir",
+        work_dir,
+        "--report",
+        report,
+        "--env",
+        "CUBLAS_WORKSPACE_CONFIG=:4096:8",
+    )
+    assert code == 1
+    assert printed == report.read_text(encoding="utf-8")
+    payload = json.loads(printed)
+    assert payload["outcome"] == "FAIL"
+    assert payload["primary_difference"]["path"] == "scheduler.last_epoch"
+    assert payload["propagated_environment_keys"] == ["CUBLAS_WORKSPACE_CONFIG"]
+    assert payload["environment"]["variables"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    assert "trainparity: baseline_a started" in progress
+    assert "trainparity: candidate_resume finished in" in progress
+
+    snapshots = sorted((work_dir / "snapshots").glob("*.safetensors"))
+    assert snapshots, "the observer writes one snapshot file per observed phase"
+    for path in [report, *snapshots]:
+        assert secret.encode() not in path.read_bytes()
+    assert secret not in printed
+
+    code, text, _ = _run(
+        capsys, "diff", snapshots[0], work_dir / "snapshots" / "candidate_resume.safetensors"
+    )
+    assert code == 1
+    assert "scheduler.last_epoch" in text
+
+
+def test_resume_setup_error_exits_3_with_the_message(capsys):
+    code, text, _ = _run(capsys, "resume", "no_such_module_anywhere:Case", "--no-progress")
+    assert code == 3
+    assert text.startswith("ERROR: process case setup failed: CaseImportError\n")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    microbatch_count: int
+    scale_accumulated_loss: bool = True
+    use_explicit_loss_accounting: bool = True
+    optimizer_step_per_microbatch: bool = False
+    scheduler_step_per_microbatch: bool = False
+    zero_grad_before_gradient_observation: bool = False
+    clip_grad_norm: float | None = None
+    clip_per_microbatch: bool = False
+    amp_step_before_unscale: bool = False
+    omit_final_microbatch: bool = False
+
+    def validate(self) -> None:
+        if self.clip_per_microbatch and self.clip_grad_norm is None:
+            raise ValueError("clip_per_microbatch needs clip_grad_norm")
+
+
+@dataclass(frozen=True)
+class _Result:
+    outcome: Outcome
+    message: str
+
+    def to_dict(self):
+        return {"schema_version": 2, "outcome": str(self.outcome), "message": self.message}
+
+
+def _fake_module(monkeypatch, name: str, **attributes) -> None:
+    """Stand in for a check module with the contract's names (CONTRACT §7, §8)."""
+    module = types.ModuleType(name)
+    for key, value in attributes.items():
+        setattr(module, key, value)
+    monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
+    calls: list = []
+
+    def check_accumulation(
+        case, *, candidate, comparison, device, seed, cwd, report_path, environment, timeout
+    ):
+        calls.append((case, candidate, comparison, device, seed, environment, timeout))
+        return _Result(Outcome.ABSTAIN, "baseline self-consistency failed")
+
+    _fake_module(
+        monkeypatch,
+        "trainparity.accumulation",
+        AccumulationExecutionPlan=_Plan,
+        check_accumulation=check_accumulation,
+    )
+    code, text, _ = _run(
+        capsys,
+        "accumulation",
+        "cases:Accumulate",
+        "--microbatches",
+        "4",
+        "--no-scale-accumulated-loss",
+        "--optimizer-step-per-microbatch",
+        "--clip-grad-norm",
+        "1.5",
+        "--clip-per-microbatch",
+        "--omit-final-microbatch",
+        "--rtol",
+        "1e-6",
+        "--atol",
+        "1e-7",
+        "--device",
+        "cuda:1",
+        "--seed",
+        "5",
+        "--env",
+        "A=b",
+    )
+    assert code == 2
+    assert text.startswith("ABSTAIN: baseline self-consistency failed")
+    ((case, plan, comparison, device, seed, environment, timeout),) = calls
+    assert case == "cases:Accumulate"
+    assert plan == _Plan(
+        4,
+        scale_accumulated_loss=False,
+        optimizer_step_per_microbatch=True,
+        clip_grad_norm=1.5,
+        clip_per_microbatch=True,
+        omit_final_microbatch=True,
+    )
+    assert (comparison.rtol, comparison.atol) == (1e-6, 1e-7)
+    assert (device, seed, environment, timeout) == ("cuda:1", 5, {"A": "b"}, 300.0)
+    assert (
+        _run(capsys, "accumulation", "c:C", "--microbatches", "2", "--clip-per-microbatch")[0] == 4
+    )
+    assert _run(capsys, "accumulation", "c:C", "--microbatches", "0")[0] == 4
+
+
+class _Policy:
+    def __init__(self, *arguments):
+        self.arguments = arguments
+
+
+def test_coverage_maps_rank_files_policy_and_universe(capsys, monkeypatch, tmp_path):
+    calls: list = []
+
+    def audit_rank_arrays(rank_ids, *, policy, epoch, max_examples, evidence_path):
+        calls.append((rank_ids, policy, epoch, max_examples, evidence_path))
+        return _Result(Outcome.FAIL, "exactly_once policy was violated")
+
+    policies = {
+        name: type(name, (_Policy,), {})
+        for name in ("ExactlyOnce", "AtLeastOnce", "NoCrossRankOverlap", "ExpectedPadding")
+    }
+    _fake_module(
+        monkeypatch, "trainparity.sample_coverage", audit_rank_arrays=audit_rank_arrays, **policies
+    )
+    universe = tmp_path / "universe.txt"
+    universe.write_text("3\n1\n\n2\n")
+    code, text, _ = _run(
+        capsys,
+        "coverage",
+        "--ids",
+        "1=r1.npy",
+        "--ids",
+        "0=r0.bin",
+        "--policy",
+        "expected_padding",
+        "--padding-count",
+        "2",
+        "--universe-file",
+        universe,
+        "--epoch",
+        "3",
+        "--evidence",
+        tmp_path / "evidence.json",
+    )
+    assert code == 1 and text.startswith("FAIL: exactly_once policy was violated")
+    ((rank_ids, policy, epoch, max_examples, evidence),) = calls
+    assert {rank: str(path) for rank, path in rank_ids.items()} == {1: "r1.npy", 0: "r0.bin"}
+    assert type(policy).__name__ == "ExpectedPadding" and policy.arguments == ([3, 1, 2], 2)
+    assert (epoch, max_examples, evidence) == (3, 10, tmp_path / "evidence.json")
+
+    _run(capsys, "coverage", "--ids", "0=a", "--policy", "exactly_once", "--universe", "5")
+    assert calls[-1][1].arguments == (range(5),)
+    _run(capsys, "coverage", "--ids", "0=a", "--policy", "at_least_once")
+    assert calls[-1][1].arguments == (None,)
+    for bad in (
+        ("--ids", "0=a", "--ids", "0=b", "--policy", "exactly_once"),
+        ("--ids", "x=a", "--policy", "exactly_once"),
+        ("--ids", "0=a", "--policy", "expected_padding"),
+        ("--ids", "0=a", "--policy", "exactly_once", "--padding-count", "1"),
+        (
+            "--ids",
+            "0=a",
+            "--policy",
+            "exactly_once",
+            "--universe",
+            "3",
+            "--universe-file",
+            universe,
+        ),
+    ):
+        assert _run(capsys, "coverage", *bad)[0] == 4
