@@ -76,6 +76,9 @@ class AccumulationResult:
     peak_temporary_directory_bytes: int = 0
     persisted_artifact_bytes: int = 0
 
+    __repr__ = result_repr
+    _repr_html_ = result_html
+
     def to_dict(self) -> dict[str, Any]:
         return report_dict(self)
 
