@@ -11,7 +11,7 @@ from trainparity.display import result_html, result_repr
 from trainparity.outcomes import Outcome
 from trainparity.version import add_report_metadata
 
-__all__ = ["ExternalProcessEvidence", "ProcessResumeResult", "report_dict"]
+__all__ = ["AccumulationResult", "ExternalProcessEvidence", "ProcessResumeResult", "report_dict"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,31 @@ class ProcessResumeResult:
     comparison_equal_nan: bool | None = None
     nondeterminism_hints: tuple[str, ...] = ()
     environment: dict[str, Any] | None = None
+
+    __repr__ = result_repr
+    _repr_html_ = result_html
+
+    def to_dict(self) -> dict[str, Any]:
+        return report_dict(self)
+
+
+@dataclass(frozen=True)
+class AccumulationResult:
+    """The verdict of `check_accumulation` (CONTRACT §7.10)."""
+
+    outcome: Outcome
+    message: str
+    case: str
+    equivalence: str
+    first_observed_phase: str | None = None
+    primary_difference: Difference | None = None
+    all_differences: tuple[Difference, ...] = ()
+    process_ids: tuple[int, ...] = ()
+    verified_equal_initial_state: bool = False
+    loss_normalization_captured: bool = False
+    comparison_policy: str = "exact"
+    peak_temporary_directory_bytes: int = 0
+    persisted_artifact_bytes: int = 0
 
     __repr__ = result_repr
     _repr_html_ = result_html

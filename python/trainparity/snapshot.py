@@ -18,3 +18,15 @@ class Snapshot:
     state: FrozenMapping
     backend: str = REFERENCE_BACKEND
     schema_version: int = SNAPSHOT_SCHEMA_VERSION
+
+
+_CAPTURE_NAMES = ("CaptureIssue", "CaptureResult", "capture_snapshot")
+
+
+def __getattr__(name: str) -> object:
+    """The contract names live capture here; it is defined in trainparity.capture (which needs Snapshot)."""
+    if name in _CAPTURE_NAMES:
+        from trainparity import capture
+
+        return getattr(capture, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

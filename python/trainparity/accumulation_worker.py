@@ -1,0 +1,361 @@
+"""The accumulation worker: a fresh process that runs one plan for one optimizer-update boundary.
+
+Launched by check_accumulation as `python -m trainparity.accumulation_worker
+--case SPEC --plan JSON --device D --seed N --result FILE --observations FILE`.
+It follows CONTRACT §7.5 step by step: seed, build, capture the initial
+state, split the batch, compute every microbatch loss, account for them,
+backward (and whatever the plan says per microbatch), then observe the five
+phases. All observations go into one snapshot file (top-level keys `initial`
+and the phase names); a small JSON result says PASS, ABSTAIN or ERROR.
+The exit status is 0 whenever the result was written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainparity.accumulation import (
+    INITIAL_KEY,
+    PHASES,
+    AccumulationExecutionPlan,
+    UnsafeBatchSplit,
+    split_for_case,
+)
+from trainparity.capture import (
+    canonical_optimizer_state,
+    capture_snapshot,
+    capture_tree,
+    gradient_tree,
+    parameter_and_buffer_trees,
+    state_dict_or_none,
+)
+from trainparity.importing import CaseImportError, load_accumulation_case
+from trainparity.observer import write_result
+from trainparity.outcomes import Outcome
+from trainparity.protocols import LossAccounting, TrainingState
+from trainparity.snapshot_file import write_snapshot
+from trainparity.state import FrozenMapping
+
+OBSERVED_STEP = 1
+
+
+class _Stop(Exception):
+    """Ends the run early with a verdict other than PASS."""
+
+    def __init__(self, outcome: Outcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+
+
+class _CaseMethodError(Exception):
+    """A method of the user's case raised; keeps which one, for the message."""
+
+    def __init__(self, method: str, error: Exception) -> None:
+        super().__init__(method)
+        self.method = method
+        self.error = error
+
+
+def _call_case(case: Any, method: str, *arguments: Any) -> Any:
+    try:
+        return getattr(case, method)(*arguments)
+    except UnsafeBatchSplit:
+        raise
+    except Exception as error:
+        raise _CaseMethodError(method, error) from error
+
+
+def seed_everything(seed: int, device: str) -> None:
+    """Seed Python, torch (and every CUDA device for a CUDA run) and numpy's global generator."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        numpy = None
+    if numpy is not None:
+        numpy.random.seed(seed)
+    if device.startswith("cuda"):
+        torch.cuda.manual_seed_all(seed)
+
+
+def account_losses(
+    terms: list[LossAccounting], plan: AccumulationExecutionPlan
+) -> tuple[list[torch.Tensor], dict[str, object]]:
+    """The losses to back-propagate and the loss-accounting record (CONTRACT §7.6)."""
+    supplied = [term.numerator is not None and term.denominator is not None for term in terms]
+    if any(supplied) and not all(supplied):
+        raise _Stop(
+            Outcome.ABSTAIN, "loss accounting must be supplied for every microbatch or none"
+        )
+    if all(supplied) and plan.use_explicit_loss_accounting:
+        for term in terms:
+            _require_tensor(term.numerator, "numerator")
+        denominators = [float(term.denominator) for term in terms]  # type: ignore[arg-type]
+        if not all(denominator > 0 for denominator in denominators):
+            raise _Stop(Outcome.ABSTAIN, "loss denominators must be positive")
+        total_denominator = sum(denominators)
+        losses = [term.numerator / total_denominator for term in terms]
+        numerator = _detached_sum([term.numerator for term in terms], losses[0].device)
+        return losses, {
+            "effective_loss": numerator / total_denominator,
+            "numerator": numerator,
+            "denominator": total_denominator,
+            "normalization_captured": True,
+        }
+    for term in terms:
+        _require_tensor(term.value, "value")
+    divisor = len(terms) if plan.scale_accumulated_loss else 1
+    losses = [term.value / divisor for term in terms]
+    return losses, {
+        "effective_loss": _detached_sum(losses, losses[0].device),
+        "normalization_captured": False,
+    }
+
+
+def _detached_sum(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    total = torch.zeros((), device=device)
+    for tensor in tensors:
+        total = total + tensor.detach()
+    return total
+
+
+def _require_tensor(value: object, field: str) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"LossAccounting.{field} must be a torch.Tensor (part of the autograd graph), "
+            f"got {type(value).__name__}"
+        )
+
+
+def _has(owner: object, method: str) -> bool:
+    return owner is not None and callable(getattr(owner, method, None))
+
+
+class _Boundary:
+    """One plan executed for one optimizer-update boundary, with its observations."""
+
+    def __init__(self, case: Any, plan: AccumulationExecutionPlan, state: TrainingState) -> None:
+        self.case = case
+        self.plan = plan
+        self.state = state
+        self.observations: dict[str, FrozenMapping] = {}
+        self.loss_normalization_captured = False
+
+    def run(self, device: str) -> None:
+        state, plan = self.state, self.plan
+        scaler = state.scaler
+        initial = capture_snapshot(
+            state.model,
+            step=0,
+            optimizer=state.optimizer,
+            scheduler=state.scheduler,
+            scaler=scaler,
+        )
+        if initial.outcome is not Outcome.PASS:
+            raise _Stop(initial.outcome, f"initial state capture failed: {initial.issue.detail}")  # type: ignore[union-attr]
+        self.observations[INITIAL_KEY] = initial.snapshot.state  # type: ignore[union-attr]
+        batch = _call_case(self.case, "batch", device)
+        microbatches = split_for_case(self.case, batch, plan.microbatch_count)
+        if plan.omit_final_microbatch:
+            microbatches = microbatches[:-1]
+        if not microbatches:
+            raise _Stop(Outcome.ABSTAIN, "plan consumed no microbatches")
+        state.optimizer.zero_grad(set_to_none=True)
+        # Every loss is computed before any backward, as the original does (CONTRACT §7.5).
+        terms = [self._loss(microbatch) for microbatch in microbatches]
+        losses, record = account_losses(terms, plan)
+        self.loss_normalization_captured = bool(record["normalization_captured"])
+        for loss in losses:
+            self._backward(loss)
+            if plan.clip_per_microbatch and plan.clip_grad_norm is not None:
+                self._clip()
+            if plan.optimizer_step_per_microbatch:
+                self._step_per_microbatch()
+                state.optimizer.zero_grad(set_to_none=True)
+            if plan.scheduler_step_per_microbatch and state.scheduler is not None:
+                state.scheduler.step()
+        if (
+            _has(scaler, "unscale_")
+            and not plan.optimizer_step_per_microbatch
+            and not plan.amp_step_before_unscale
+        ):
+            scaler.unscale_(state.optimizer)
+        if plan.clip_grad_norm is not None and not plan.clip_per_microbatch:
+            self._clip()
+        if plan.zero_grad_before_gradient_observation:
+            state.optimizer.zero_grad(set_to_none=True)
+        self._observe("loss_accounting", lambda: {"loss_accounting": record})
+        self._observe("gradient", lambda: {"gradient": gradient_tree(state.model)})
+        if not plan.optimizer_step_per_microbatch:
+            self._step_at_boundary()
+        self._observe(
+            "optimizer_state",
+            lambda: {"optimizer": canonical_optimizer_state(state.optimizer, state.model)},
+        )
+        self._observe("parameter_update", lambda: parameter_and_buffer_trees(state.model))
+        if state.scheduler is not None and not plan.scheduler_step_per_microbatch:
+            state.scheduler.step()
+        self._observe(
+            "scheduler_state",
+            lambda: {
+                "scheduler": state_dict_or_none(state.scheduler),
+                "scaler": state_dict_or_none(scaler),
+            },
+        )
+
+    def _loss(self, microbatch: object) -> LossAccounting:
+        term = _call_case(self.case, "loss", self.state, microbatch)
+        if not isinstance(term, LossAccounting):
+            raise TypeError(
+                f"case.loss() must return a trainparity LossAccounting, got {type(term).__name__}"
+            )
+        return term
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        scaler = self.state.scaler
+        (scaler.scale(loss) if _has(scaler, "scale") else loss).backward()
+
+    def _clip(self) -> None:
+        torch.nn.utils.clip_grad_norm_(self.state.model.parameters(), self.plan.clip_grad_norm)
+
+    def _scaler_steps(self) -> bool:
+        scaler = self.state.scaler
+        return (
+            _has(scaler, "step")
+            and _has(scaler, "update")
+            and not self.plan.amp_step_before_unscale
+        )
+
+    def _step_per_microbatch(self) -> None:
+        if self._scaler_steps():
+            self.state.scaler.step(self.state.optimizer)
+            self.state.scaler.update()
+        else:
+            self.state.optimizer.step()
+
+    def _step_at_boundary(self) -> None:
+        scaler = self.state.scaler
+        if self._scaler_steps():
+            scaler.step(self.state.optimizer)
+            scaler.update()
+            return
+        self.state.optimizer.step()
+        if self.plan.amp_step_before_unscale and _has(scaler, "update"):
+            scaler.update(new_scale=scaler.get_scale())
+
+    def _observe(self, phase: str, build: Callable[[], Mapping[str, object]]) -> None:
+        captured = capture_tree(build, step=OBSERVED_STEP)
+        if captured.outcome is Outcome.ABSTAIN:
+            raise _Stop(Outcome.ABSTAIN, f"{phase} state capture failed: {captured.issue.detail}")  # type: ignore[union-attr]
+        if captured.outcome is not Outcome.PASS:
+            raise _Stop(Outcome.ERROR, f"worker failed: {captured.issue.detail}")  # type: ignore[union-attr]
+        self.observations[phase] = captured.snapshot.state  # type: ignore[union-attr]
+
+    def write(self, path: Path) -> None:
+        entries = tuple(sorted(self.observations.items()))
+        assert [key for key, _ in entries] == sorted((INITIAL_KEY, *PHASES))
+        write_snapshot(path, FrozenMapping(entries), step=OBSERVED_STEP)
+
+
+def execute(
+    case_spec: str, plan_text: str, device: str, seed: int, observations_path: Path
+) -> dict[str, Any]:
+    """Run one plan and return the result record (CONTRACT §4.7, accumulation child)."""
+    record: dict[str, Any] = {"pid": os.getpid()}
+    try:
+        plan = AccumulationExecutionPlan.from_dict(json.loads(plan_text))
+        seed_everything(seed, device)
+        case = _load(case_spec)
+        if isinstance(case.equivalence, str):
+            record["equivalence"] = case.equivalence
+        state = _call_case(case, "build", seed, device)
+        _check_state(state)
+        boundary = _Boundary(case, plan, state)
+        boundary.run(device)
+        boundary.write(observations_path)
+    except _Stop as stop:
+        record.update(outcome=stop.outcome.value, message=stop.message)
+        return record
+    except UnsafeBatchSplit as error:
+        record.update(outcome=Outcome.ABSTAIN.value, message=str(error))
+        return record
+    except _CaseMethodError as failure:
+        traceback.print_exception(failure.error)
+        error = failure.error
+        record.update(
+            outcome=Outcome.ERROR.value,
+            message=f"worker failed: {type(error).__name__}: {error} (raised by case.{failure.method}())",
+        )
+        return record
+    except Exception as error:
+        traceback.print_exc()
+        record.update(
+            outcome=Outcome.ERROR.value, message=f"worker failed: {type(error).__name__}: {error}"
+        )
+        return record
+    record.update(
+        outcome=Outcome.PASS.value,
+        message="boundary observed",
+        loss_normalization_captured=boundary.loss_normalization_captured,
+    )
+    return record
+
+
+def _load(case_spec: str) -> Any:
+    try:
+        return load_accumulation_case(case_spec)
+    except CaseImportError as error:
+        raise CaseImportError(
+            f"{error} (the worker runs in {os.getcwd()}; pass cwd= or "
+            "environment={'PYTHONPATH': ...} so that the case is importable there)"
+        ) from error
+
+
+def _check_state(state: object) -> None:
+    if not isinstance(state, TrainingState):
+        raise TypeError(
+            f"case.build() must return a trainparity TrainingState, got {type(state).__name__}"
+        )
+    if not isinstance(state.model, torch.nn.Module):
+        raise TypeError(
+            f"TrainingState.model must be a torch.nn.Module, got {type(state.model).__name__}"
+        )
+    if not isinstance(state.optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            "TrainingState.optimizer must be a torch.optim.Optimizer, "
+            f"got {type(state.optimizer).__name__}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainparity.accumulation_worker", description=__doc__
+    )
+    parser.add_argument("--case", required=True)
+    parser.add_argument("--plan", required=True, help="JSON of AccumulationExecutionPlan.to_dict()")
+    parser.add_argument("--device", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--result", type=Path, required=True)
+    parser.add_argument("--observations", type=Path, required=True)
+    arguments = parser.parse_args(argv)
+    record = execute(
+        arguments.case, arguments.plan, arguments.device, arguments.seed, arguments.observations
+    )
+    write_result(str(arguments.result), record)  # atomically: never half a file
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

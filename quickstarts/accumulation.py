@@ -1,0 +1,75 @@
+"""Accumulation quickstart: correct accumulation PASSes; unscaled summed losses FAIL at loss accounting.
+
+Run `python -m trainparity.quickstarts.accumulation`: prints both reports as
+JSON and exits 0 when the clean plan passes and the intentional fault is
+caught at `loss_accounting.denominator`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import torch
+from trainparity.protocols import LossAccounting, TrainingState
+
+
+class Case:
+    """A one-weight linear model on four ordered samples with a squared-error mean."""
+
+    equivalence = "same four ordered samples; global squared-error mean"
+
+    def build(self, seed: int, device: str) -> TrainingState:
+        torch.manual_seed(seed)
+        model = torch.nn.Linear(1, 1, bias=False).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.9)
+        return TrainingState(model, optimizer, scheduler)
+
+    def batch(self, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs = torch.tensor([[1.0], [2.0], [3.0], [4.0]], dtype=torch.float32, device=device)
+        return inputs, inputs * 0.5
+
+    def loss(
+        self, state: TrainingState, batch: tuple[torch.Tensor, torch.Tensor]
+    ) -> LossAccounting:
+        inputs, targets = batch
+        squared_errors = (state.model(inputs) - targets).pow(2)
+        numerator = squared_errors.sum()
+        denominator = int(squared_errors.numel())
+        return LossAccounting(
+            value=numerator / denominator, numerator=numerator, denominator=denominator
+        )
+
+
+def run() -> dict[str, Any]:
+    """Check the clean and the faulty plan and return the quickstart payload."""
+    from trainparity.accumulation import AccumulationExecutionPlan, check_accumulation
+    from trainparity.comparison import ToleranceComparison
+    from trainparity.version import add_report_metadata
+
+    spec = "trainparity.quickstarts.accumulation:Case"
+    comparison = ToleranceComparison(rtol=1e-6, atol=1e-7)
+    clean = check_accumulation(spec, candidate=AccumulationExecutionPlan(2), comparison=comparison)
+    faulty = check_accumulation(
+        spec,
+        candidate=AccumulationExecutionPlan(
+            2, scale_accumulated_loss=False, use_explicit_loss_accounting=False
+        ),
+        comparison=comparison,
+    )
+    return add_report_metadata({"clean": clean.to_dict(), "intentional_fail": faulty.to_dict()})
+
+
+def main() -> int:
+    payload = run()
+    print(json.dumps(payload, indent=2, sort_keys=True))
+    passed = (
+        payload["clean"]["outcome"] == "PASS" and payload["intentional_fail"]["outcome"] == "FAIL"
+    )
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
