@@ -9,6 +9,7 @@ from trainparity.api import (
     Outcome,
     ToleranceComparison,
     audit_sample_coverage,
+    check_accumulation,
     check_resume,
     compare_states,
 )
@@ -22,6 +23,7 @@ __all__ = [
     "ExpectedPadding",
     "NoCrossRankOverlap",
     "audit_sample_coverage",
+    "check_accumulation",
     "ExactComparison",
     "Outcome",
     "ToleranceComparison",

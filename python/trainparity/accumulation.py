@@ -19,7 +19,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from trainparity.processes import ChildGroup, ChildLaunchError, ChildResult, Chi
 from trainparity.progress import ProgressCallback, ProgressReporter
 from trainparity.reports import report_text, write_report
 from trainparity.results import AccumulationResult
+from trainparity.run_setup import checked_parallel, checked_timeout, run_root, wants_parallel
 from trainparity.snapshot import Snapshot
 from trainparity.snapshot_file import SnapshotFileError, read_snapshot
 
@@ -277,16 +277,8 @@ class AccumulationRunner:
     ) -> None:
         if not isinstance(comparison, (ExactComparison, ToleranceComparison)):
             raise TypeError("comparison must be explicit ExactComparison or ToleranceComparison")
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or math.isnan(timeout)
-        ):
-            raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-        if timeout <= 0:
-            raise ValueError("timeout must be positive")
-        if parallel is not None and not isinstance(parallel, bool):
-            raise TypeError(f"parallel must be None, True or False, not {parallel!r}")
+        timeout = checked_timeout(timeout)
+        checked_parallel(parallel)
         self.policy = comparison
         self.timeout = float(timeout)
         self.temporary_root = Path(temporary_root) if temporary_root is not None else None
@@ -324,7 +316,7 @@ class AccumulationRunner:
             equivalence = declared_equivalence(loaded)
         except Exception as error:  # importing runs the user's module: anything can fail
             return self._finish(_setup_error(case, policy_name, error), report_path)
-        run_root, managed = _run_root(work_dir, self.temporary_root)
+        root, managed = run_root(work_dir, self.temporary_root, "trainparity-accum-")
         try:
             execution = _AccumulationExecution(
                 case_spec=case,
@@ -332,18 +324,18 @@ class AccumulationRunner:
                 device=device,
                 seed=seed,
                 command_dir=Path(cwd) if cwd is not None else Path.cwd(),
-                run_root=run_root,
+                run_root=root,
                 environment=environment,
                 timeout=self.timeout,
                 preserved=not managed,
-                parallel=_wants_parallel(self.parallel, device),
+                parallel=wants_parallel(self.parallel, device),
                 progress=self.progress,
                 policy=self.policy,
             )
             verdict = execution.run()
         finally:
             if managed:
-                shutil.rmtree(run_root, ignore_errors=True)
+                shutil.rmtree(root, ignore_errors=True)
         result = AccumulationResult(
             case=case,
             equivalence=equivalence,
@@ -398,22 +390,6 @@ def write_accumulation_report(result: AccumulationResult, path: Path) -> Accumul
     if written != size or on_disk != size:
         raise OSError(f"report {path} has {on_disk} bytes on disk, expected {size}")
     return result
-
-
-def _wants_parallel(parallel: bool | None, device: str) -> bool:
-    if parallel is not None:
-        return parallel
-    return not device.startswith("cuda") and (os.cpu_count() or 1) > 1
-
-
-def _run_root(work_dir: Path | None, temporary_root: Path | None) -> tuple[Path, bool]:
-    if work_dir is not None:
-        root = Path(work_dir)
-        root.mkdir(parents=True, exist_ok=True)
-        return root.resolve(), False
-    if temporary_root is not None:
-        Path(temporary_root).mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="trainparity-accum-", dir=temporary_root)).resolve(), True
 
 
 def _tree_bytes(root: Path) -> int:

@@ -1,5 +1,6 @@
 """The public API: every name users import, gathered from the modules that define them."""
 
+from trainparity.accumulation import AccumulationExecutionPlan, check_accumulation
 from trainparity.comparison import (
     ComparisonPolicy,
     Difference,
@@ -9,8 +10,14 @@ from trainparity.comparison import (
 from trainparity.environment import environment_fingerprint
 from trainparity.outcomes import Outcome
 from trainparity.process_resume import check_resume
-from trainparity.protocols import ProcessExecutionPlan, ProcessResumeCase
-from trainparity.results import ProcessResumeResult
+from trainparity.protocols import (
+    AccumulationCase,
+    LossAccounting,
+    ProcessExecutionPlan,
+    ProcessResumeCase,
+    TrainingState,
+)
+from trainparity.results import AccumulationResult, ProcessResumeResult
 from trainparity.sample_coverage import (
     AtLeastOnce,
     ExactlyOnce,
@@ -29,6 +36,12 @@ from trainparity.state_diff import StateComparison, TensorStatistics, compare_st
 from trainparity.version import MACHINE_REPORT_SCHEMA_VERSION
 
 __all__ = [
+    "AccumulationCase",
+    "AccumulationExecutionPlan",
+    "AccumulationResult",
+    "LossAccounting",
+    "TrainingState",
+    "check_accumulation",
     "AtLeastOnce",
     "ExactlyOnce",
     "ExpectedPadding",

@@ -11,11 +11,9 @@ comparison part of the report is the same either way.
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,6 +30,7 @@ from trainparity.progress import ProgressCallback, ProgressReporter
 from trainparity.protocols import ProcessExecutionPlan, ProcessResumeCase
 from trainparity.reports import write_report
 from trainparity.results import ExternalProcessEvidence, ProcessResumeResult
+from trainparity.run_setup import checked_parallel, checked_timeout, run_root, wants_parallel
 from trainparity.snapshot import Snapshot
 
 __all__ = ["ProcessResumeRunner", "check_resume"]
@@ -101,14 +100,8 @@ class ProcessResumeRunner:
         parallel: bool | None = None,
         progress: bool | ProgressCallback | None = None,
     ) -> None:
-        if (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, (int, float))
-            or math.isnan(timeout)
-        ):
-            raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-        if timeout <= 0:
-            raise ValueError("timeout must be positive")
+        timeout = checked_timeout(timeout)
+        checked_parallel(parallel)
         if comparison is not None and not isinstance(
             comparison, (ExactComparison, ToleranceComparison)
         ):
@@ -150,25 +143,25 @@ class ProcessResumeRunner:
             return self._finish(result, report_path)
         # The children's allow-listed variables (CUBLAS_WORKSPACE_CONFIG, ...) are what mattered.
         fields["environment"] = environment_fingerprint(variables=child_environment)
-        run_root, managed = _run_root(work_dir, self.temporary_root)
+        root, managed = run_root(work_dir, self.temporary_root, "trainparity-process-")
         try:
             execution = _ResumeExecution(
                 case_spec=case,
                 case=loaded,
                 policy=self.policy,
                 command_dir=command_dir,
-                run_root=run_root,
+                run_root=root,
                 environment=child_environment,
                 timeout=self.timeout,
                 preserved=not managed,
-                parallel=_wants_parallel(self.parallel, loaded),
+                parallel=wants_parallel(self.parallel, getattr(loaded, "device", "cpu")),
                 progress=self.progress,
                 staged_checkpoint_hook=staged_checkpoint_hook,
             )
             result = execution.run(fields, started)
         finally:
             if managed:
-                shutil.rmtree(run_root, ignore_errors=True)
+                shutil.rmtree(root, ignore_errors=True)
         return self._finish(result, report_path)
 
     def _policy_fields(self) -> dict[str, Any]:
@@ -186,13 +179,6 @@ class ProcessResumeRunner:
         if report_path is not None:
             write_report(report_path, result.to_dict())
         return result
-
-
-def _wants_parallel(parallel: bool | None, case: object) -> bool:
-    if parallel is not None:
-        return bool(parallel)
-    device = getattr(case, "device", "cpu")
-    return not (isinstance(device, str) and device.startswith("cuda")) and (os.cpu_count() or 1) > 1
 
 
 def _setup(
@@ -223,16 +209,6 @@ def _setup(
             os.pathsep + existing if existing else ""
         )
     return case, child_environment
-
-
-def _run_root(work_dir: Path | None, temporary_root: Path | None) -> tuple[Path, bool]:
-    if work_dir is not None:
-        root = Path(work_dir)
-        root.mkdir(parents=True, exist_ok=True)
-        return root.resolve(), False
-    if temporary_root is not None:
-        Path(temporary_root).mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="trainparity-process-", dir=temporary_root)).resolve(), True
 
 
 def _path_bytes(path: Path) -> int:

@@ -1,0 +1,42 @@
+"""Set-up shared by the checks that run children: timeout, concurrency default, run root."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+
+def checked_timeout(timeout: object) -> float:
+    """The per-child timeout in seconds; TypeError/ValueError as the contract words them."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
+        raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
+    if timeout <= 0:
+        raise ValueError("timeout must be positive")
+    return float(timeout)
+
+
+def checked_parallel(parallel: object) -> bool | None:
+    if parallel is not None and not isinstance(parallel, bool):
+        raise TypeError(f"parallel must be None, True or False, not {parallel!r}")
+    return parallel
+
+
+def wants_parallel(parallel: bool | None, device: object) -> bool:
+    """Independent children run at once unless asked not to, on CUDA, or on one core."""
+    if parallel is not None:
+        return parallel
+    on_cuda = isinstance(device, str) and device.startswith("cuda")
+    return not on_cuda and (os.cpu_count() or 1) > 1
+
+
+def run_root(work_dir: Path | None, temporary_root: Path | None, prefix: str) -> tuple[Path, bool]:
+    """(root, managed): the preserved `work_dir`, or a new temporary directory to remove afterwards."""
+    if work_dir is not None:
+        root = Path(work_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        return root.resolve(), False
+    if temporary_root is not None:
+        Path(temporary_root).mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=temporary_root)).resolve(), True
