@@ -7,12 +7,12 @@ caught at `loss_accounting.denominator`.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import torch
 from trainparity.protocols import LossAccounting, TrainingState
+from trainparity.quickstarts._payload import print_payload, quickstart_payload
 
 
 class Case:
@@ -47,7 +47,6 @@ def run() -> dict[str, Any]:
     """Check the clean and the faulty plan and return the quickstart payload."""
     from trainparity.accumulation import AccumulationExecutionPlan, check_accumulation
     from trainparity.comparison import ToleranceComparison
-    from trainparity.version import add_report_metadata
 
     spec = "trainparity.quickstarts.accumulation:Case"
     comparison = ToleranceComparison(rtol=1e-6, atol=1e-7)
@@ -59,16 +58,11 @@ def run() -> dict[str, Any]:
         ),
         comparison=comparison,
     )
-    return add_report_metadata({"clean": clean.to_dict(), "intentional_fail": faulty.to_dict()})
+    return quickstart_payload(clean, faulty)
 
 
 def main() -> int:
-    payload = run()
-    print(json.dumps(payload, indent=2, sort_keys=True))
-    passed = (
-        payload["clean"]["outcome"] == "PASS" and payload["intentional_fail"]["outcome"] == "FAIL"
-    )
-    return 0 if passed else 1
+    return print_payload(run())
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ module is the training script the cases launch (`... resume worker ...`).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -84,11 +83,11 @@ class FaultyCase(CleanCase):
 def run() -> dict[str, Any]:
     """Check both cases and return the quickstart payload."""
     from trainparity import check_resume
-    from trainparity.version import add_report_metadata
+    from trainparity.quickstarts._payload import quickstart_payload
 
     clean = check_resume("trainparity.quickstarts.resume:CleanCase")
     faulty = check_resume("trainparity.quickstarts.resume:FaultyCase")
-    return add_report_metadata({"clean": clean.to_dict(), "intentional_fail": faulty.to_dict()})
+    return quickstart_payload(clean, faulty)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,12 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.action == "worker":
         train(arguments.run_dir, arguments.end_step, arguments.resume_from, arguments.fault)
         return 0
-    payload = run()
-    print(json.dumps(payload, indent=2, sort_keys=True))
-    passed = (
-        payload["clean"]["outcome"] == "PASS" and payload["intentional_fail"]["outcome"] == "FAIL"
-    )
-    return 0 if passed else 1
+    from trainparity.quickstarts._payload import print_payload
+
+    return print_payload(run())
 
 
 if __name__ == "__main__":

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from trainparity.quickstarts._payload import print_payload, quickstart_payload
 from trainparity.sample_coverage import ExactlyOnce, SampleObservation, audit_sample_coverage
-from trainparity.version import add_report_metadata
 
 
 def clean_observations() -> list[SampleObservation]:
@@ -24,18 +23,12 @@ def run() -> dict[str, Any]:
     policy = ExactlyOnce(range(4))
     clean = audit_sample_coverage(clean_observations(), policy)
     intentional_fail = audit_sample_coverage(faulty_observations(), policy)
-    return add_report_metadata(
-        {"clean": clean.to_dict(), "intentional_fail": intentional_fail.to_dict()}
-    )
+    return quickstart_payload(clean, intentional_fail)
 
 
 def main() -> int:
     """Prints the payload; 0 iff the clean audit passed and the faulty one failed."""
-    payload = run()
-    print(json.dumps(payload, indent=2, sort_keys=True))
-    passed = payload["clean"]["outcome"] == "PASS"
-    failed = payload["intentional_fail"]["outcome"] == "FAIL"
-    return 0 if passed and failed else 1
+    return print_payload(run())
 
 
 if __name__ == "__main__":
