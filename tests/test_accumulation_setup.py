@@ -380,10 +380,10 @@ def test_report_size_fixpoint_converges_for_any_starting_size(tmp_path):
 
 @ours_only
 def test_children_run_concurrently_by_default_except_on_cuda():
-    from trainparity.accumulation import _wants_parallel
+    from trainparity.run_setup import wants_parallel
 
-    assert _wants_parallel(None, "cuda") is False
-    assert _wants_parallel(None, "cuda:1") is False
-    assert _wants_parallel(None, "cpu") is ((os.cpu_count() or 1) > 1)
-    assert _wants_parallel(True, "cuda") is True
-    assert _wants_parallel(False, "cpu") is False
+    assert wants_parallel(None, "cuda") is False
+    assert wants_parallel(None, "cuda:1") is False
+    assert wants_parallel(None, "cpu") is ((os.cpu_count() or 1) > 1)
+    assert wants_parallel(True, "cuda") is True
+    assert wants_parallel(False, "cpu") is False
