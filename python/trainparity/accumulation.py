@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
+from trainparity.environment import environment_fingerprint
 from trainparity.importing import load_accumulation_case
 from trainparity.outcomes import Outcome
 from trainparity.processes import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
@@ -341,6 +342,9 @@ class AccumulationRunner:
             equivalence=equivalence,
             comparison_policy=policy_name,
             peak_temporary_directory_bytes=execution.peak_bytes,
+            environment=environment_fingerprint(
+                variables={**os.environ, **dict(environment or {})}
+            ),
             **verdict,
         )
         return self._finish(result, report_path)

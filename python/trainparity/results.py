@@ -75,6 +75,9 @@ class AccumulationResult:
     comparison_policy: str = "exact"
     peak_temporary_directory_bytes: int = 0
     persisted_artifact_bytes: int = 0
+    environment: dict[str, Any] | None = (
+        None  # fingerprint incl. the children's allow-listed variables
+    )
 
     __repr__ = result_repr
     _repr_html_ = result_html
