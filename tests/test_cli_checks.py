@@ -8,6 +8,7 @@ import types
 import uuid
 from dataclasses import dataclass
 
+from trainparity.accumulation import AccumulationExecutionPlan
 from trainparity.cli import main
 from trainparity.outcomes import Outcome
 
@@ -65,24 +66,6 @@ def test_resume_setup_error_exits_3_with_the_message(capsys):
 
 
 @dataclass(frozen=True)
-class _Plan:
-    microbatch_count: int
-    scale_accumulated_loss: bool = True
-    use_explicit_loss_accounting: bool = True
-    optimizer_step_per_microbatch: bool = False
-    scheduler_step_per_microbatch: bool = False
-    zero_grad_before_gradient_observation: bool = False
-    clip_grad_norm: float | None = None
-    clip_per_microbatch: bool = False
-    amp_step_before_unscale: bool = False
-    omit_final_microbatch: bool = False
-
-    def validate(self) -> None:
-        if self.clip_per_microbatch and self.clip_grad_norm is None:
-            raise ValueError("clip_per_microbatch needs clip_grad_norm")
-
-
-@dataclass(frozen=True)
 class _Result:
     outcome: Outcome
     message: str
@@ -111,7 +94,7 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
     _fake_module(
         monkeypatch,
         "trainparity.accumulation",
-        AccumulationExecutionPlan=_Plan,
+        AccumulationExecutionPlan=AccumulationExecutionPlan,
         check_accumulation=check_accumulation,
     )
     code, text, _ = _run(
@@ -141,7 +124,7 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
     assert text.startswith("ABSTAIN: baseline self-consistency failed")
     ((case, plan, comparison, device, seed, environment, timeout),) = calls
     assert case == "cases:Accumulate"
-    assert plan == _Plan(
+    assert plan == AccumulationExecutionPlan(
         4,
         scale_accumulated_loss=False,
         optimizer_step_per_microbatch=True,
