@@ -16,6 +16,7 @@ import torch
 from trainparity.accumulation import PHASES, AccumulationExecutionPlan
 from trainparity.accumulation_worker import execute
 from trainparity.comparison import ExactComparison, ToleranceComparison
+from trainparity.environment import environment_fingerprint
 from trainparity.snapshot_file import read_snapshot
 
 import tests.fixtures.accumulation_cases as cases
@@ -89,6 +90,17 @@ def test_pass_record_and_observation_layout(tmp_path):
     assert value(observations, "scheduler_state").keys() == ["scaler", "scheduler"]
     assert value(observations, "scheduler_state", "scaler") is None
     assert value(observations, "scheduler_state", "scheduler", "last_epoch") == 1
+
+
+def test_the_observation_file_carries_the_workers_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    path = tmp_path / "observations.safetensors"
+    plan = json.dumps(AccumulationExecutionPlan(2).to_dict(), sort_keys=True)
+    record = execute("tests.fixtures.accumulation_cases:LinearCase", plan, "cpu", 23, path)
+    assert record["outcome"] == "PASS"
+    environment = read_snapshot(path)[1]["environment"]
+    assert environment == environment_fingerprint()
+    assert environment["variables"]["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
 
 
 def test_explicit_accounting_record(tmp_path):

@@ -7,10 +7,12 @@ import inspect
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 from trainparity import sample_coverage
+from trainparity.environment import environment_fingerprint
 from trainparity.outcomes import Outcome
 from trainparity.sample_coverage import (
     AtLeastOnce,
@@ -42,9 +44,11 @@ def counts(result: SampleCoverageResult) -> dict[str, object]:
 
 
 def assert_bare(result: SampleCoverageResult, outcome: Outcome, message: str) -> None:
-    """ERROR and ABSTAIN results carry only outcome, policy and message."""
+    """ERROR and ABSTAIN results carry only outcome, policy, message and the environment."""
     assert (result.outcome, result.message) == (outcome, message)
-    bare = SampleCoverageResult(outcome, result.policy, message)
+    bare = SampleCoverageResult(
+        outcome, result.policy, message, environment=environment_fingerprint()
+    )
     assert result == bare
 
 
@@ -89,6 +93,7 @@ def test_policies_are_frozen_dataclasses_with_class_names_and_no_defaults():
 
 
 def test_result_and_record_fields_in_contract_order():
+    # The contract's fields in its order, then ours: the environment fingerprint.
     assert [f.name for f in dataclasses.fields(SampleCoverageResult)] == [
         "outcome",
         "policy",
@@ -106,6 +111,7 @@ def test_result_and_record_fields_in_contract_order():
         "first_violation",
         "anomaly_examples",
         "evidence_path",
+        "environment",
     ]
     assert [f.name for f in dataclasses.fields(SampleViolation)] == [
         "kind",
@@ -585,6 +591,24 @@ def test_evidence_and_result_carry_the_report_metadata(tmp_path):
     assert list(payload)[:2] == ["schema_version", "trainparity_version"]
     assert payload["outcome"] == "PASS" and type(payload["outcome"]) is str
     assert evidence["traces"][0]["occurrences"][0]["worker"] is None
+
+
+def test_results_and_evidence_carry_the_environment_and_no_other_variable(tmp_path, monkeypatch):
+    secret = f"s3cr3t-{uuid.uuid4()}"
+    monkeypatch.setenv("TRAINPARITY_TEST_TOKEN", secret)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    path = tmp_path / "evidence.json"
+    failed = audit_sample_coverage([O(1, 0, 0, 0)], ExactlyOnce((0, 1)), evidence_path=path)
+    errored = audit_sample_coverage([O(1, 0, 0, 0)], "not a policy")
+    abstained = audit_sample_coverage([O(1, 0, 0, 0)], ExactlyOnce(None))
+    evidence_text = path.read_text()
+    for result in (failed, errored, abstained):
+        assert result.environment == environment_fingerprint()
+        assert result.environment["variables"]["OMP_NUM_THREADS"] == "3"
+        report = json.dumps(result.to_dict())
+        assert secret not in report and '"torch_intra_op"' in report
+    assert json.loads(evidence_text)["environment"] == failed.environment
+    assert secret not in evidence_text
 
 
 def test_evidence_without_universe_has_null_expected_ids_and_counts_all_padding(tmp_path):

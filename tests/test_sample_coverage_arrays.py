@@ -9,6 +9,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trainparity.environment import environment_fingerprint
 from trainparity.outcomes import Outcome
 from trainparity.sample_coverage import (
     AtLeastOnce,
@@ -26,7 +27,10 @@ numpy = pytest.importorskip("numpy")
 
 
 def assert_error(result: SampleCoverageResult, message: str) -> None:
-    assert result == SampleCoverageResult(Outcome.ERROR, result.policy, message)
+    expected = SampleCoverageResult(
+        Outcome.ERROR, result.policy, message, environment=environment_fingerprint()
+    )
+    assert result == expected
 
 
 def test_signature():

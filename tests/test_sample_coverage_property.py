@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trainparity.environment import environment_fingerprint
 from trainparity.sample_coverage import (
     AtLeastOnce,
     ExactlyOnce,
@@ -157,10 +158,12 @@ def reference(observations, policy, max_examples):
             "first_violation": violation,
             "anomaly_examples": tuple(anomalies[:max_examples]),
             "evidence_path": None,
+            "environment": environment_fingerprint(),
         }
     )
     evidence = add_report_metadata(
         {
+            "environment": environment_fingerprint(),
             "outcome": outcome,
             "policy": policy.name,
             "first_violation": violation,

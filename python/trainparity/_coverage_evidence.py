@@ -125,6 +125,7 @@ def _write_document(
     write("{\n")
     write(f'  "actual_padding_count": {header["actual_padding_count"]},\n')
     _write_list(write, "cross_rank_overlaps", render.cross_rank())
+    write(f'  "environment": {_nested(header["environment"], 1)},\n')
     if source.universe is None:
         write('  "expected_ids": null,\n')
     else:
@@ -148,7 +149,7 @@ def write_evidence(
     """Writes the evidence of one audit to `path` (parents created); raises OSError.
 
     header: schema_version, trainparity_version, outcome, policy, first_violation
-    (dict or None) and actual_padding_count. The document appears under `path`
+    (dict or None), actual_padding_count and environment (the fingerprint). The document appears under `path`
     only once complete: it is written to a temporary sibling and renamed over it.
     """
     path.parent.mkdir(parents=True, exist_ok=True)

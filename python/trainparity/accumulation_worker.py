@@ -39,6 +39,7 @@ from trainparity.capture import (
     parameter_and_buffer_trees,
     state_dict_or_none,
 )
+from trainparity.environment import environment_fingerprint
 from trainparity.importing import CaseImportError, load_accumulation_case
 from trainparity.observer import write_result
 from trainparity.outcomes import Outcome
@@ -266,7 +267,10 @@ class _Boundary:
     def write(self, path: Path) -> None:
         entries = tuple(sorted(self.observations.items()))
         assert [key for key, _ in entries] == sorted((INITIAL_KEY, *PHASES))
-        write_snapshot(path, FrozenMapping(entries), step=OBSERVED_STEP)
+        # Fingerprinted after the run, so flags the case set while building show.
+        write_snapshot(
+            path, FrozenMapping(entries), step=OBSERVED_STEP, environment=environment_fingerprint()
+        )
 
 
 def execute(

@@ -23,6 +23,7 @@ from trainparity._coverage_ids import (
     read_rank_id_lists,
 )
 from trainparity.display import result_html, result_repr
+from trainparity.environment import environment_fingerprint
 from trainparity.outcomes import Outcome
 from trainparity.results import report_dict
 from trainparity.version import add_report_metadata
@@ -132,7 +133,12 @@ _NO_UNIVERSE = "a reliable finite expected ID universe is required for this poli
 
 @dataclass(frozen=True)
 class SampleCoverageResult:
-    """Outcome of a coverage audit; ERROR/ABSTAIN carry only outcome, policy and message."""
+    """Outcome of a coverage audit.
+
+    ERROR/ABSTAIN carry only outcome, policy and message of the contract's
+    fields; every result also carries `environment`, the fingerprint of the
+    process that ran the audit (docs/environment.md).
+    """
 
     outcome: Outcome
     policy: str
@@ -150,6 +156,7 @@ class SampleCoverageResult:
     first_violation: SampleViolation | None = None
     anomaly_examples: tuple[SampleAnomaly, ...] = ()
     evidence_path: str | None = None
+    environment: dict[str, Any] | None = None
 
     __repr__ = result_repr
     _repr_html_ = result_html
@@ -165,7 +172,12 @@ def _policy_name(policy: object) -> str:
 
 
 def _stopped(outcome: Outcome, policy: object, message: str) -> SampleCoverageResult:
-    return SampleCoverageResult(outcome=outcome, policy=_policy_name(policy), message=message)
+    return SampleCoverageResult(
+        outcome=outcome,
+        policy=_policy_name(policy),
+        message=message,
+        environment=environment_fingerprint(),
+    )
 
 
 def _result(
@@ -192,6 +204,7 @@ def _result(
         first_violation=None if violation is None else SampleViolation(*violation),
         anomaly_examples=tuple(SampleAnomaly(*anomaly) for anomaly in analysis.anomaly_examples),
         evidence_path=evidence_path,
+        environment=environment_fingerprint(),
     )
 
 
@@ -240,6 +253,7 @@ def _audit(
             if result.first_violation is None
             else dataclasses.asdict(result.first_violation),
             "actual_padding_count": analysis.actual_padding_count,
+            "environment": result.environment,
         }
     )
     assert analysis.details is not None
