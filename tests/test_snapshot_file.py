@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors import safe_open
 from trainparity import ExactComparison, Outcome, ToleranceComparison
+from trainparity.environment import environment_fingerprint
 from trainparity.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
 from trainparity.state import FrozenTensor, UnsupportedStateError, freeze
 
@@ -54,6 +55,16 @@ def test_round_trip_is_exact(tmp_path):
     python = snapshot.state.as_dict()["python"].as_dict()
     assert math.copysign(1.0, python["neg_zero"]) == -1.0
     assert python["big"] == 2**80 and python["raw"] == b"\x00\xff"
+
+
+def test_every_file_records_an_environment_by_default_this_processs(tmp_path):
+    write_snapshot(tmp_path / "default.safetensors", {"x": torch.ones(2)})
+    given = {"fingerprint_version": 1, "variables": {"OMP_NUM_THREADS": "7"}}
+    write_snapshot(tmp_path / "given.safetensors", {"x": torch.ones(2)}, environment=given)
+    assert read_snapshot(tmp_path / "default.safetensors")[1]["environment"] == (
+        environment_fingerprint()
+    )
+    assert read_snapshot(tmp_path / "given.safetensors")[1]["environment"] == given
 
 
 def test_nan_payload_and_signed_zero_survive_in_tensors(tmp_path):

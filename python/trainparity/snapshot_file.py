@@ -24,6 +24,7 @@ from typing import Any
 from trainparity._native import core
 from trainparity.cuda_backend import digest_buffer, write_buffer
 from trainparity.dtypes import info_for_text
+from trainparity.environment import environment_fingerprint
 from trainparity.paths import StatePath, render_path
 from trainparity.snapshot import REFERENCE_BACKEND, SNAPSHOT_SCHEMA_VERSION, Snapshot
 from trainparity.state import (
@@ -82,6 +83,9 @@ def write_snapshot(
     time; CUDA tensors are digested on the GPU and copied to the file through
     bounded host buffers, never whole). With include_values=False only the manifest and
     digests are written: a few kilobytes that still tell which tensors differ.
+    `environment` is the fingerprint recorded in the file; None records this
+    process's environment_fingerprint() (pass the children's, or one taken
+    with initialize_cuda=True, to record those instead).
     Raises UnsupportedStateError (naming the path) for values that cannot be frozen.
     """
     target = Path(path)
@@ -125,7 +129,7 @@ def write_snapshot(
         "includes_values": include_values,
         "tensors": table,
         "tree": tree,
-        "environment": dict(environment) if environment is not None else None,
+        "environment": dict(environment_fingerprint() if environment is None else environment),
     }
     header["__metadata__"] = {_METADATA_KEY: json.dumps(manifest, sort_keys=True)}
     header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
