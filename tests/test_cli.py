@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
 import subprocess
@@ -92,10 +91,6 @@ def test_help_examples_run_as_written(capsys, tmp_path, monkeypatch):
                 assert code == 0, (line, out, err)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("trainparity.sample_coverage") is None,
-    reason="trainparity.sample_coverage is not part of this build yet",
-)
 def test_the_coverage_help_example_runs_as_written(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _, help_text, _ = _run(capsys, "coverage", "--help")

@@ -86,9 +86,19 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
     calls: list = []
 
     def check_accumulation(
-        case, *, candidate, comparison, device, seed, cwd, report_path, environment, timeout
+        case,
+        *,
+        candidate,
+        comparison,
+        device,
+        seed,
+        cwd,
+        report_path,
+        environment,
+        timeout,
+        progress,
     ):
-        calls.append((case, candidate, comparison, device, seed, environment, timeout))
+        calls.append((case, candidate, comparison, device, seed, environment, timeout, progress))
         return _Result(Outcome.ABSTAIN, "baseline self-consistency failed")
 
     _fake_module(
@@ -122,7 +132,7 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
     )
     assert code == 2
     assert text.startswith("ABSTAIN: baseline self-consistency failed")
-    ((case, plan, comparison, device, seed, environment, timeout),) = calls
+    ((case, plan, comparison, device, seed, environment, timeout, progress),) = calls
     assert case == "cases:Accumulate"
     assert plan == AccumulationExecutionPlan(
         4,
@@ -134,6 +144,7 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
     )
     assert (comparison.rtol, comparison.atol) == (1e-6, 1e-7)
     assert (device, seed, environment, timeout) == ("cuda:1", 5, {"A": "b"}, 300.0)
+    assert progress is False  # stderr is not a terminal here
     assert (
         _run(capsys, "accumulation", "c:C", "--microbatches", "2", "--clip-per-microbatch")[0] == 4
     )

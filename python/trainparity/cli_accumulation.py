@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 from typing import Any
 
 from trainparity import cli
@@ -67,13 +66,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(arguments: argparse.Namespace) -> cli.CommandOutput:
-    try:
-        from trainparity.accumulation import AccumulationExecutionPlan, check_accumulation
-    except ImportError:
-        raise cli.CommandUnavailable(
-            "accumulation checks are not available in this build of trainparity "
-            "(module trainparity.accumulation is missing)"
-        ) from None
+    from trainparity.accumulation import AccumulationExecutionPlan, check_accumulation
+
     comparison = cli.comparison_from(arguments)
     environment = cli.environment_from(arguments)
     directory = cli.command_directory(arguments)
@@ -86,9 +80,6 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
     except ValueError as error:
         raise cli.UsageError(f"invalid plan: {error}") from None
     report_path = cli.writes_json_report(arguments)
-    options: dict[str, Any] = {}
-    if "progress" in inspect.signature(check_accumulation).parameters:
-        options["progress"] = cli.progress_from(arguments)
     result = check_accumulation(
         arguments.case,
         candidate=candidate,
@@ -99,6 +90,6 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
         report_path=report_path,
         environment=environment,
         timeout=arguments.timeout,
-        **options,
+        progress=cli.progress_from(arguments),
     )
     return cli.result_output(result, report_written=report_path is not None)

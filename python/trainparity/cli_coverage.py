@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainparity import cli
+
+if TYPE_CHECKING:
+    from trainparity.sample_coverage import CoveragePolicy
 
 EXAMPLE = """\
 python -c "import numpy; numpy.save('rank0.npy', numpy.arange(0, 8, 2)); numpy.save('rank1.npy', numpy.arange(1, 8, 2))"
@@ -63,10 +65,11 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(arguments: argparse.Namespace) -> cli.CommandOutput:
-    sample_coverage = importlib.import_module("trainparity.sample_coverage")
+    from trainparity.sample_coverage import audit_rank_arrays
+
     rank_files = _rank_files(arguments.ids)
-    policy = _policy(sample_coverage, arguments, _universe(arguments))
-    result = sample_coverage.audit_rank_arrays(
+    policy = _policy(arguments, _universe(arguments))
+    result = audit_rank_arrays(
         rank_files,
         policy=policy,
         epoch=arguments.epoch,
@@ -118,15 +121,22 @@ def _universe(arguments: argparse.Namespace) -> range | list[int] | None:
     return identifiers
 
 
-def _policy(module: Any, arguments: argparse.Namespace, universe: Any) -> Any:
+def _policy(arguments: argparse.Namespace, universe: Any) -> CoveragePolicy:
+    from trainparity.sample_coverage import (
+        AtLeastOnce,
+        ExactlyOnce,
+        ExpectedPadding,
+        NoCrossRankOverlap,
+    )
+
     if arguments.policy == "expected_padding":
         if arguments.padding_count is None:
             raise cli.UsageError("--policy expected_padding needs --padding-count N")
-        return module.ExpectedPadding(universe, arguments.padding_count)
+        return ExpectedPadding(universe, arguments.padding_count)
     if arguments.padding_count is not None:
         raise cli.UsageError("--padding-count applies to --policy expected_padding only")
     if arguments.policy == "no_cross_rank_overlap":
-        return module.NoCrossRankOverlap()
+        return NoCrossRankOverlap()
     if arguments.policy == "exactly_once":
-        return module.ExactlyOnce(universe)
-    return module.AtLeastOnce(universe)
+        return ExactlyOnce(universe)
+    return AtLeastOnce(universe)
