@@ -119,7 +119,7 @@ def test_unsupported_extra_abstains_and_failing_state_dict_errors():  # P4
 
 
 def test_sparse_tensor_abstains():  # P5
-    sparse = torch.sparse_coo_tensor([[0]], [1.0], (2,))
+    sparse = torch.sparse_coo_tensor([[0]], [1.0], (2,), check_invariants=True)
     result = capture_snapshot(LayerModel(), extras={"sparse": sparse}, capture_rng=False)
     assert result.outcome == Outcome.ABSTAIN
     assert result.issue.path == "extra.sparse"
