@@ -12,6 +12,7 @@ import textwrap
 import pytest
 import torch
 from trainparity import ExactComparison, Outcome, ToleranceComparison
+from trainparity.display import text_report
 from trainparity.environment import environment_fingerprint
 from trainparity.snapshot_diff import diff_snapshots
 from trainparity.snapshot_file import write_snapshot
@@ -180,6 +181,8 @@ def test_missing_or_corrupt_files_are_errors_that_name_the_file(tmp_path):
     broken = diff_snapshots(corrupt, good)
     assert broken.outcome is Outcome.ERROR
     assert "corrupt.safetensors" in broken.message
+    # Nothing was read, so the text report must not claim that the environments match.
+    assert "Environment leads" not in text_report(missing.to_dict())
 
 
 def test_a_comparison_that_is_not_a_policy_is_rejected(tmp_path):

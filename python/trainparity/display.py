@@ -259,7 +259,7 @@ def _mismatches(stats: Mapping[str, Any]) -> str:
 
 def _environment_leads(report: Mapping[str, Any]) -> Section | None:
     leads = report.get("environment_leads")
-    if leads is None:
+    if leads is None or report.get("outcome") == "ERROR":  # no environments were read
         return None
     if not leads:
         return Section("Environment leads (not causes)", (("none", "the environments match"),))
