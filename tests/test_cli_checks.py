@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from trainparity.accumulation import AccumulationExecutionPlan
 from trainparity.cli import main
 from trainparity.outcomes import Outcome
+from trainparity.snapshot_file import read_snapshot
 
 
 def _run(capsys, *arguments) -> tuple[int, str, str]:
@@ -82,6 +83,53 @@ def _fake_module(monkeypatch, name: str, **attributes) -> None:
     monkeypatch.setitem(sys.modules, name, module)
 
 
+def test_accumulation_clean_quickstart_passes_with_progress_kept_files_and_environment(
+    capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # progress is shown on terminals
+    work_dir, report = tmp_path / "work", tmp_path / "accumulation.json"
+    code, text, progress = _run(
+        capsys,
+        "accumulation",
+        "trainparity.quickstarts.accumulation:Case",
+        "--microbatches",
+        "2",
+        "--rtol",
+        "1e-6",
+        "--atol",
+        "1e-7",
+        "--sequential",
+        "--work-dir",
+        work_dir,
+        "--report",
+        report,
+        "--env",
+        "OMP_NUM_THREADS=1",
+    )
+    assert code == 0, text
+    assert text.startswith("PASS: declared executions are equivalent")
+    payload = json.loads(report.read_text(encoding="utf-8"))
+    assert payload["outcome"] == "PASS"
+    assert payload["environment"]["variables"]["OMP_NUM_THREADS"] == "1"
+    # --sequential: each child finishes before the next starts.
+    events = [
+        " ".join(line.split()[1:3]) for line in progress.splitlines() if "trainparity:" in line
+    ]
+    assert events[:6] == [
+        "baseline_a started",
+        "baseline_a finished",
+        "baseline_b started",
+        "baseline_b finished",
+        "candidate started",
+        "candidate finished",
+    ]
+    for child in ("baseline_a", "baseline_b", "candidate"):
+        observations = list((work_dir / child).glob("*.safetensors"))
+        assert len(observations) == 1, f"--work-dir keeps {child}'s observation file"
+        _, extras = read_snapshot(observations[0])
+        assert extras["environment"]["variables"]["OMP_NUM_THREADS"] == "1"
+
+
 def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
     calls: list = []
 
@@ -93,12 +141,16 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
         device,
         seed,
         cwd,
+        work_dir,
         report_path,
         environment,
         timeout,
+        parallel,
         progress,
     ):
-        calls.append((case, candidate, comparison, device, seed, environment, timeout, progress))
+        calls.append(
+            (case, candidate, comparison, device, seed, environment, timeout, parallel, progress)
+        )
         return _Result(Outcome.ABSTAIN, "baseline self-consistency failed")
 
     _fake_module(
@@ -132,7 +184,7 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
     )
     assert code == 2
     assert text.startswith("ABSTAIN: baseline self-consistency failed")
-    ((case, plan, comparison, device, seed, environment, timeout, progress),) = calls
+    ((case, plan, comparison, device, seed, environment, timeout, parallel, progress),) = calls
     assert case == "cases:Accumulate"
     assert plan == AccumulationExecutionPlan(
         4,
@@ -145,6 +197,7 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
     assert (comparison.rtol, comparison.atol) == (1e-6, 1e-7)
     assert (device, seed, environment, timeout) == ("cuda:1", 5, {"A": "b"}, 300.0)
     assert progress is False  # stderr is not a terminal here
+    assert parallel is None  # the check's own default: concurrent on CPU
     assert (
         _run(capsys, "accumulation", "c:C", "--microbatches", "2", "--clip-per-microbatch")[0] == 4
     )

@@ -193,8 +193,8 @@ def comparison_from(arguments: argparse.Namespace) -> ComparisonPolicy | None:
         ) from None
 
 
-def add_run_options(parser: argparse.ArgumentParser) -> None:
-    """Options of the commands that launch training children."""
+def add_run_options(parser: argparse.ArgumentParser, *, kept: str) -> None:
+    """Options of the commands that launch training children; `kept`: what --work-dir keeps."""
     group = parser.add_argument_group("execution")
     group.add_argument(
         "--cwd",
@@ -213,6 +213,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="environment variable for the children (repeatable)",
+    )
+    group.add_argument(
+        "--work-dir",
+        type=Path,
+        help=f"keep {kept} here (default: a temporary directory, removed afterwards)",
+    )
+    group.add_argument(
+        "--sequential",
+        action="store_true",
+        help="run one child at a time (default: children run concurrently on CPU)",
     )
     group.add_argument(
         "--no-progress",
@@ -260,6 +270,11 @@ def environment_from(arguments: argparse.Namespace) -> dict[str, str] | None:
             raise UsageError(f"--env expects KEY=VALUE, got {item!r}")
         pairs[key] = value
     return pairs or None
+
+
+def parallel_from(arguments: argparse.Namespace) -> bool | None:
+    """--sequential forces one child at a time; otherwise the check's own default."""
+    return False if arguments.sequential else None
 
 
 def progress_from(arguments: argparse.Namespace) -> bool:

@@ -62,7 +62,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=23, help="seed of every child (default: 23)")
     cli.add_tolerance_options(parser)
-    cli.add_run_options(parser)
+    cli.add_run_options(parser, kept="every child's logs, result and observation file")
 
 
 def run(arguments: argparse.Namespace) -> cli.CommandOutput:
@@ -87,9 +87,11 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
         device=arguments.device,
         seed=arguments.seed,
         cwd=directory,
+        work_dir=arguments.work_dir,
         report_path=report_path,
         environment=environment,
         timeout=arguments.timeout,
+        parallel=cli.parallel_from(arguments),
         progress=cli.progress_from(arguments),
     )
     return cli.result_output(result, report_written=report_path is not None)

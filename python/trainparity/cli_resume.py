@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from trainparity import cli
@@ -22,17 +21,7 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("case", help="importable case class, 'package.module:ClassName'")
     cli.add_tolerance_options(parser)
-    cli.add_run_options(parser)
-    parser.add_argument(
-        "--work-dir",
-        type=Path,
-        help="keep every phase's logs and checkpoints here (default: a removed temporary directory)",
-    )
-    parser.add_argument(
-        "--sequential",
-        action="store_true",
-        help="run one child at a time (default: independent phases run concurrently on CPU)",
-    )
+    cli.add_run_options(parser, kept="every phase's logs and checkpoints")
 
 
 def run(arguments: argparse.Namespace) -> cli.CommandOutput:
@@ -50,7 +39,7 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
         report_path=report_path,
         environment=environment,
         timeout=arguments.timeout,
-        parallel=False if arguments.sequential else None,
+        parallel=cli.parallel_from(arguments),
         progress=cli.progress_from(arguments),
     )
     return cli.result_output(result, report_written=report_path is not None)
