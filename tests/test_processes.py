@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -231,6 +232,7 @@ def test_ctrl_c_kills_every_child_group_and_reraises(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
+    groups: set[int] = set()
     try:
         stubborn = probe.read_pid_file(tmp_path / "stubborn.pid", 20)
         grandchild = probe.read_pid_file(tmp_path / "grandchild.pid", 20)
@@ -240,6 +242,10 @@ def test_ctrl_c_kills_every_child_group_and_reraises(tmp_path):
     finally:
         driver.kill()
         driver.wait()
+        if driver.returncode != 130:  # failed: leave no SIGTERM-ignoring process behind
+            for group in groups:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
     assert driver.returncode == 130, stderr
     assert (tmp_path / "interrupted").read_text() == "KeyboardInterrupt"
     for group in groups:

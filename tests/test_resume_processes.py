@@ -76,9 +76,11 @@ def test_grandchild_ignoring_sigterm_does_not_survive_the_check(tmp_path):
 
 
 _INTERRUPT_DRIVER = """
+import signal
 import sys
 from pathlib import Path
 from trainparity import check_resume
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited as ignored
 try:
     check_resume("tests.fixtures.resume_process_cases:HangingCase", cwd=Path(sys.argv[1]),
                  temporary_root=Path(sys.argv[2]), progress=True)
