@@ -148,6 +148,22 @@ def test_failures_outside_a_check_are_errors_with_a_message_not_a_traceback(caps
     assert err.startswith("trainparity diff: error: ") and "Traceback" not in err
 
 
+def test_a_report_or_snapshot_path_that_is_a_directory_leaves_no_temporary_file(capsys, tmp_path):
+    same = _snapshot(tmp_path / "a.safetensors", {"w": torch.ones(3)})
+    (tmp_path / "taken").mkdir()
+    code, _, err = _run(capsys, "diff", same, same, "--report", tmp_path / "taken")
+    assert code == 3 and "IsADirectoryError" in err
+    checkpoint = tmp_path / "checkpoint.pt"
+    torch.save({"w": torch.ones(2)}, checkpoint)
+    code, out, _ = _run(capsys, "snapshot", "--checkpoint", checkpoint, "-o", tmp_path / "taken")
+    assert code == 3 and "snapshot could not be written: IsADirectoryError" in out
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "a.safetensors",
+        "checkpoint.pt",
+        "taken",
+    ]
+
+
 def test_snapshot_records_a_checkpoint_with_the_environment(capsys, tmp_path):
     checkpoint = tmp_path / "checkpoint.pt"
     torch.save(

@@ -12,6 +12,7 @@ digest, and the environment fingerprint. Nothing is ever unpickled.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import mmap
 import os
@@ -136,15 +137,20 @@ def write_snapshot(
     header_bytes += b" " * (-(8 + len(header_bytes)) % 8)
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(target.name + ".tmp")
-    with open(temporary, "wb") as stream:
-        stream.write(struct.pack("<Q", len(header_bytes)))
-        stream.write(header_bytes)
-        if include_values:
-            for _, tensor in tensors:
-                write_buffer(stream, tensor.data)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, target)
+    try:
+        with open(temporary, "wb") as stream:
+            stream.write(struct.pack("<Q", len(header_bytes)))
+            stream.write(header_bytes)
+            if include_values:
+                for _, tensor in tensors:
+                    write_buffer(stream, tensor.data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, target)
+    except BaseException:  # e.g. the path is a directory: leave no <path>.tmp behind
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
     return SnapshotFileInfo(
         path=target,
         file_bytes=8 + len(header_bytes) + (offset if include_values else 0),
