@@ -108,6 +108,12 @@ def _universe(arguments: argparse.Namespace) -> range | list[int] | None:
         raise cli.UsageError(
             f"--universe-file {arguments.universe_file}: {error.strerror}"
         ) from None
+    except UnicodeDecodeError as error:
+        raise cli.UsageError(
+            f"--universe-file {arguments.universe_file}: not UTF-8 text "
+            f"(byte {error.object[error.start]:#04x} at offset {error.start}); "
+            "give one integer per line"
+        ) from None
     identifiers = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
