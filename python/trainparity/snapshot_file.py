@@ -240,10 +240,12 @@ def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any
         )
     except SnapshotFileError as error:
         raise _corrupt(source, str(error)) from None
-    except (KeyError, TypeError, ValueError, IndexError) as error:
+    except (KeyError, TypeError, ValueError, IndexError, struct.error) as error:
         raise _corrupt(source, f"manifest is malformed ({type(error).__name__}: {error})") from None
     if not isinstance(state, FrozenMapping):
         raise _corrupt(source, "snapshot root is not a mapping")
+    if not isinstance(manifest.get("environment"), (dict, type(None))):
+        raise _corrupt(source, "manifest environment is not a mapping")
     extras = {
         "environment": manifest.get("environment"),
         "includes_values": bool(manifest["includes_values"]),
