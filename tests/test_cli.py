@@ -230,3 +230,18 @@ def test_env_prints_the_fingerprint_and_never_another_variable(capsys, monkeypat
     code, printed, _ = _run(capsys, "env", "--json")
     assert json.loads(printed)["environment"]["variables"]["PYTHONHASHSEED"] == "0"
     assert secret not in text and secret not in printed
+
+
+def test_snapshot_of_a_cyclic_state_abstains_naming_the_path(capsys, tmp_path):
+    module = f"cyclic_{uuid.uuid4().hex}"
+    (tmp_path / f"{module}.py").write_text(
+        "def state():\n    loop = {'inner': []}\n    loop['inner'].append(loop)\n"
+        "    return {'model': loop}\n"
+    )
+    code, out, err = _run(
+        capsys, "snapshot", "--call", f"{module}:state", "--cwd", tmp_path, "-o", tmp_path / "s"
+    )
+    assert (code, err) == (2, "")
+    assert out.startswith(
+        "ABSTAIN: snapshot state is unsupported: unsupported state at model.inner[0]: cyclic"
+    )
