@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -245,3 +246,30 @@ def test_snapshot_of_a_cyclic_state_abstains_naming_the_path(capsys, tmp_path):
     assert out.startswith(
         "ABSTAIN: snapshot state is unsupported: unsupported state at model.inner[0]: cyclic"
     )
+
+
+def test_fifos_are_rejected_instead_of_blocking_forever(capsys, tmp_path):
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    code, out, _ = _run(capsys, "diff", pipe, pipe)
+    assert code == 3 and out.startswith(f"ERROR: snapshot file {pipe} is a FIFO")
+    code, _, err = _run(capsys, "snapshot", "--checkpoint", pipe, "-o", tmp_path / "s")
+    assert (code, err) == (
+        4,
+        f"trainparity snapshot: error: --checkpoint {pipe} is a FIFO, not a regular file\n",
+    )
+    code, _, err = _run(
+        capsys,
+        "coverage",
+        "--ids",
+        f"0={pipe}",
+        "--policy",
+        "exactly_once",
+        "--universe-file",
+        pipe,
+    )
+    assert code == 4 and "--universe-file" in err and "is a FIFO" in err
+    code, out, _ = _run(
+        capsys, "coverage", "--ids", f"0={pipe}", "--policy", "exactly_once", "--universe", "3"
+    )
+    assert code == 3 and "is a FIFO, not a regular file" in out

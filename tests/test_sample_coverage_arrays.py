@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import inspect
 import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -221,6 +222,16 @@ def test_bad_files(tmp_path):
     (tmp_path / "fake.npy").write_bytes(b"\x00" * 16)
     assert (
         audit(tmp_path / "fake.npy") == f"{where('fake.npy')} is not a .npy file (no NUMPY magic)"
+    )
+
+
+def test_a_fifo_of_ids_is_an_error_instead_of_blocking_forever(tmp_path):
+    os.mkfifo(tmp_path / "ids")
+    result = audit_rank_arrays({0: tmp_path / "ids"}, policy=AtLeastOnce(range(3)))
+    assert_error(
+        result,
+        f"rank 0 IDs: {str(tmp_path / 'ids')!r} is a FIFO, not a regular file; the IDs are "
+        "memory-mapped: write them to a file",
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import re
 import struct
 
@@ -206,6 +207,12 @@ def test_malformed_manifest_values_are_clear_errors(tmp_path, change, detail):
         read_snapshot(path)
     result = diff_snapshots(path, path)
     assert result.outcome is Outcome.ERROR and detail in result.message
+
+
+def test_a_fifo_is_rejected_instead_of_blocking_forever(tmp_path):
+    os.mkfifo(tmp_path / "pipe")  # no writer: opening it for reading would never return
+    with pytest.raises(SnapshotFileError, match="is a FIFO, not a regular file"):
+        read_snapshot(tmp_path / "pipe")
 
 
 def test_foreign_safetensors_file_is_rejected(tmp_path):

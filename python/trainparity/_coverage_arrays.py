@@ -14,6 +14,7 @@ from typing import Any
 
 from trainparity._coverage_ids import ExpectedIds, ObjectIds, Observed, count_message, is_count
 from trainparity._native import core
+from trainparity.paths import special_file_kind
 
 # A buffer of int64 (numpy array, array.array("q"), memoryview, bytes) or a file path.
 RankArray = Any
@@ -33,6 +34,12 @@ def _open_file(path: Path, label: str) -> memoryview:
     The file is mapped, not read: the views keep the mapping alive, and it is
     unmapped when the last of them is dropped.
     """
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise ArrayProblem(
+            f"{label}: {str(path)!r} is {kind}, not a regular file; the IDs are memory-mapped: "
+            "write them to a file"
+        )
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         data = (

@@ -26,7 +26,7 @@ from trainparity._native import core
 from trainparity.cuda_backend import digest_buffer, write_buffer
 from trainparity.dtypes import info_for_text
 from trainparity.environment import environment_fingerprint
-from trainparity.paths import StatePath, render_path
+from trainparity.paths import StatePath, render_path, special_file_kind
 from trainparity.snapshot import REFERENCE_BACKEND, SNAPSHOT_SCHEMA_VERSION, Snapshot
 from trainparity.state import (
     FrozenMapping,
@@ -202,6 +202,12 @@ def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any
     Raises SnapshotFileError for a truncated, corrupt or foreign file.
     """
     source = Path(path)
+    kind = special_file_kind(source)
+    if kind is not None:
+        raise SnapshotFileError(
+            f"snapshot file {source} is {kind}, not a regular file; snapshots are memory-mapped "
+            "files: record or copy it to a file"
+        )
     with open(source, "rb") as stream:
         size = os.fstat(stream.fileno()).st_size
         if size < 8:
