@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -148,6 +149,22 @@ def test_failures_outside_a_check_are_errors_with_a_message_not_a_traceback(caps
     assert err.startswith("trainparity diff: error: ") and "Traceback" not in err
 
 
+def test_a_report_or_snapshot_path_that_is_a_directory_leaves_no_temporary_file(capsys, tmp_path):
+    same = _snapshot(tmp_path / "a.safetensors", {"w": torch.ones(3)})
+    (tmp_path / "taken").mkdir()
+    code, _, err = _run(capsys, "diff", same, same, "--report", tmp_path / "taken")
+    assert code == 3 and "IsADirectoryError" in err
+    checkpoint = tmp_path / "checkpoint.pt"
+    torch.save({"w": torch.ones(2)}, checkpoint)
+    code, out, _ = _run(capsys, "snapshot", "--checkpoint", checkpoint, "-o", tmp_path / "taken")
+    assert code == 3 and "snapshot could not be written: IsADirectoryError" in out
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "a.safetensors",
+        "checkpoint.pt",
+        "taken",
+    ]
+
+
 def test_snapshot_records_a_checkpoint_with_the_environment(capsys, tmp_path):
     checkpoint = tmp_path / "checkpoint.pt"
     torch.save(
@@ -214,3 +231,45 @@ def test_env_prints_the_fingerprint_and_never_another_variable(capsys, monkeypat
     code, printed, _ = _run(capsys, "env", "--json")
     assert json.loads(printed)["environment"]["variables"]["PYTHONHASHSEED"] == "0"
     assert secret not in text and secret not in printed
+
+
+def test_snapshot_of_a_cyclic_state_abstains_naming_the_path(capsys, tmp_path):
+    module = f"cyclic_{uuid.uuid4().hex}"
+    (tmp_path / f"{module}.py").write_text(
+        "def state():\n    loop = {'inner': []}\n    loop['inner'].append(loop)\n"
+        "    return {'model': loop}\n"
+    )
+    code, out, err = _run(
+        capsys, "snapshot", "--call", f"{module}:state", "--cwd", tmp_path, "-o", tmp_path / "s"
+    )
+    assert (code, err) == (2, "")
+    assert out.startswith(
+        "ABSTAIN: snapshot state is unsupported: unsupported state at model.inner[0]: cyclic"
+    )
+
+
+def test_fifos_are_rejected_instead_of_blocking_forever(capsys, tmp_path):
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    code, out, _ = _run(capsys, "diff", pipe, pipe)
+    assert code == 3 and out.startswith(f"ERROR: snapshot file {pipe} is a FIFO")
+    code, _, err = _run(capsys, "snapshot", "--checkpoint", pipe, "-o", tmp_path / "s")
+    assert (code, err) == (
+        4,
+        f"trainparity snapshot: error: --checkpoint {pipe} is a FIFO, not a regular file\n",
+    )
+    code, _, err = _run(
+        capsys,
+        "coverage",
+        "--ids",
+        f"0={pipe}",
+        "--policy",
+        "exactly_once",
+        "--universe-file",
+        pipe,
+    )
+    assert code == 4 and "--universe-file" in err and "is a FIFO" in err
+    code, out, _ = _run(
+        capsys, "coverage", "--ids", f"0={pipe}", "--policy", "exactly_once", "--universe", "3"
+    )
+    assert code == 3 and "is a FIFO, not a regular file" in out

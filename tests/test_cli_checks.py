@@ -270,3 +270,13 @@ def test_coverage_maps_rank_files_policy_and_universe(capsys, monkeypatch, tmp_p
         ),
     ):
         assert _run(capsys, "coverage", *bad)[0] == 4
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"0\n\xff\xfe\n")
+    code, _, err = _run(
+        capsys, "coverage", "--ids", "0=a", "--policy", "exactly_once", "--universe-file", binary
+    )
+    assert (code, err) == (
+        4,
+        f"trainparity coverage: error: --universe-file {binary}: not UTF-8 text "
+        "(byte 0xff at offset 2); give one integer per line\n",
+    )

@@ -110,6 +110,15 @@ def test_the_page_is_self_contained_and_escapes_every_value():
     assert "Full report (JSON)" in page and "&quot;environment&quot;" in page
 
 
+def test_a_file_name_that_is_not_utf8_is_written_escaped(tmp_path):
+    # os.fsdecode(b"\xff.safetensors"): what argv and os.listdir give for such a name
+    report = {"schema_version": 2, "outcome": "PASS", "message": "ok", "baseline": "\udcff.st"}
+    size = write_html_report(tmp_path / "page.html", report)
+    data = (tmp_path / "page.html").read_bytes()
+    assert len(data) == size
+    assert "<td>\\udcff.st</td>" in data.decode("utf-8")
+
+
 def test_report_dicts_and_the_environment_report_render_too():
     report = {"schema_version": 2, "environment": environment_fingerprint()}
     page = render_html_report(report)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 import inspect
 import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -221,6 +222,46 @@ def test_bad_files(tmp_path):
     (tmp_path / "fake.npy").write_bytes(b"\x00" * 16)
     assert (
         audit(tmp_path / "fake.npy") == f"{where('fake.npy')} is not a .npy file (no NUMPY magic)"
+    )
+
+
+def test_a_fifo_of_ids_is_an_error_instead_of_blocking_forever(tmp_path):
+    os.mkfifo(tmp_path / "ids")
+    result = audit_rank_arrays({0: tmp_path / "ids"}, policy=AtLeastOnce(range(3)))
+    assert_error(
+        result,
+        f"rank 0 IDs: {str(tmp_path / 'ids')!r} is a FIFO, not a regular file; the IDs are "
+        "memory-mapped: write them to a file",
+    )
+
+
+def test_damaged_npy_headers_are_errors_with_stable_messages(tmp_path):
+    def audit(name, data):
+        (tmp_path / name).write_bytes(data)
+        return audit_rank_arrays({0: tmp_path / name}, policy=AtLeastOnce(range(3))).message
+
+    def where(name):
+        return f"rank 0 IDs: {str(tmp_path / name)!r}"
+
+    def npy(header, major=1):
+        text = header.encode("latin1")
+        length = len(text).to_bytes(2 if major == 1 else 4, "little")
+        return b"\x93NUMPY" + bytes([major, 0]) + length + text
+
+    incomplete = "is truncated: its .npy header is incomplete"
+    # a version-2 header cut inside its 4-byte length field raised struct.error
+    assert audit("v2.npy", b"\x93NUMPY\x02\x00\x10\x00") == f"{where('v2.npy')} {incomplete}"
+    assert audit("v1.npy", b"\x93NUMPY\x01\x00") == f"{where('v1.npy')} {incomplete}"
+    assert audit("cut.npy", npy("{'descr': '<i8'}")[:-3]) == f"{where('cut.npy')} {incomplete}"
+    assert audit("v9.npy", npy("{}", major=9)) == (
+        f"{where('v9.npy')} has an unsupported .npy format version 9"
+    )
+    # the parser's message held an object address, so two reports of one file differed
+    assert audit("name.npy", npy("{garbage}")) == (
+        f"{where('name.npy')} has an unreadable .npy header (ValueError)"
+    )
+    assert audit("neg.npy", npy("{'descr': '<i8', 'shape': (-1,)}")) == (
+        f"{where('neg.npy')} has an unreadable .npy header (shape (-1,))"
     )
 
 

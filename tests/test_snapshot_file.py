@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import re
 import struct
 
 import pytest
@@ -173,6 +175,44 @@ def test_corrupted_headers_are_clear_errors(tmp_path):
         path.write_bytes(bytes(corrupted))
         with contextlib.suppress(SnapshotFileError):  # the only acceptable failure
             read_snapshot(path)
+
+
+def _with_manifest(path, change):
+    data = path.read_bytes()
+    (header_length,) = struct.unpack_from("<Q", data)
+    header = json.loads(data[8 : 8 + header_length])
+    manifest = json.loads(header["__metadata__"]["trainparity"])
+    change(manifest)
+    header["__metadata__"]["trainparity"] = json.dumps(manifest)
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-(8 + len(encoded)) % 8)
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + header_length :])
+
+
+@pytest.mark.parametrize(
+    "change, detail",
+    [
+        # a float node whose hex is not 8 bytes raised struct.error
+        (lambda m: m["tree"][1].append(["f", ["f", "00"]]), "manifest is malformed (error: "),
+        # an environment that is not a mapping raised AttributeError in diff_snapshots
+        (lambda m: m.update(environment=[1, 2]), "manifest environment is not a mapping"),
+    ],
+)
+def test_malformed_manifest_values_are_clear_errors(tmp_path, change, detail):
+    from trainparity.snapshot_diff import diff_snapshots
+
+    path = _valid_file(tmp_path)
+    _with_manifest(path, change)
+    with pytest.raises(SnapshotFileError, match=re.escape(detail)):
+        read_snapshot(path)
+    result = diff_snapshots(path, path)
+    assert result.outcome is Outcome.ERROR and detail in result.message
+
+
+def test_a_fifo_is_rejected_instead_of_blocking_forever(tmp_path):
+    os.mkfifo(tmp_path / "pipe")  # no writer: opening it for reading would never return
+    with pytest.raises(SnapshotFileError, match="is a FIFO, not a regular file"):
+        read_snapshot(tmp_path / "pipe")
 
 
 def test_foreign_safetensors_file_is_rejected(tmp_path):

@@ -107,3 +107,15 @@ def test_assert_parity_with_tolerance_and_scalar_difference():
 def test_assert_parity_reports_nan_positions():
     with pytest.raises(AssertionError, match="baseline nan, candidate 1.0"):
         assert_parity({"w": torch.tensor([math.nan])}, {"w": torch.tensor([1.0])})
+
+
+def test_cyclic_states_are_unsupported_not_a_recursion_error():
+    from trainparity.state import UnsupportedStateError
+
+    cycle: dict = {"a": [torch.ones(2)]}
+    cycle["a"].append(cycle)
+    with pytest.raises(UnsupportedStateError, match="cyclic") as caught:
+        compare_states({"x": cycle}, {"x": {"a": []}})
+    assert caught.value.path == ("x", "a", 1)
+    shared = [torch.ones(2)]  # the same container twice is not a cycle
+    assert compare_states({"p": shared, "q": shared}, {"p": shared, "q": shared}).equal

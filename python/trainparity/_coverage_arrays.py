@@ -14,6 +14,7 @@ from typing import Any
 
 from trainparity._coverage_ids import ExpectedIds, ObjectIds, Observed, count_message, is_count
 from trainparity._native import core
+from trainparity.paths import special_file_kind
 
 # A buffer of int64 (numpy array, array.array("q"), memoryview, bytes) or a file path.
 RankArray = Any
@@ -33,6 +34,12 @@ def _open_file(path: Path, label: str) -> memoryview:
     The file is mapped, not read: the views keep the mapping alive, and it is
     unmapped when the last of them is dropped.
     """
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise ArrayProblem(
+            f"{label}: {str(path)!r} is {kind}, not a regular file; the IDs are memory-mapped: "
+            "write them to a file"
+        )
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         data = (
@@ -54,19 +61,25 @@ def _open_file(path: Path, label: str) -> memoryview:
 
 def _npy_data_offset(data: memoryview, where: str) -> int:
     """Where the values of a one-dimensional little-endian int64 .npy file start."""
-    if bytes(data[:6]) != _NPY_MAGIC or len(data) < 10:
+    if bytes(data[:6]) != _NPY_MAGIC[: len(data)] or not len(data):
         raise ArrayProblem(f"{where} is not a .npy file (no NUMPY magic)")
-    major = data[6]
-    if major == 1:
-        (header_length,) = struct.unpack("<H", data[8:10])
-        start = 10
-    else:
-        (header_length,) = struct.unpack("<I", data[8:12])
-        start = 12
+    major = data[6] if len(data) > 6 else None
+    if major is not None and major not in (1, 2, 3):
+        raise ArrayProblem(f"{where} has an unsupported .npy format version {major}")
+    start = 10 if major == 1 else 12
+    if len(data) < start:
+        raise ArrayProblem(f"{where} is truncated: its .npy header is incomplete")
+    (header_length,) = struct.unpack("<H" if major == 1 else "<I", data[8:start])
+    if len(data) < start + header_length:
+        raise ArrayProblem(f"{where} is truncated: its .npy header is incomplete")
     try:
         header = ast.literal_eval(bytes(data[start : start + header_length]).decode("latin1"))
-    except (ValueError, SyntaxError, UnicodeDecodeError) as error:
-        raise ArrayProblem(f"{where} has an unreadable .npy header: {error}") from None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as error:
+        # The error's own text can hold object addresses (`<ast.Name object at 0x...>`),
+        # which would make two reports of the same file differ.
+        raise ArrayProblem(
+            f"{where} has an unreadable .npy header ({type(error).__name__})"
+        ) from None
     if not isinstance(header, dict) or header.get("descr") not in ("<i8", "<q"):
         descr = header.get("descr") if isinstance(header, dict) else None
         raise ArrayProblem(
@@ -76,9 +89,12 @@ def _npy_data_offset(data: memoryview, where: str) -> int:
     shape = header.get("shape")
     if not (isinstance(shape, tuple) and len(shape) == 1):
         raise ArrayProblem(f"{where} must be one-dimensional, not of shape {shape!r}")
+    (length,) = shape
+    if type(length) is not int or length < 0:
+        raise ArrayProblem(f"{where} has an unreadable .npy header (shape {shape!r})")
     offset = start + header_length
-    if len(data) - offset != 8 * shape[0]:
-        raise ArrayProblem(f"{where} is truncated: its header promises {shape[0]} values")
+    if len(data) - offset != 8 * length:
+        raise ArrayProblem(f"{where} is truncated: its header promises {length} values")
     return offset
 
 

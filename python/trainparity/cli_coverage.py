@@ -102,11 +102,22 @@ def _universe(arguments: argparse.Namespace) -> range | list[int] | None:
         return range(arguments.universe)
     if arguments.universe_file is None:
         return None
+    from trainparity.paths import special_file_kind
+
+    kind = special_file_kind(arguments.universe_file)
+    if kind is not None:  # reading a FIFO without a writer would block forever
+        raise cli.UsageError(f"--universe-file {arguments.universe_file} is {kind}, not a file")
     try:
         lines = arguments.universe_file.read_text(encoding="utf-8").splitlines()
     except OSError as error:
         raise cli.UsageError(
             f"--universe-file {arguments.universe_file}: {error.strerror}"
+        ) from None
+    except UnicodeDecodeError as error:
+        raise cli.UsageError(
+            f"--universe-file {arguments.universe_file}: not UTF-8 text "
+            f"(byte {error.object[error.start]:#04x} at offset {error.start}); "
+            "give one integer per line"
         ) from None
     identifiers = []
     for number, line in enumerate(lines, start=1):

@@ -138,6 +138,11 @@ def _described(error: BaseException) -> str:
 
 
 def _load_checkpoint(path: Path) -> Any:
+    from trainparity.paths import special_file_kind
+
+    kind = special_file_kind(path)
+    if kind is not None:  # torch.load would block on a FIFO without a writer
+        raise cli.UsageError(f"--checkpoint {path} is {kind}, not a regular file")
     if path.suffix == ".safetensors":
         try:
             from safetensors.torch import load_file

@@ -45,10 +45,15 @@ def render_html_report(report: Mapping[str, Any] | Any, *, title: str | None = N
 def write_html_report(
     path: str | os.PathLike[str], report: Mapping[str, Any] | Any, *, title: str | None = None
 ) -> int:
-    """Write the page to `path` (parent directories created); returns the byte size."""
+    """Write the page to `path` (parent directories created); returns the byte size.
+
+    A path in the report that is not valid UTF-8 (a surrogate-escaped byte, as
+    Python decodes such file names) is written as `\\udcff`, as the JSON
+    report writes it.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    data = render_html_report(report, title=title).encode("utf-8")
+    data = render_html_report(report, title=title).encode("utf-8", "backslashreplace")
     target.write_bytes(data)
     return len(data)
 

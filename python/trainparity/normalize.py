@@ -20,24 +20,36 @@ def normalize_observation(value: object, path: StatePath = ()) -> object:
     state keeps its integer indices as `"0"`), lists and tuples are walked
     (namedtuples and torch.Size become plain tuples).
     """
+    return _normalized(value, path, set())
+
+
+def _normalized(value: object, path: StatePath, open_containers: set[int]) -> object:
     module = type(value).__module__ or ""
     if module == "numpy" or module.startswith("numpy."):
         return _normalize_numpy(value, path)
-    if isinstance(value, Mapping):
-        normalized: dict[str, object] = {}
-        for key, item in value.items():
-            text = str(key)
-            if text in normalized:
-                raise StableStateError(path, f"mapping keys collide as {text!r}")
-            normalized[text] = normalize_observation(item, (*path, text))
-        return normalized
-    if isinstance(value, list):
-        return [normalize_observation(item, (*path, index)) for index, item in enumerate(value)]
-    if isinstance(value, tuple):
-        return tuple(
-            normalize_observation(item, (*path, index)) for index, item in enumerate(value)
-        )
-    return value
+    if not isinstance(value, (Mapping, list, tuple)):
+        return value
+    # A container that holds itself would recurse until RecursionError; freeze() reports
+    # the same cycle, but normalisation runs first.
+    marker = id(value)
+    if marker in open_containers:
+        raise UnsupportedStateError(path, "cyclic reference to an enclosing container")
+    open_containers.add(marker)
+    try:
+        if isinstance(value, Mapping):
+            normalized: dict[str, object] = {}
+            for key, item in value.items():
+                text = str(key)
+                if text in normalized:
+                    raise StableStateError(path, f"mapping keys collide as {text!r}")
+                normalized[text] = _normalized(item, (*path, text), open_containers)
+            return normalized
+        items = [
+            _normalized(item, (*path, index), open_containers) for index, item in enumerate(value)
+        ]
+        return items if isinstance(value, list) else tuple(items)
+    finally:
+        open_containers.discard(marker)
 
 
 def _normalize_numpy(value: object, path: StatePath) -> object:

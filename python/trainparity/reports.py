@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -19,7 +20,12 @@ def write_report(path: str | os.PathLike[str], payload: dict[str, Any]) -> int:
     target.parent.mkdir(parents=True, exist_ok=True)
     data = report_text(payload).encode("utf-8")
     temporary = target.with_name(target.name + ".tmp")
-    with open(temporary, "wb") as stream:
-        stream.write(data)
-    os.replace(temporary, target)
+    try:
+        with open(temporary, "wb") as stream:
+            stream.write(data)
+        os.replace(temporary, target)
+    except BaseException:  # e.g. the path is a directory: leave no <path>.tmp behind
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
     return len(data)

@@ -12,6 +12,7 @@ digest, and the environment fingerprint. Nothing is ever unpickled.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import mmap
 import os
@@ -25,7 +26,7 @@ from trainparity._native import core
 from trainparity.cuda_backend import digest_buffer, write_buffer
 from trainparity.dtypes import info_for_text
 from trainparity.environment import environment_fingerprint
-from trainparity.paths import StatePath, render_path
+from trainparity.paths import StatePath, render_path, special_file_kind
 from trainparity.snapshot import REFERENCE_BACKEND, SNAPSHOT_SCHEMA_VERSION, Snapshot
 from trainparity.state import (
     FrozenMapping,
@@ -136,15 +137,20 @@ def write_snapshot(
     header_bytes += b" " * (-(8 + len(header_bytes)) % 8)
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(target.name + ".tmp")
-    with open(temporary, "wb") as stream:
-        stream.write(struct.pack("<Q", len(header_bytes)))
-        stream.write(header_bytes)
-        if include_values:
-            for _, tensor in tensors:
-                write_buffer(stream, tensor.data)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, target)
+    try:
+        with open(temporary, "wb") as stream:
+            stream.write(struct.pack("<Q", len(header_bytes)))
+            stream.write(header_bytes)
+            if include_values:
+                for _, tensor in tensors:
+                    write_buffer(stream, tensor.data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, target)
+    except BaseException:  # e.g. the path is a directory: leave no <path>.tmp behind
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
     return SnapshotFileInfo(
         path=target,
         file_bytes=8 + len(header_bytes) + (offset if include_values else 0),
@@ -196,6 +202,12 @@ def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any
     Raises SnapshotFileError for a truncated, corrupt or foreign file.
     """
     source = Path(path)
+    kind = special_file_kind(source)
+    if kind is not None:
+        raise SnapshotFileError(
+            f"snapshot file {source} is {kind}, not a regular file; snapshots are memory-mapped "
+            "files: record or copy it to a file"
+        )
     with open(source, "rb") as stream:
         size = os.fstat(stream.fileno()).st_size
         if size < 8:
@@ -234,10 +246,12 @@ def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any
         )
     except SnapshotFileError as error:
         raise _corrupt(source, str(error)) from None
-    except (KeyError, TypeError, ValueError, IndexError) as error:
+    except (KeyError, TypeError, ValueError, IndexError, struct.error) as error:
         raise _corrupt(source, f"manifest is malformed ({type(error).__name__}: {error})") from None
     if not isinstance(state, FrozenMapping):
         raise _corrupt(source, "snapshot root is not a mapping")
+    if not isinstance(manifest.get("environment"), (dict, type(None))):
+        raise _corrupt(source, "manifest environment is not a mapping")
     extras = {
         "environment": manifest.get("environment"),
         "includes_values": bool(manifest["includes_values"]),
