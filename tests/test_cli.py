@@ -66,6 +66,8 @@ def test_every_command_has_help_with_an_example(capsys, command):
         ("resume", "cases:Case", "--env", "NO_EQUALS_SIGN"),
         ("snapshot", "--output", "x.safetensors"),
         ("coverage", "--ids", "0=ids.npy", "--policy", "sometimes"),
+        ("accumulation", "c:C", "--microbatches", "2", "--seed", "-1"),
+        ("accumulation", "c:C", "--microbatches", "2", "--seed", str(2**32)),
     ],
 )
 def test_usage_errors_exit_with_4_and_say_what_is_wrong(capsys, arguments):

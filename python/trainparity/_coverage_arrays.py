@@ -14,7 +14,7 @@ from typing import Any
 
 from trainparity._coverage_ids import ExpectedIds, ObjectIds, Observed, count_message, is_count
 from trainparity._native import core
-from trainparity.paths import special_file_kind
+from trainparity.input_files import special_file_kind
 
 # A buffer of int64 (numpy array, array.array("q"), memoryview, bytes) or a file path.
 RankArray = Any

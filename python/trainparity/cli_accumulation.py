@@ -60,9 +60,22 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device", default="cpu", help="device for build() and batch() (default: cpu)"
     )
-    parser.add_argument("--seed", type=int, default=23, help="seed of every child (default: 23)")
+    parser.add_argument(
+        "--seed",
+        type=_seed,
+        default=23,
+        help="seed of every child: 0 to 2**32-1, the range NumPy accepts too (default: 23)",
+    )
     cli.add_tolerance_options(parser)
     cli.add_run_options(parser, kept="every child's logs, result and observation file")
+
+
+def _seed(text: str) -> int:
+    """The worker seeds random, torch and NumPy alike; NumPy takes only 0 .. 2**32-1."""
+    value = cli.non_negative_int(text)
+    if value >= 2**32:
+        raise argparse.ArgumentTypeError(f"must be below 2**32, got {text!r}")
+    return value
 
 
 def run(arguments: argparse.Namespace) -> cli.CommandOutput:

@@ -102,7 +102,7 @@ def _universe(arguments: argparse.Namespace) -> range | list[int] | None:
         return range(arguments.universe)
     if arguments.universe_file is None:
         return None
-    from trainparity.paths import special_file_kind
+    from trainparity.input_files import special_file_kind
 
     kind = special_file_kind(arguments.universe_file)
     if kind is not None:  # reading a FIFO without a writer would block forever

@@ -138,7 +138,7 @@ def _described(error: BaseException) -> str:
 
 
 def _load_checkpoint(path: Path) -> Any:
-    from trainparity.paths import special_file_kind
+    from trainparity.input_files import special_file_kind
 
     kind = special_file_kind(path)
     if kind is not None:  # torch.load would block on a FIFO without a writer

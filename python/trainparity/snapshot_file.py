@@ -26,7 +26,8 @@ from trainparity._native import core
 from trainparity.cuda_backend import digest_buffer, write_buffer
 from trainparity.dtypes import info_for_text
 from trainparity.environment import environment_fingerprint
-from trainparity.paths import StatePath, render_path, special_file_kind
+from trainparity.input_files import special_file_kind
+from trainparity.paths import StatePath, render_path
 from trainparity.snapshot import REFERENCE_BACKEND, SNAPSHOT_SCHEMA_VERSION, Snapshot
 from trainparity.state import (
     FrozenMapping,
