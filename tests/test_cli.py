@@ -219,7 +219,12 @@ def test_snapshot_of_a_callable_and_its_failures(capsys, tmp_path):
     code, out, _ = _run(
         capsys, "snapshot", "--checkpoint", tmp_path / "nothing.pt", "-o", tmp_path / "x"
     )
-    assert code == 3 and "could not be observed" in out
+    assert code == 3 and "could not be observed" in out and "FileNotFoundError" in out
+    text_file = tmp_path / "notes.txt"
+    text_file.write_text("epoch 3, loss 0.1\n")
+    code, out, _ = _run(capsys, "snapshot", "--checkpoint", text_file, "-o", tmp_path / "x")
+    assert code == 3
+    assert "could not read it" in out and "give a file written by torch.save" in out
 
 
 def test_env_prints_the_fingerprint_and_never_another_variable(capsys, monkeypatch):

@@ -91,6 +91,8 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
         )
     except cli.UsageError:
         raise
+    except _NotACheckpoint as error:
+        return _recorded(Outcome.ERROR, f"{source} could not be observed: {error}", fields)
     except Exception as error:
         return _recorded(
             Outcome.ERROR, f"{source} could not be observed: {_described(error)}", fields
@@ -153,7 +155,21 @@ def _load_checkpoint(path: Path) -> Any:
         return load_file(str(path), device="cpu")
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except OSError:
+        raise  # missing or unreadable: the error says so already
+    except Exception as error:
+        # torch's own errors for a file it cannot parse (`KeyError: 101` for text) say
+        # nothing about why; name the likely cause and keep torch's words after it.
+        raise _NotACheckpoint(
+            f"torch.load(weights_only=True) could not read it ({_described(error)}); "
+            "give a file written by torch.save, or a .safetensors file"
+        ) from error
+
+
+class _NotACheckpoint(Exception):
+    """The checkpoint file exists but torch.load cannot read it."""
 
 
 def _call(arguments: argparse.Namespace) -> Any:
