@@ -164,6 +164,8 @@ def test_digest_only_snapshots_compare_by_digest_and_say_so(tmp_path):
     assert exact.message.endswith("(compared by digest: values were not recorded)")
     (stats,) = exact.differing_tensors
     assert (stats.path, stats.mismatch_count, stats.relative_rms_error) == ("w", None, None)
+    # "v" is equal (0), "w" differs by an unknown amount: no summary may claim 0.
+    assert (exact.median_relative_rms_error, exact.max_relative_rms_error) == (None, None)
 
     tolerant = diff_snapshots(baseline, candidate, comparison=ToleranceComparison(rtol=1, atol=1))
     assert tolerant.outcome is Outcome.ABSTAIN

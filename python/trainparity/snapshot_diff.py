@@ -87,12 +87,14 @@ def diff_snapshots(
         return SnapshotDiff(Outcome.ERROR, _unreadable(error), **fields)
     state, records = compare_states_with_records(left, right, policy)
     by_digest = not (left_extras["includes_values"] and right_extras["includes_values"])
-    known_errors = [
-        record.values.relative_rms_error
-        for record in records
-        if record.values.relative_rms_error is not None
-        and not math.isnan(record.values.relative_rms_error)
-    ]
+    errors = [record.values.relative_rms_error for record in records]
+    # A tensor that differs by digest alone has an unknown error; a median or max
+    # without it would understate the drift (0 while a tensor differs), so none is given.
+    known_errors = (
+        []
+        if any(error is None for error in errors)
+        else [error for error in errors if error is not None and not math.isnan(error)]
+    )
     undecidable = {
         record.path
         for record in records
