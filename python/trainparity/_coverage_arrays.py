@@ -14,6 +14,7 @@ from typing import Any
 
 from trainparity._coverage_ids import ExpectedIds, ObjectIds, Observed, count_message, is_count
 from trainparity._native import core
+from trainparity.error_text import error_text
 from trainparity.input_files import special_file_kind
 
 # A buffer of int64 (numpy array, array.array("q"), memoryview, bytes) or a file path.
@@ -131,9 +132,7 @@ def open_rank_array(source: RankArray, label: str) -> memoryview:
         try:
             return _open_file(path, label)
         except OSError as error:
-            raise ArrayProblem(
-                f"{label} could not be read: {type(error).__name__}: {error}"
-            ) from None
+            raise ArrayProblem(f"{label} could not be read: {error_text(error)}") from None
     return _open_buffer(source, label)
 
 
@@ -144,7 +143,7 @@ def _per_rank(
     try:
         items = dict(mapping.items())
     except Exception as error:
-        return f"{name} could not be read: {type(error).__name__}: {error}"
+        return f"{name} could not be read: {error_text(error)}"
     if set(items) != set(ranks):
         missing = sorted(set(ranks) - set(items), key=repr)
         extra = sorted(set(items) - set(ranks), key=repr)

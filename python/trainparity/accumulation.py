@@ -29,6 +29,7 @@ import torch
 
 from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
 from trainparity.environment import environment_fingerprint
+from trainparity.error_text import error_text
 from trainparity.importing import load_accumulation_case
 from trainparity.outcomes import Outcome
 from trainparity.processes import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
@@ -371,7 +372,7 @@ def declared_equivalence(case: object) -> str:
 def _setup_error(case: str, policy_name: str, error: Exception) -> AccumulationResult:
     return AccumulationResult(
         outcome=Outcome.ERROR,
-        message=f"case setup failed: {type(error).__name__}: {error}",
+        message=f"case setup failed: {error_text(error)}",
         case=case,
         equivalence="",
         comparison_policy=policy_name,
@@ -520,9 +521,7 @@ class _AccumulationExecution:
             )
             self.group.start(spec, timeout=self.timeout)
         except (ChildLaunchError, OSError, TypeError, ValueError) as error:
-            self.launch_errors[name] = (
-                f"worker launch failed ({name}): {type(error).__name__}: {error}"
-            )
+            self.launch_errors[name] = f"worker launch failed ({name}): {error_text(error)}"
 
     def _on_child_event(self, name: str, kind: str, result: ChildResult | None) -> None:
         self.progress.event(name, kind, result.wall_seconds if result is not None else None)
@@ -577,9 +576,7 @@ class _AccumulationExecution:
         except (OSError, ValueError, KeyError, TypeError, SnapshotFileError) as error:
             raise _Verdict(
                 Outcome.ERROR,
-                self._with_logs(
-                    name, f"worker result was corrupt ({name}: {type(error).__name__}: {error})"
-                ),
+                self._with_logs(name, f"worker result was corrupt ({name}: {error_text(error)})"),
             ) from None
         return _ChildReport(name, pid, outcome, message, captured, observations)
 

@@ -40,6 +40,7 @@ from trainparity.capture import (
     state_dict_or_none,
 )
 from trainparity.environment import environment_fingerprint
+from trainparity.error_text import error_text
 from trainparity.importing import CaseImportError, load_accumulation_case
 from trainparity.observer import write_result
 from trainparity.outcomes import Outcome
@@ -300,14 +301,12 @@ def execute(
         error = failure.error
         record.update(
             outcome=Outcome.ERROR.value,
-            message=f"worker failed: {type(error).__name__}: {error} (raised by case.{failure.method}())",
+            message=f"worker failed: {error_text(error)} (raised by case.{failure.method}())",
         )
         return record
     except Exception as error:
         traceback.print_exc()
-        record.update(
-            outcome=Outcome.ERROR.value, message=f"worker failed: {type(error).__name__}: {error}"
-        )
+        record.update(outcome=Outcome.ERROR.value, message=f"worker failed: {error_text(error)}")
         return record
     record.update(
         outcome=Outcome.PASS.value,

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
 from trainparity.paths import StatePath, render_path
 from trainparity.snapshot import Snapshot
@@ -132,7 +133,7 @@ def capture_tree(
     except AmbiguousStateNameError as error:
         return _issue(Outcome.ABSTAIN, "$", str(error))
     except Exception as error:  # user state_dict() code, custom backends: anything can fail
-        return _issue(Outcome.ERROR, "$", f"{type(error).__name__}: {error}")
+        return _issue(Outcome.ERROR, "$", error_text(error))
     return CaptureResult(Outcome.PASS, Snapshot(step=step, state=frozen, backend=freezer.name))
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.comparison import ComparisonPolicy, ToleranceComparison
+from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
 
 __all__ = ["EXIT_CODES", "USAGE_ERROR", "main"]
@@ -70,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"trainparity {arguments.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # e.g. an unwritable --report path: ERROR, not a traceback
-        print(f"{prefix} {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"{prefix} {error_text(error)}", file=sys.stderr)
         return EXIT_CODES[Outcome.ERROR]
     return EXIT_CODES[output.outcome] if output.outcome is not None else 0
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from trainparity import cli
 from trainparity.display import result_html, result_repr
+from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
 from trainparity.results import report_dict
 
@@ -95,7 +96,7 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
         return _recorded(Outcome.ERROR, f"{source} could not be observed: {error}", fields)
     except Exception as error:
         return _recorded(
-            Outcome.ERROR, f"{source} could not be observed: {_described(error)}", fields
+            Outcome.ERROR, f"{source} could not be observed: {error_text(error)}", fields
         )
     environment = environment_fingerprint(initialize_cuda=True)
     try:
@@ -113,7 +114,7 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
         return _recorded(Outcome.ABSTAIN, f"snapshot state is unsupported: {error}", fields)
     except OSError as error:
         return _recorded(
-            Outcome.ERROR, f"snapshot could not be written: {_described(error)}", fields
+            Outcome.ERROR, f"snapshot could not be written: {error_text(error)}", fields
         )
     kind = "values" if info.includes_values else "digests only"
     recording = SnapshotRecording(
@@ -133,10 +134,6 @@ def _recorded(outcome: Outcome, message: str, fields: dict[str, Any]) -> cli.Com
     return cli.result_output(
         SnapshotRecording(outcome=outcome, message=message, **fields), report_written=False
     )
-
-
-def _described(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
 
 
 def _load_checkpoint(path: Path) -> Any:
@@ -163,7 +160,7 @@ def _load_checkpoint(path: Path) -> Any:
         # torch's own errors for a file it cannot parse (`KeyError: 101` for text) say
         # nothing about why; name the likely cause and keep torch's words after it.
         raise _NotACheckpoint(
-            f"torch.load(weights_only=True) could not read it ({_described(error)}); "
+            f"torch.load(weights_only=True) could not read it ({error_text(error)}); "
             "give a file written by torch.save, or a .safetensors file"
         ) from error
 

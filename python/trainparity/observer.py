@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
 
 
@@ -51,11 +52,9 @@ def observe_one(
         )
     except (UnsupportedStateError, StableStateError) as error:
         # The contract's message names the type only; the path is what a user needs next.
-        return _failure(
-            Outcome.ABSTAIN, f"snapshot state is unsupported: {type(error).__name__}: {error}"
-        )
+        return _failure(Outcome.ABSTAIN, f"snapshot state is unsupported: {error_text(error)}")
     except Exception as error:
-        return _failure(Outcome.ERROR, f"snapshot worker failed: {type(error).__name__}: {error}")
+        return _failure(Outcome.ERROR, f"snapshot worker failed: {error_text(error)}")
     written = time.perf_counter()
     return {
         "outcome": Outcome.PASS.value,

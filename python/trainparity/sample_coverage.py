@@ -24,6 +24,7 @@ from trainparity._coverage_ids import (
 )
 from trainparity.display import result_html, result_repr
 from trainparity.environment import environment_fingerprint
+from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
 from trainparity.results import report_dict
 from trainparity.version import add_report_metadata
@@ -288,10 +289,6 @@ def audit_sample_coverage(
     )
 
 
-def _failure(error: Exception) -> str:
-    return f"{type(error).__name__}: {error}"
-
-
 def _rank_keys_problem(ranks: Iterable[object]) -> str | None:
     for rank in ranks:
         if not is_count(rank):
@@ -311,19 +308,19 @@ def _read_rank_iterables(
         try:
             iterator = iter(iterable)
         except Exception as error:
-            return f"rank {rank} batch {batch} iteration failed: {_failure(error)}"
+            return f"rank {rank} batch {batch} iteration failed: {error_text(error)}"
         while True:
             try:
                 value = next(iterator)
             except StopIteration:
                 break
             except Exception as error:
-                return f"rank {rank} batch {batch} iteration failed: {_failure(error)}"
+                return f"rank {rank} batch {batch} iteration failed: {error_text(error)}"
             try:
                 extracted = sample_id_extractor(value)
             except Exception as error:
                 return (
-                    f"sample ID extraction failed at rank {rank} batch {batch}: {_failure(error)}"
+                    f"sample ID extraction failed at rank {rank} batch {batch}: {error_text(error)}"
                 )
             if isinstance(extracted, (str, bytes)):
                 return (
@@ -335,7 +332,7 @@ def _read_rank_iterables(
             except Exception as error:
                 return (
                     f"sample ID extraction output failed at rank {rank} batch {batch}: "
-                    f"{_failure(error)}"
+                    f"{error_text(error)}"
                 )
             batch += 1
         ids_by_rank.append((rank, ids))
@@ -362,7 +359,7 @@ def audit_rank_iterables(
         items = list(rank_iterables.items())
     except Exception as error:
         return _stopped(
-            Outcome.ERROR, policy, f"rank iterables could not be read: {_failure(error)}"
+            Outcome.ERROR, policy, f"rank iterables could not be read: {error_text(error)}"
         )
     problem = _rank_keys_problem(rank for rank, _iterable in items)
     if problem is not None:
@@ -401,7 +398,7 @@ def audit_rank_arrays(
     try:
         items = list(rank_ids.items())
     except Exception as error:
-        return _stopped(Outcome.ERROR, policy, f"rank IDs could not be read: {_failure(error)}")
+        return _stopped(Outcome.ERROR, policy, f"rank IDs could not be read: {error_text(error)}")
     problem = _rank_keys_problem(rank for rank, _source in items)
     if problem is not None:
         return _stopped(Outcome.ERROR, policy, problem)

@@ -26,6 +26,7 @@ from trainparity._native import core
 from trainparity.cuda_backend import digest_buffer, write_buffer
 from trainparity.dtypes import info_for_text
 from trainparity.environment import environment_fingerprint
+from trainparity.error_text import error_text
 from trainparity.input_files import special_file_kind
 from trainparity.paths import StatePath, render_path
 from trainparity.snapshot import REFERENCE_BACKEND, SNAPSHOT_SCHEMA_VERSION, Snapshot
@@ -224,7 +225,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any
         manifest = json.loads(header["__metadata__"][_METADATA_KEY])
     except (ValueError, KeyError, TypeError) as error:
         raise _corrupt(
-            source, f"header is not a trainparity snapshot header ({type(error).__name__}: {error})"
+            source, f"header is not a trainparity snapshot header ({error_text(error)})"
         ) from None
     if not isinstance(manifest, dict) or manifest.get("format") != SNAPSHOT_FILE_FORMAT:
         raise _corrupt(
@@ -248,7 +249,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any
     except SnapshotFileError as error:
         raise _corrupt(source, str(error)) from None
     except (KeyError, TypeError, ValueError, IndexError, struct.error) as error:
-        raise _corrupt(source, f"manifest is malformed ({type(error).__name__}: {error})") from None
+        raise _corrupt(source, f"manifest is malformed ({error_text(error)})") from None
     if not isinstance(state, FrozenMapping):
         raise _corrupt(source, "snapshot root is not a mapping")
     if not isinstance(manifest.get("environment"), (dict, type(None))):

@@ -1,0 +1,23 @@
+"""An exception as message text, `Type: text`, bounded so that no report can balloon."""
+
+from __future__ import annotations
+
+# Long enough for any real traceback summary; a case that raises with megabytes of
+# text (a dumped tensor, a log) must not make every report and terminal line that big.
+MAX_ERROR_TEXT = 2000
+
+
+def error_text(error: BaseException, limit: int = MAX_ERROR_TEXT) -> str:
+    """`Type: message`, cut after `limit` characters with a note of how much was cut.
+
+    Exceptions come from user code, so str() itself may raise; the text then
+    says so instead of letting a second exception escape the error path.
+    """
+    try:
+        message = str(error)
+    except Exception as failure:
+        message = f"<str() of the exception raised {type(failure).__name__}>"
+    text = f"{type(error).__name__}: {message}"
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters cut)"
