@@ -19,6 +19,7 @@ from typing import Any
 
 from trainparity.comparison import ComparisonPolicy, ToleranceComparison
 from trainparity.error_text import error_text
+from trainparity.input_files import special_file_kind
 from trainparity.outcomes import Outcome
 
 __all__ = ["EXIT_CODES", "USAGE_ERROR", "main"]
@@ -271,6 +272,13 @@ def environment_from(arguments: argparse.Namespace) -> dict[str, str] | None:
             raise UsageError(f"--env expects KEY=VALUE, got {item!r}")
         pairs[key] = value
     return pairs or None
+
+
+def require_regular_file(path: Path, option: str) -> None:
+    """A usage error for a FIFO or device given as an input file (reading one could block)."""
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise UsageError(f"{option} {path} is {kind}, not a regular file")
 
 
 def parallel_from(arguments: argparse.Namespace) -> bool | None:

@@ -102,11 +102,7 @@ def _universe(arguments: argparse.Namespace) -> range | list[int] | None:
         return range(arguments.universe)
     if arguments.universe_file is None:
         return None
-    from trainparity.input_files import special_file_kind
-
-    kind = special_file_kind(arguments.universe_file)
-    if kind is not None:  # reading a FIFO without a writer would block forever
-        raise cli.UsageError(f"--universe-file {arguments.universe_file} is {kind}, not a file")
+    cli.require_regular_file(arguments.universe_file, "--universe-file")
     try:
         lines = arguments.universe_file.read_text(encoding="utf-8").splitlines()
     except OSError as error:

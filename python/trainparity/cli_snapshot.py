@@ -137,11 +137,7 @@ def _recorded(outcome: Outcome, message: str, fields: dict[str, Any]) -> cli.Com
 
 
 def _load_checkpoint(path: Path) -> Any:
-    from trainparity.input_files import special_file_kind
-
-    kind = special_file_kind(path)
-    if kind is not None:  # torch.load would block on a FIFO without a writer
-        raise cli.UsageError(f"--checkpoint {path} is {kind}, not a regular file")
+    cli.require_regular_file(path, "--checkpoint")
     if path.suffix == ".safetensors":
         try:
             from safetensors.torch import load_file
