@@ -281,11 +281,6 @@ def require_regular_file(path: Path, option: str) -> None:
         raise UsageError(f"{option} {path} is {kind}, not a regular file")
 
 
-def parallel_from(arguments: argparse.Namespace) -> bool | None:
-    """--sequential forces one child at a time; otherwise the check's own default."""
-    return False if arguments.sequential else None
-
-
 def progress_from(arguments: argparse.Namespace) -> bool:
     """Per-phase progress lines on stderr, when it is a terminal and not switched off."""
     return not arguments.no_progress and sys.stderr.isatty()
@@ -303,6 +298,18 @@ def command_directory(arguments: argparse.Namespace) -> Path:
     if str(directory) not in sys.path:
         sys.path.insert(0, str(directory))
     return directory
+
+
+def run_keywords(arguments: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of check_resume/check_accumulation that add_run_options sets."""
+    return {
+        "cwd": command_directory(arguments),
+        "work_dir": arguments.work_dir,
+        "environment": environment_from(arguments),
+        "timeout": arguments.timeout,
+        "parallel": False if arguments.sequential else None,
+        "progress": progress_from(arguments),
+    }
 
 
 def result_output(result: Any, *, report_written: bool) -> CommandOutput:

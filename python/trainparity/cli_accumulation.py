@@ -82,8 +82,6 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
     from trainparity.accumulation import AccumulationExecutionPlan, check_accumulation
 
     comparison = cli.comparison_from(arguments)
-    environment = cli.environment_from(arguments)
-    directory = cli.command_directory(arguments)
     plan_fields = {field: getattr(arguments, field) for _, field, _ in _PLAN_SWITCHES}
     try:
         candidate = AccumulationExecutionPlan(
@@ -99,12 +97,7 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
         comparison=comparison,
         device=arguments.device,
         seed=arguments.seed,
-        cwd=directory,
-        work_dir=arguments.work_dir,
         report_path=report_path,
-        environment=environment,
-        timeout=arguments.timeout,
-        parallel=cli.parallel_from(arguments),
-        progress=cli.progress_from(arguments),
+        **cli.run_keywords(arguments),
     )
     return cli.result_output(result, report_written=report_path is not None)

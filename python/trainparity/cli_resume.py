@@ -28,18 +28,11 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
     from trainparity.process_resume import check_resume
 
     comparison = cli.comparison_from(arguments)
-    environment = cli.environment_from(arguments)
-    directory = cli.command_directory(arguments)
     report_path = cli.writes_json_report(arguments)
     result = check_resume(
         arguments.case,
         comparison=comparison,
-        cwd=directory,
-        work_dir=arguments.work_dir,
         report_path=report_path,
-        environment=environment,
-        timeout=arguments.timeout,
-        parallel=cli.parallel_from(arguments),
-        progress=cli.progress_from(arguments),
+        **cli.run_keywords(arguments),
     )
     return cli.result_output(result, report_written=report_path is not None)
