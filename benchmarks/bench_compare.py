@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
 
 import torch
 import trainparity
+from timing import median_seconds
 from trainparity._native import core, tensor_bytes
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
-
-
-def median_seconds(action: Callable[[], object], repeats: int) -> float:
-    """Median wall time of `repeats` calls, after one warm-up call."""
-    action()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def available_bytes() -> int:

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
+from timing import median_seconds as shared_median_seconds
 from trainparity.cuda_backend import (
     HOST_STREAM_BACKEND,
     KERNEL_BACKEND,
@@ -43,17 +42,8 @@ TARGET_TORCH_SPEEDUP = 3.0
 
 
 def median_seconds(action: Callable[[], object], repeats: int) -> float:
-    """Median wall time of `repeats` synchronised calls, after one warm-up call."""
-    action()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        action()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    """Median wall time of `repeats` calls, synchronised with the GPU, after a warm-up call."""
+    return shared_median_seconds(action, repeats, synchronize=torch.cuda.synchronize)
 
 
 def copy_seconds(source: torch.Tensor, repeats: int) -> float:

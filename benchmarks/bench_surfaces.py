@@ -3,30 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from timing import median_seconds
 from trainparity import compare_states
 from trainparity.environment import environment_fingerprint
 from trainparity.snapshot_diff import diff_snapshots
 from trainparity.snapshot_file import write_snapshot
 
 MIB = 1024 * 1024
-
-
-def median_seconds(action: Callable[[], object], repeats: int) -> float:
-    """Median wall time of `repeats` calls, after one warm-up call."""
-    action()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def torch_statistics(baseline: dict, candidate: dict) -> list:
