@@ -52,8 +52,8 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as directory:
         left, right = Path(directory) / "a.safetensors", Path(directory) / "b.safetensors"
-        write_snapshot(left, baseline, environment=environment_fingerprint())
-        write_snapshot(right, candidate, environment=environment_fingerprint())
+        write_snapshot(left, baseline)  # records this process's fingerprint
+        write_snapshot(right, candidate)
         seconds_torch = median_seconds(
             lambda: torch_statistics(baseline, candidate), arguments.repeats
         )

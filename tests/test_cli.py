@@ -13,7 +13,6 @@ from importlib import metadata
 import pytest
 import torch
 from trainparity.cli import main
-from trainparity.environment import environment_fingerprint
 from trainparity.snapshot_file import read_snapshot, write_snapshot
 
 COMMANDS = ("resume", "accumulation", "coverage", "snapshot", "diff", "env")
@@ -26,7 +25,7 @@ def _run(capsys, *arguments: str) -> tuple[int, str, str]:
 
 
 def _snapshot(path, state, **options):
-    write_snapshot(path, state, environment=environment_fingerprint(), **options)
+    write_snapshot(path, state, **options)
     return path
 
 

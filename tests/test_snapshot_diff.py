@@ -13,7 +13,6 @@ import pytest
 import torch
 from trainparity import ExactComparison, Outcome, ToleranceComparison
 from trainparity.display import text_report
-from trainparity.environment import environment_fingerprint
 from trainparity.snapshot_diff import diff_snapshots
 from trainparity.snapshot_file import write_snapshot
 
@@ -23,7 +22,6 @@ _RECORD_UNDER_THREADS = textwrap.dedent(
     """
     import sys
     import torch
-    from trainparity.environment import environment_fingerprint
     from trainparity.snapshot_file import write_snapshot
 
     torch.set_num_threads(int(sys.argv[2]))
@@ -32,13 +30,12 @@ _RECORD_UNDER_THREADS = textwrap.dedent(
     left = torch.randn(64, 128, generator=generator)
     right = torch.randn(128, 64, generator=generator)
     state = {"total": values.sum(), "row_sums": values.reshape(8, -1).sum(dim=1), "product": left @ right}
-    write_snapshot(sys.argv[1], state, environment=environment_fingerprint())
+    write_snapshot(sys.argv[1], state)  # with this process's fingerprint
     """
 )
 
 
 def _write(path, state, **options):
-    options.setdefault("environment", environment_fingerprint())
     write_snapshot(path, state, **options)
     return path
 
