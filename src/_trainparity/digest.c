@@ -1,23 +1,22 @@
 /* digest part of the native core: chunked 128-bit digest of a byte range (docs/design.md, "Digest"). */
 #include "tp.h"
+#include "digest.h"
 
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Version of the algorithm below; stored in snapshots so that a future change
- * of any constant or rule is detected instead of read as "tensor differs". */
-#define DIGEST_VERSION 1
+/* Newest version of the algorithm (docs/design.md, "Digest"): the default, and the
+ * one stored in new snapshots. Any change to a constant or rule gets a new version;
+ * older versions stay computable so that older snapshots can still be checked. */
+#define DIGEST_VERSION 2
+#define DIGEST_OLDEST_VERSION 1
 
 /* Inputs are cut into chunks of this many bytes, hashed independently (and so
- * in parallel); the last chunk may be shorter. Part of the algorithm. */
+ * in parallel); the last chunk may be shorter. Part of the algorithm, the same
+ * in every version. */
 #define DIGEST_CHUNK_BYTES ((size_t)65536)
-
-/* A stripe is what the four lanes consume per step: 16 bytes each. */
-#define DIGEST_LANES 4
-#define DIGEST_STRIPE_BYTES 64
-#define DIGEST_LANE_ROTATION 23
 
 /* Tag given to the root hash over the chunk digests, instead of a chunk index:
  * no chunk can have it (that would take 2^80 bytes), so the two never mix. */
@@ -32,118 +31,42 @@
  * before); a larger request is clamped, which leaves the digest unchanged. */
 #define DIGEST_MAX_THREADS 256
 
-/* The first 20 outputs of splitmix64 seeded with 0x243F6A8885A308D3 (the first
- * 64 fraction bits of pi); docs/design.md shows how to regenerate them.
- * 0..7: lane secrets (lane l XORs 2l into its first word, 2l+1 into its second);
- * 8..15: finaliser secrets; 16..19: initial lane accumulators. */
-static const uint64_t digest_secret[20] = {
-    0x2CB0F69F4ABEA221u, 0x9417034723148989u, 0xDD555950609DFE03u, 0xDBAFB150DEB12800u,
-    0x7E789B2E6C442CB6u, 0xF41E5636C7E4F8C4u, 0x0959D150F8FBA7E4u, 0xA97316F13CDB9EEAu,
-    0x74CD8258F9520068u, 0x55C74A62E116868Bu, 0xD2F4C799A2023CBDu, 0xDF98CB79A37B51B9u,
-    0x396F5885524F3905u, 0xAF1D56386CA3B276u, 0xA9FFBE6B5104E85Au, 0x6BD0C51B9FD533B3u,
-    0x980CE91C50AB4B56u, 0x28AC395780FE62C5u, 0x768912E3A6BCEDC7u, 0x50B3E8C9332C7C88u,
-};
+/* Names the environment variable that chooses version 2's implementation at import. */
+#define DIGEST_PATH_VARIABLE "TRAINPARITY_DIGEST_PATH"
 
-__extension__ typedef unsigned __int128 digest_u128;
+/* Version 2's implementation used when no `path` is given: the last supported
+ * one of digest_v2_hashers (the fastest), or the one DIGEST_PATH_VARIABLE names.
+ * Set once by tp_digest_init. */
+static const digest_hasher *v2_default_hasher = NULL;
 
-/* Folded multiply: the 128-bit product's low half XOR its high half. */
-static inline uint64_t mum(uint64_t a, uint64_t b)
-{
-    digest_u128 product = (digest_u128)a * b;
-    return (uint64_t)product ^ (uint64_t)(product >> 64);
-}
-
-static inline uint64_t rotl64(uint64_t x, unsigned r)
-{
-    return (x << r) | (x >> (64u - r));
-}
-
-/* memcpy: inputs may sit at any alignment; compilers turn it into one load. */
-static inline uint64_t load_le64(const unsigned char *p)
-{
-    uint64_t word;
-    memcpy(&word, p, sizeof word);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    word = __builtin_bswap64(word);
-#endif
-    return word;
-}
-
-static inline void store_le64(unsigned char *p, uint64_t word)
-{
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    word = __builtin_bswap64(word);
-#endif
-    memcpy(p, &word, sizeof word);
-}
-
-typedef struct {
-    uint64_t acc[DIGEST_LANES];
-} lane_state;
-
-static void lanes_start(lane_state *state)
-{
-    for (int lane = 0; lane < DIGEST_LANES; lane++)
-        state->acc[lane] = digest_secret[16 + lane];
-}
-
-/* One lane's step over its 16 bytes of a stripe. The accumulator enters the
- * product, so the order of stripes matters; the rotated accumulator and both
- * words are also added outside the product, so a product that happens to be
- * zero (an operand equal to a secret) still keeps the state and the data. */
-static inline uint64_t lane_step(uint64_t acc, const unsigned char *words, int lane)
-{
-    uint64_t first = load_le64(words);
-    uint64_t second = load_le64(words + 8);
-    uint64_t mixed = mum(first ^ digest_secret[2 * lane], second ^ digest_secret[2 * lane + 1] ^ acc);
-    return mixed + (rotl64(acc, DIGEST_LANE_ROTATION) ^ first ^ second);
-}
-
-static void lanes_absorb(lane_state *state, const unsigned char *p, size_t stripes)
-{
-    uint64_t acc0 = state->acc[0], acc1 = state->acc[1];
-    uint64_t acc2 = state->acc[2], acc3 = state->acc[3];
-    for (size_t s = 0; s < stripes; s++, p += DIGEST_STRIPE_BYTES) {
-        acc0 = lane_step(acc0, p, 0);
-        acc1 = lane_step(acc1, p + 16, 1);
-        acc2 = lane_step(acc2, p + 32, 2);
-        acc3 = lane_step(acc3, p + 48, 3);
-    }
-    state->acc[0] = acc0;
-    state->acc[1] = acc1;
-    state->acc[2] = acc2;
-    state->acc[3] = acc3;
-}
-
-/* Absorbs the last partial stripe zero-padded (the length in the finaliser
- * tells "ab" from "ab\0"), then folds the lanes, tag and length into 128 bits. */
-static void lanes_finish(lane_state *state, const unsigned char *tail, size_t tail_bytes,
-                         uint64_t tag, uint64_t length, unsigned char out[16])
+/* Absorbs the last partial stripe zero-padded (the length in the finaliser tells
+ * "ab" from "ab\0"), then folds the lanes, tag and length into 16 bytes. */
+static void lanes_finish(const digest_hasher *hasher, digest_lanes *lanes,
+                         const unsigned char *tail, size_t tail_bytes, uint64_t tag,
+                         uint64_t length, unsigned char out[16])
 {
     if (tail_bytes > 0) {
         unsigned char stripe[DIGEST_STRIPE_BYTES] = {0};
         memcpy(stripe, tail, tail_bytes);
-        lanes_absorb(state, stripe, 1);
+        hasher->absorb(lanes, stripe, 1);
     }
-    const uint64_t *k = digest_secret;
-    uint64_t left = mum(state->acc[0] ^ tag ^ k[8], state->acc[1] ^ k[9]);
-    uint64_t right = mum(state->acc[2] ^ length ^ k[10], state->acc[3] ^ k[11]);
-    store_le64(out, mum(left ^ k[12], right ^ k[13]));
-    store_le64(out + 8, mum(left ^ k[14], right ^ k[15]));
+    hasher->finish(lanes, tag, length, out);
 }
 
-static void chunk_digest(const unsigned char *p, size_t length, uint64_t chunk_index,
-                         unsigned char out[16])
+/* H(message, tag, length) of a message held whole in memory. */
+static void lane_hash(const digest_hasher *hasher, const unsigned char *p, size_t length,
+                      uint64_t tag, uint64_t length_field, unsigned char out[16])
 {
-    lane_state state;
+    digest_lanes lanes;
     size_t whole_stripes = length / DIGEST_STRIPE_BYTES;
     size_t tail_offset = whole_stripes * DIGEST_STRIPE_BYTES;
-    lanes_start(&state);
-    lanes_absorb(&state, p, whole_stripes);
-    lanes_finish(&state, p + tail_offset, length - tail_offset, chunk_index, length, out);
+    hasher->start(&lanes);
+    hasher->absorb(&lanes, p, whole_stripes);
+    lanes_finish(hasher, &lanes, p + tail_offset, length - tail_offset, tag, length_field, out);
 }
 
 typedef struct {
+    const digest_hasher *hasher;
     const unsigned char *data;
     size_t data_len;
     size_t first_chunk; /* chunk indices in data: [first_chunk, end_chunk) */
@@ -160,8 +83,8 @@ static void run_chunk_job(const chunk_job *job)
         size_t length = job->data_len - offset;
         if (length > DIGEST_CHUNK_BYTES)
             length = DIGEST_CHUNK_BYTES;
-        chunk_digest(job->data + offset, length, job->tag_offset + (uint64_t)chunk,
-                     job->round_digests + 16 * (chunk - job->round_first_chunk));
+        lane_hash(job->hasher, job->data + offset, length, job->tag_offset + (uint64_t)chunk,
+                  length, job->round_digests + 16 * (chunk - job->round_first_chunk));
     }
 }
 
@@ -177,8 +100,9 @@ static void *chunk_job_thread(void *arg)
  * range run here instead (same result, only slower). Returns 0, or the error
  * number of a failed pthread_join (the caller must then leave round_digests and
  * the data alone: that thread may still be running). */
-static int digest_round(const unsigned char *data, size_t data_len, size_t first, size_t count,
-                        size_t threads, uint64_t tag_offset, unsigned char *round_digests)
+static int digest_round(const digest_hasher *hasher, const unsigned char *data, size_t data_len,
+                        size_t first, size_t count, size_t threads, uint64_t tag_offset,
+                        unsigned char *round_digests)
 {
     chunk_job jobs[DIGEST_MAX_THREADS];
     pthread_t handles[DIGEST_MAX_THREADS];
@@ -187,6 +111,7 @@ static int digest_round(const unsigned char *data, size_t data_len, size_t first
         threads = count;
     for (size_t t = 0; t < threads; t++) {
         jobs[t] = (chunk_job){
+            .hasher = hasher,
             .data = data,
             .data_len = data_len,
             .first_chunk = first + count * t / threads,
@@ -220,8 +145,9 @@ typedef enum {
 } digest_status;
 
 /* Computes the digest of data[0, data_len) into out. Runs without the GIL. */
-static digest_status digest_compute(const unsigned char *data, size_t data_len, size_t threads,
-                                    unsigned char out[16], int *join_error)
+static digest_status digest_compute(const digest_hasher *hasher, const unsigned char *data,
+                                    size_t data_len, size_t threads, unsigned char out[16],
+                                    int *join_error)
 {
     size_t chunk_count = data_len / DIGEST_CHUNK_BYTES + (data_len % DIGEST_CHUNK_BYTES != 0);
     size_t round_capacity = chunk_count < DIGEST_ROUND_CHUNKS ? chunk_count : DIGEST_ROUND_CHUNKS;
@@ -231,32 +157,35 @@ static digest_status digest_compute(const unsigned char *data, size_t data_len, 
         if (round_digests == NULL)
             return DIGEST_OUT_OF_MEMORY;
     }
-    lane_state root;
-    lanes_start(&root);
+    digest_lanes root;
+    hasher->start(&root);
     size_t digest_bytes = 0;
     for (size_t first = 0; first < chunk_count; first += DIGEST_ROUND_CHUNKS) {
         size_t count = chunk_count - first;
         if (count > DIGEST_ROUND_CHUNKS)
             count = DIGEST_ROUND_CHUNKS;
-        *join_error = digest_round(data, data_len, first, count, threads, 0, round_digests);
+        *join_error =
+            digest_round(hasher, data, data_len, first, count, threads, 0, round_digests);
         if (*join_error != 0)
             return DIGEST_JOIN_FAILED; /* a thread may still write round_digests: leak it */
         digest_bytes = 16 * count;
         if (first + count < chunk_count)
-            lanes_absorb(&root, round_digests, digest_bytes / DIGEST_STRIPE_BYTES);
+            hasher->absorb(&root, round_digests, digest_bytes / DIGEST_STRIPE_BYTES);
     }
     size_t whole_stripes = digest_bytes / DIGEST_STRIPE_BYTES;
     size_t tail_offset = whole_stripes * DIGEST_STRIPE_BYTES;
     const unsigned char *tail = NULL; /* empty input: no chunk digests at all */
     if (round_digests != NULL) {
-        lanes_absorb(&root, round_digests, whole_stripes);
+        hasher->absorb(&root, round_digests, whole_stripes);
         tail = round_digests + tail_offset;
     }
-    lanes_finish(&root, tail, digest_bytes - tail_offset, DIGEST_ROOT_TAG, (uint64_t)data_len,
-                 out);
+    lanes_finish(hasher, &root, tail, digest_bytes - tail_offset, DIGEST_ROOT_TAG,
+                 (uint64_t)data_len, out);
     free(round_digests);
     return DIGEST_DONE;
 }
+
+/* ---- arguments ---- */
 
 static int parse_threads(PyObject *threads_obj, const char *function, size_t *threads)
 {
@@ -280,6 +209,102 @@ static int parse_threads(PyObject *threads_obj, const char *function, size_t *th
     }
     *threads = (overflow > 0 || value > DIGEST_MAX_THREADS) ? DIGEST_MAX_THREADS : (size_t)value;
     return 0;
+}
+
+/* The implementations of `version` compiled in (NULL-terminated), portable first. */
+static const digest_hasher *const *version_hashers(long version)
+{
+    static const digest_hasher *const v1_hashers[] = {&digest_v1_scalar, NULL};
+    return version == 1 ? v1_hashers : digest_v2_hashers;
+}
+
+/* Names of the implementations of `version` this CPU runs, portable first. */
+static PyObject *supported_paths(long version)
+{
+    PyObject *names = PyList_New(0);
+    if (names == NULL)
+        return NULL;
+    for (const digest_hasher *const *h = version_hashers(version); *h != NULL; h++) {
+        if (!(*h)->supported())
+            continue;
+        PyObject *name = PyUnicode_FromString((*h)->path);
+        if (name == NULL || PyList_Append(names, name) < 0) {
+            Py_XDECREF(name);
+            Py_DECREF(names);
+            return NULL;
+        }
+        Py_DECREF(name);
+    }
+    return names;
+}
+
+/* "scalar, avx2, avx512", for error messages. */
+static PyObject *supported_paths_text(long version)
+{
+    PyObject *names = supported_paths(version);
+    if (names == NULL)
+        return NULL;
+    PyObject *separator = PyUnicode_FromString(", ");
+    PyObject *text = separator == NULL ? NULL : PyUnicode_Join(separator, names);
+    Py_XDECREF(separator);
+    Py_DECREF(names);
+    return text;
+}
+
+/* The implementation of `version` called `path` if this CPU runs it, else NULL. */
+static const digest_hasher *find_hasher(long version, const char *path)
+{
+    for (const digest_hasher *const *h = version_hashers(version); *h != NULL; h++)
+        if (strcmp((*h)->path, path) == 0 && (*h)->supported())
+            return *h;
+    return NULL;
+}
+
+/* The hasher for the `version` and `path` keywords (either may be NULL: the
+ * default version, the default implementation). */
+static const digest_hasher *parse_algorithm(PyObject *version_obj, PyObject *path_obj,
+                                            const char *function)
+{
+    long version = DIGEST_VERSION;
+    if (version_obj != NULL) {
+        if (!PyLong_Check(version_obj) || PyBool_Check(version_obj)) {
+            PyErr_Format(PyExc_TypeError, "%s() version must be an int, not %.100s", function,
+                         Py_TYPE(version_obj)->tp_name);
+            return NULL;
+        }
+        int overflow = 0;
+        version = PyLong_AsLongAndOverflow(version_obj, &overflow);
+        if (version == -1 && PyErr_Occurred())
+            return NULL;
+        if (overflow != 0 || version < DIGEST_OLDEST_VERSION || version > DIGEST_VERSION) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s() version must be one of the supported digest versions "
+                         "(%d, %d), got %S",
+                         function, DIGEST_OLDEST_VERSION, DIGEST_VERSION, version_obj);
+            return NULL;
+        }
+    }
+    if (path_obj == NULL || path_obj == Py_None)
+        return version == 1 ? &digest_v1_scalar : v2_default_hasher;
+    if (!PyUnicode_Check(path_obj)) {
+        PyErr_Format(PyExc_TypeError, "%s() path must be a str or None, not %.100s", function,
+                     Py_TYPE(path_obj)->tp_name);
+        return NULL;
+    }
+    const char *path = PyUnicode_AsUTF8(path_obj);
+    if (path == NULL)
+        return NULL;
+    const digest_hasher *hasher = find_hasher(version, path);
+    if (hasher == NULL) {
+        PyObject *available = supported_paths_text(version);
+        if (available != NULL)
+            PyErr_Format(PyExc_ValueError,
+                         "%s() path %R is not available for digest version %ld on this "
+                         "machine; available: %U",
+                         function, path_obj, version, available);
+        Py_XDECREF(available);
+    }
+    return hasher;
 }
 
 static int get_contiguous_buffer(PyObject *data, const char *function, Py_buffer *view)
@@ -306,25 +331,31 @@ static int get_contiguous_buffer(PyObject *data, const char *function, Py_buffer
     return 0;
 }
 
+/* ---- Python functions ---- */
+
 static PyObject *tp_digest(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"data", "threads", NULL};
+    static char *keywords[] = {"data", "threads", "version", "path", NULL};
     PyObject *data;
-    PyObject *threads_obj = NULL;
+    PyObject *threads_obj = NULL, *version_obj = NULL, *path_obj = NULL;
     size_t threads;
     Py_buffer view;
     unsigned char out[16];
     digest_status status;
     int join_error = 0;
     (void)module;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$O:digest", keywords, &data, &threads_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOO:digest", keywords, &data,
+                                     &threads_obj, &version_obj, &path_obj))
         return NULL;
     if (parse_threads(threads_obj, "digest", &threads) < 0)
+        return NULL;
+    const digest_hasher *hasher = parse_algorithm(version_obj, path_obj, "digest");
+    if (hasher == NULL)
         return NULL;
     if (get_contiguous_buffer(data, "digest", &view) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    status = digest_compute(view.buf, (size_t)view.len, threads, out, &join_error);
+    status = digest_compute(hasher, view.buf, (size_t)view.len, threads, out, &join_error);
     Py_END_ALLOW_THREADS
     if (status == DIGEST_JOIN_FAILED) {
         /* A thread we could not join may still read the data: keep the buffer
@@ -339,29 +370,32 @@ static PyObject *tp_digest(PyObject *module, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(tp_digest_doc,
-"digest(data, *, threads=1) -> bytes\n"
+"digest(data, *, threads=1, version=DIGEST_VERSION, path=None) -> bytes\n"
 "\n"
 "128-bit digest (16 bytes) of the bytes of a C-contiguous buffer, the same on\n"
 "every machine whatever the buffer's alignment and the thread count. The input\n"
 "is hashed in chunks of DIGEST_CHUNK_BYTES, split over up to `threads` threads\n"
-"(at most one per chunk and at most 256). A fingerprint for equality, not a\n"
-"cryptographic hash. The algorithm (version DIGEST_VERSION) is in docs/design.md.");
+"(at most one per chunk and at most 256). `version` is one of DIGEST_VERSIONS;\n"
+"`path` forces one implementation of it (for version 2 one of DIGEST_PATHS,\n"
+"default DIGEST_PATH; version 1 has only \"scalar\"): all give the same bits.\n"
+"A fingerprint for equality, not a cryptographic hash. The algorithms are in\n"
+"docs/design.md.");
 
 
 /* ---- streaming: chunk digests of one block at a time, then the root ---- */
 
 static PyObject *tp_digest_chunks(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"data", "first_chunk", "threads", NULL};
+    static char *keywords[] = {"data", "first_chunk", "threads", "version", "path", NULL};
     PyObject *data;
-    PyObject *first_chunk_obj = NULL;
-    PyObject *threads_obj = NULL;
+    PyObject *first_chunk_obj = NULL, *threads_obj = NULL, *version_obj = NULL;
+    PyObject *path_obj = NULL;
     size_t threads;
     unsigned long long first_chunk = 0;
     Py_buffer view;
     (void)module;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OO:digest_chunks", keywords, &data,
-                                     &first_chunk_obj, &threads_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$OOOO:digest_chunks", keywords, &data,
+                                     &first_chunk_obj, &threads_obj, &version_obj, &path_obj))
         return NULL;
     if (first_chunk_obj != NULL) {
         if (!PyLong_Check(first_chunk_obj) || PyBool_Check(first_chunk_obj)) {
@@ -379,6 +413,9 @@ static PyObject *tp_digest_chunks(PyObject *module, PyObject *args, PyObject *kw
         }
     }
     if (parse_threads(threads_obj, "digest_chunks", &threads) < 0)
+        return NULL;
+    const digest_hasher *hasher = parse_algorithm(version_obj, path_obj, "digest_chunks");
+    if (hasher == NULL)
         return NULL;
     if (get_contiguous_buffer(data, "digest_chunks", &view) < 0)
         return NULL;
@@ -404,7 +441,7 @@ static PyObject *tp_digest_chunks(PyObject *module, PyObject *args, PyObject *kw
         size_t count = chunk_count - first;
         if (count > DIGEST_ROUND_CHUNKS)
             count = DIGEST_ROUND_CHUNKS;
-        join_error = digest_round(view.buf, data_len, first, count, threads, first_chunk,
+        join_error = digest_round(hasher, view.buf, data_len, first, count, threads, first_chunk,
                                   digests + 16 * first);
     }
     Py_END_ALLOW_THREADS
@@ -421,13 +458,14 @@ static PyObject *tp_digest_chunks(PyObject *module, PyObject *args, PyObject *kw
 
 static PyObject *tp_digest_root(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"chunk_digests", "length", NULL};
+    static char *keywords[] = {"chunk_digests", "length", "version", NULL};
     PyObject *data;
     PyObject *length_obj;
+    PyObject *version_obj = NULL;
     Py_buffer view;
     (void)module;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:digest_root", keywords, &data,
-                                     &length_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|$O:digest_root", keywords, &data,
+                                     &length_obj, &version_obj))
         return NULL;
     if (!PyLong_Check(length_obj) || PyBool_Check(length_obj)) {
         PyErr_Format(PyExc_TypeError, "digest_root() length must be an int >= 0, not %.100s",
@@ -441,6 +479,9 @@ static PyObject *tp_digest_root(PyObject *module, PyObject *args, PyObject *kwar
                      length_obj);
         return NULL;
     }
+    const digest_hasher *hasher = parse_algorithm(version_obj, NULL, "digest_root");
+    if (hasher == NULL)
+        return NULL;
     if (get_contiguous_buffer(data, "digest_root", &view) < 0)
         return NULL;
     unsigned long long chunk_count =
@@ -454,33 +495,27 @@ static PyObject *tp_digest_root(PyObject *module, PyObject *args, PyObject *kwar
         return NULL;
     }
     unsigned char out[16];
-    size_t whole_stripes = (size_t)view.len / DIGEST_STRIPE_BYTES;
-    size_t tail_offset = whole_stripes * DIGEST_STRIPE_BYTES;
-    const unsigned char *digests = view.buf;
-    lane_state root;
     Py_BEGIN_ALLOW_THREADS
-    lanes_start(&root);
-    lanes_absorb(&root, digests, whole_stripes);
-    lanes_finish(&root, digests + tail_offset, (size_t)view.len - tail_offset, DIGEST_ROOT_TAG,
-                 (uint64_t)length, out);
+    lane_hash(hasher, view.buf, (size_t)view.len, DIGEST_ROOT_TAG, (uint64_t)length, out);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     return PyBytes_FromStringAndSize((const char *)out, sizeof out);
 }
 
 PyDoc_STRVAR(tp_digest_chunks_doc,
-"digest_chunks(data, *, first_chunk=0, threads=1) -> bytes\n"
+"digest_chunks(data, *, first_chunk=0, threads=1, version=DIGEST_VERSION, path=None) -> bytes\n"
 "\n"
 "The 16-byte digests of data's DIGEST_CHUNK_BYTES chunks, concatenated, each hashed\n"
 "with tag first_chunk + its index in data. To digest an input streamed block by\n"
 "block, give each block (all but the last a multiple of DIGEST_CHUNK_BYTES) with the\n"
-"index of its first chunk, and pass the concatenation to digest_root.");
+"index of its first chunk, and pass the concatenation to digest_root with the same\n"
+"version. `version` and `path` as for digest().");
 
 PyDoc_STRVAR(tp_digest_root_doc,
-"digest_root(chunk_digests, length) -> bytes\n"
+"digest_root(chunk_digests, length, *, version=DIGEST_VERSION) -> bytes\n"
 "\n"
 "The digest of a `length`-byte input from the digests of all its chunks:\n"
-"digest(data) == digest_root(digest_chunks(data), len(data)).");
+"digest(data, version=v) == digest_root(digest_chunks(data, version=v), len(data), version=v).");
 
 PyMethodDef tp_digest_methods[] = {
     {"digest", (PyCFunction)(void (*)(void))tp_digest, METH_VARARGS | METH_KEYWORDS,
@@ -492,8 +527,55 @@ PyMethodDef tp_digest_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* Chooses version 2's default implementation: the one TRAINPARITY_DIGEST_PATH
+ * names (an error if this machine cannot run it), else the fastest it can. */
+static int choose_default_path(void)
+{
+    const char *requested = getenv(DIGEST_PATH_VARIABLE);
+    if (requested != NULL && requested[0] != '\0') {
+        v2_default_hasher = find_hasher(DIGEST_VERSION, requested);
+        if (v2_default_hasher != NULL)
+            return 0;
+        PyObject *available = supported_paths_text(DIGEST_VERSION);
+        if (available != NULL)
+            PyErr_Format(PyExc_ValueError,
+                         DIGEST_PATH_VARIABLE "='%s' is not a digest path this machine runs; "
+                         "use one of: %U",
+                         requested, available);
+        Py_XDECREF(available);
+        return -1;
+    }
+    for (const digest_hasher *const *h = digest_v2_hashers; *h != NULL; h++)
+        if ((*h)->supported())
+            v2_default_hasher = *h;
+    return 0;
+}
+
+/* Adds `value` (a new reference, or NULL after an error) to the module as `name`. */
+static int add_object(PyObject *module, const char *name, PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    int rc = PyModule_AddObjectRef(module, name, value);
+    Py_DECREF(value);
+    return rc;
+}
+
 int tp_digest_init(PyObject *module)
 {
+    if (choose_default_path() < 0)
+        return -1;
+    PyObject *paths = supported_paths(DIGEST_VERSION);
+    if (add_object(module, "DIGEST_PATHS", paths == NULL ? NULL : PyList_AsTuple(paths)) < 0) {
+        Py_XDECREF(paths);
+        return -1;
+    }
+    Py_DECREF(paths);
+    if (PyModule_AddStringConstant(module, "DIGEST_PATH", v2_default_hasher->path) < 0)
+        return -1;
+    if (add_object(module, "DIGEST_VERSIONS",
+                   Py_BuildValue("(ii)", DIGEST_OLDEST_VERSION, DIGEST_VERSION)) < 0)
+        return -1;
     if (PyModule_AddIntConstant(module, "DIGEST_CHUNK_BYTES", (long)DIGEST_CHUNK_BYTES) < 0)
         return -1;
     return PyModule_AddIntConstant(module, "DIGEST_VERSION", DIGEST_VERSION);
