@@ -175,33 +175,52 @@ def test_compare_accumulate_checks_its_arguments_like_compare(core):
         core.compare_accumulate("float32", b"", b"", rtol=1.0)
 
 
+@pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("length", [0, 1, 63, 64, DIGEST_CHUNK, 3 * DIGEST_CHUNK + 5])
 @pytest.mark.parametrize("block_chunks", [1, 2, 3])
-def test_streamed_digest_equals_the_whole_buffer_digest(core, length, block_chunks):
+def test_streamed_digest_equals_the_whole_buffer_digest(core, version, length, block_chunks):
     data = bytes(np.random.default_rng(length).integers(0, 256, length, dtype=np.uint8))
     step = block_chunks * DIGEST_CHUNK
     digests = b"".join(
-        core.digest_chunks(data[start : start + step], first_chunk=start // DIGEST_CHUNK, threads=2)
+        core.digest_chunks(
+            data[start : start + step],
+            first_chunk=start // DIGEST_CHUNK,
+            threads=2,
+            version=version,
+        )
         for start in range(0, length, step)
     )
     assert len(digests) == 16 * math.ceil(length / DIGEST_CHUNK)
-    assert core.digest_root(digests, length) == core.digest(data)
+    assert core.digest_root(digests, length, version=version) == core.digest(data, version=version)
+    if version == core.DIGEST_VERSION:
+        assert core.digest_root(digests, length) == core.digest(data)
 
 
-def test_chunk_digests_are_the_documented_ones(core):
-    # docs/design.md, "Digest": the chunk digests of the known-answer pattern.
-    pattern = bytes(i % 251 for i in range(3 * DIGEST_CHUNK + 5))
-    expected = [
+# docs/design.md, "Digest": the chunk digests of the known-answer pattern, per version.
+PATTERN_CHUNK_DIGESTS = {
+    1: [
         "87eab4b2857ff0456cf44676e59b94fc",
         "da642b33a930c27952c75fe616e468e8",
         "2bf0ed3e898337d3b4a3f4516e5aeb3a",
         "ceee5011b30c5cbc80181fc8f8eb5cb6",
-    ]
-    digests = core.digest_chunks(pattern)
+    ],
+    2: [
+        "8e84dcfd2d0222588cb79901817fb049",
+        "e8ef0f37760ee1392d7cc2b0e2a2bc51",
+        "7ce112cf3dea09363be5b055aec3b602",
+        "95a462598884256e291894ff9c4a33ba",
+    ],
+}
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_chunk_digests_are_the_documented_ones(core, version):
+    pattern = bytes(i % 251 for i in range(3 * DIGEST_CHUNK + 5))
+    expected = PATTERN_CHUNK_DIGESTS[version]
+    digests = core.digest_chunks(pattern, version=version)
     assert [digests[i : i + 16].hex() for i in range(0, len(digests), 16)] == expected
-    assert core.digest_chunks(pattern[2 * DIGEST_CHUNK :], first_chunk=2).hex() == "".join(
-        expected[2:]
-    )
+    tail = core.digest_chunks(pattern[2 * DIGEST_CHUNK :], first_chunk=2, version=version)
+    assert tail.hex() == "".join(expected[2:])
 
 
 def test_digest_root_needs_every_chunk_digest(core):
