@@ -158,17 +158,40 @@ def test_streamed_compare_of_identical_and_empty_buffers():
     assert compare_buffers("float32", empty, empty)[0] == (-1, 0, 0.0, 0.0, 0.0)
 
 
+@pytest.mark.parametrize("version", core.DIGEST_VERSIONS)
 @pytest.mark.parametrize("length", [0, 1, 65536, 3 * BLOCK_ALIGNMENT + 77])
-def test_streamed_digest_is_the_core_digest(length):
+def test_streamed_digest_is_the_core_digest(length, version):
     data = torch.randint(
         0, 256, (length,), dtype=torch.uint8, generator=torch.Generator().manual_seed(length)
     )
     digest, backend = digest_buffer(
-        DeviceTensorBytes(data), backend=HOST_STREAM_BACKEND, block_bytes=BLOCK_ALIGNMENT
+        DeviceTensorBytes(data),
+        backend=HOST_STREAM_BACKEND,
+        block_bytes=BLOCK_ALIGNMENT,
+        version=version,
     )
     assert backend == HOST_STREAM_BACKEND
-    assert digest == core.digest(tensor_bytes(data))
-    assert digest_buffer(tensor_bytes(data)) == (digest, CPU_BACKEND)
+    assert digest == core.digest(tensor_bytes(data), version=version)
+    assert digest_buffer(tensor_bytes(data), version=version) == (digest, CPU_BACKEND)
+    if version == core.DIGEST_VERSION:
+        assert digest_buffer(tensor_bytes(data)) == (digest, CPU_BACKEND)
+
+
+def test_digest_versions_differ_and_default_to_the_newest():
+    data = tensor_bytes(torch.arange(1000, dtype=torch.float32))
+    assert core.DIGEST_VERSION == 2
+    by_version = {version: digest_buffer(data, version=version)[0] for version in (1, 2)}
+    assert by_version[1] != by_version[2]
+    assert digest_buffer(data)[0] == by_version[2]
+
+
+@pytest.mark.parametrize("backend", [None, CPU_BACKEND, HOST_STREAM_BACKEND, KERNEL_BACKEND])
+@pytest.mark.parametrize("version", [0, 3, None, "2", True, 2.0])
+def test_unknown_digest_versions_are_refused_on_every_backend(backend, version):
+    data = torch.ones(4)
+    source = tensor_bytes(data) if backend == CPU_BACKEND else DeviceTensorBytes(data)
+    with pytest.raises(ValueError, match=r"supported digest versions \(1, 2\)"):
+        digest_buffer(source, backend=backend, version=version)
 
 
 def test_streaming_holds_at_most_two_bounded_staging_buffers(monkeypatch):
@@ -257,7 +280,9 @@ def emulator(tmp_path_factory):
         ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
         ctypes.c_double, ctypes.c_double, ctypes.c_int, ctypes.POINTER(_Result),
     ]  # fmt: skip
-    emulation.tp_emulate_digest.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    emulation.tp_emulate_digest.argtypes = [
+        ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p,
+    ]  # fmt: skip
     return emulation
 
 
@@ -305,9 +330,14 @@ def test_kernel_arithmetic_rescales_an_overflowing_chunk_among_others(emulator):
     )
 
 
+@pytest.mark.parametrize("version", core.DIGEST_VERSIONS)
 @pytest.mark.parametrize("length", [0, 1, 63, 64, 65, 65536, 65537, 3 * 65536 + 5, 300_001])
-def test_kernel_digest_arithmetic_matches_the_core(emulator, length):
+def test_kernel_digest_arithmetic_matches_the_core(emulator, version, length):
     data = bytes(torch.randint(0, 256, (length,), dtype=torch.uint8).tolist())
     out = ctypes.create_string_buffer(16)
-    emulator.tp_emulate_digest(data, length, out)
-    assert out.raw == core.digest(data)
+    assert emulator.tp_emulate_digest(version, data, length, out) == 0
+    assert out.raw == core.digest(data, version=version)
+
+
+def test_kernel_digest_arithmetic_refuses_unknown_versions(emulator):
+    assert emulator.tp_emulate_digest(3, b"abc", 3, ctypes.create_string_buffer(16)) == -1

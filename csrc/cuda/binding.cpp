@@ -90,9 +90,12 @@ py::tuple compare(const torch::Tensor &baseline, const torch::Tensor &candidate,
 }
 
 py::bytes digest(const torch::Tensor &data, int64_t stream, int64_t block_threads,
-                 int64_t grid_blocks)
+                 int64_t grid_blocks, int64_t version)
 {
     check_tensor(data, "data");
+    TORCH_CHECK_VALUE(version == 1 || version == 2,
+                      "digest version must be one of the supported digest versions (1, 2), got ",
+                      version);
     const size_t nbytes = static_cast<size_t>(byte_count(data));
     const size_t workspace_bytes = tp_cuda_digest_workspace_bytes(nbytes);
     torch::Tensor workspace = workspace_for(data, workspace_bytes);
@@ -101,8 +104,9 @@ py::bytes digest(const torch::Tensor &data, int64_t stream, int64_t block_thread
     int status;
     {
         py::gil_scoped_release released;
-        status = tp_cuda_digest(data.data_ptr(), nbytes, workspace.data_ptr(), workspace_bytes,
-                                shape, stream_from(stream), out);
+        status = tp_cuda_digest(static_cast<int>(version), data.data_ptr(), nbytes,
+                                workspace.data_ptr(), workspace_bytes, shape,
+                                stream_from(stream), out);
     }
     TORCH_CHECK(status == 0, "trainparity CUDA digest failed: ", tp_cuda_error_string(status));
     return py::bytes(reinterpret_cast<const char *>(out), sizeof out);
@@ -126,7 +130,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module)
                py::arg("block_threads") = 0, py::arg("grid_blocks") = 0,
                "The C core's compare result tuple for two contiguous CUDA tensors' bytes.");
     module.def("digest", &digest, py::arg("data"), py::arg("stream"),
-               py::arg("block_threads") = 0, py::arg("grid_blocks") = 0,
-               "The C core's 16-byte digest of a contiguous CUDA tensor's bytes.");
+               py::arg("block_threads") = 0, py::arg("grid_blocks") = 0, py::arg("version") = 2,
+               "The C core's 16-byte digest (version 1 or 2) of a contiguous CUDA tensor's "
+               "bytes.");
     module.def("dtypes", &dtypes, "Names of the dtypes the kernels compare.");
 }

@@ -60,9 +60,11 @@ int tp_cuda_compare(int dtype, const void *baseline, const void *candidate, size
 
 size_t tp_cuda_digest_workspace_bytes(size_t byte_count);
 
-/* The C core's 128-bit digest (docs/design.md, "Digest") of byte_count bytes. */
-int tp_cuda_digest(const void *data, size_t byte_count, void *workspace, size_t workspace_bytes,
-                   tp_cuda_launch_shape shape, cudaStream_t stream, unsigned char digest[16]);
+/* The C core's 128-bit digest (docs/design.md, "Digest") of byte_count bytes, by digest
+ * version 1 or 2 (any other version is TP_CUDA_BAD_ARGUMENT). */
+int tp_cuda_digest(int version, const void *data, size_t byte_count, void *workspace,
+                   size_t workspace_bytes, tp_cuda_launch_shape shape, cudaStream_t stream,
+                   unsigned char digest[16]);
 
 const char *tp_cuda_error_string(int error);
 

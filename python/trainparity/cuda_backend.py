@@ -367,13 +367,21 @@ def digest_buffer(
     backend: str | None = None,
     launch_shape: tuple[int, int] = (0, 0),
     block_bytes: int = HOST_BLOCK_BYTES,
+    version: int = core.DIGEST_VERSION,
 ) -> tuple[bytes, str]:
     """The native core's 16-byte digest of a buffer's bytes, and which backend produced it.
 
     A DeviceTensorBytes on a CUDA device is digested by the kernel when it can
     be built, else streamed to the host in blocks; a host buffer goes to the C
-    core directly. The digest is the same whichever runs.
+    core directly. The digest is the same whichever runs. `version` is the
+    digest version (one of core.DIGEST_VERSIONS; e.g. a snapshot's recorded
+    `digest_version`), else ValueError.
     """
+    if type(version) is not int or version not in core.DIGEST_VERSIONS:
+        raise ValueError(
+            f"digest version must be one of the supported digest versions "
+            f"{core.DIGEST_VERSIONS}, got {version!r}"
+        )
     on_cuda = isinstance(data, DeviceTensorBytes) and data.device.type == "cuda"
     if backend is None:
         if not isinstance(data, DeviceTensorBytes):
@@ -388,19 +396,20 @@ def digest_buffer(
         module = _required_kernels()
         with torch.cuda.device(data.device):
             stream = torch.cuda.current_stream(data.device).cuda_stream
-            return module.digest(data.tensor, stream, *launch_shape), KERNEL_BACKEND
+            digest = module.digest(data.tensor, stream, *launch_shape, version=version)
+            return digest, KERNEL_BACKEND
     if backend == HOST_STREAM_BACKEND:
         _check_block_bytes(block_bytes)
         chunk_digests = bytearray()
         for block_index, block in enumerate(iter_host_blocks(data, block_bytes)):
             first_chunk = block_index * (block_bytes // core.DIGEST_CHUNK_BYTES)
             chunk_digests += core.digest_chunks(
-                block, first_chunk=first_chunk, threads=core_threads(len(block))
+                block, first_chunk=first_chunk, threads=core_threads(len(block)), version=version
             )
-        return core.digest_root(chunk_digests, len(data)), HOST_STREAM_BACKEND
+        return core.digest_root(chunk_digests, len(data), version=version), HOST_STREAM_BACKEND
     if isinstance(data, DeviceTensorBytes):
         raise ValueError(f"the {CPU_BACKEND} backend needs a host buffer")
-    return core.digest(data, threads=core_threads(len(data))), CPU_BACKEND
+    return core.digest(data, threads=core_threads(len(data)), version=version), CPU_BACKEND
 
 
 def write_buffer(stream: BinaryIO, data: Any, block_bytes: int = HOST_BLOCK_BYTES) -> None:

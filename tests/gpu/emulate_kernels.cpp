@@ -5,7 +5,9 @@
  * order: per chunk, 8 "threads" each take a row of 8 elements per step, then
  * lane l adds the step's lane-l terms row by row; lanes pairwise; float64
  * chunks rescaled on overflow; counts and maxima in any order, sums in chunk
- * order. tests/test_cuda_backend.py checks the results against the C core.
+ * order. Digests (versions 1 and 2): per chunk, one chain per lane over its
+ * block of each stripe, the finaliser, then the same over the chunk digests.
+ * tests/test_cuda_backend.py checks the results against the C core.
  * What it cannot show (shuffles, shared memory, launch shapes) tests/gpu checks
  * on a GPU. */
 #include <stdlib.h>
@@ -161,46 +163,81 @@ extern "C" int tp_emulate_compare(const char *dtype, const void *baseline, const
     return 0;
 }
 
-/* The digest as the two kernels compute it: 4 lane chains per chunk, then the root. */
-extern "C" void tp_emulate_digest(const void *data, size_t byte_count, unsigned char digest[16])
+namespace {
+
+/* One lane's chain over its 16-byte block of each stripe of message[0, length),
+ * the last stripe zero-padded, as the kernels run it. */
+template <class V>
+uint64_t emulate_lane(const unsigned char *message, uint64_t length, int lane, const uint64_t *k)
 {
     namespace d = tp_digest;
-    const uint64_t k[20] = TP_DIGEST_SECRETS;
-    const unsigned char *bytes = static_cast<const unsigned char *>(data);
+    const typename V::Lane keys = V::lane_of(lane, k);
+    uint64_t padded = (length + d::STRIPE_BYTES - 1) / d::STRIPE_BYTES * d::STRIPE_BYTES;
+    uint64_t acc = V::initial(lane, k);
+    for (uint64_t s = 0; s < padded; s += d::STRIPE_BYTES) {
+        uint64_t words[2] = {0, 0};
+        for (uint64_t i = 0; i < d::BLOCK_BYTES; i++) {
+            uint64_t at = s + d::BLOCK_BYTES * (uint64_t)V::block_of(lane) + i;
+            uint64_t byte = at < length ? message[at] : 0u;
+            words[i / 8] |= byte << (8 * (i % 8));
+        }
+        acc = V::step(acc, words[0], words[1], keys);
+    }
+    return acc;
+}
+
+/* The lane hash of a whole message: V::LANES chains, then the finaliser. */
+template <class V>
+void emulate_lane_hash(const unsigned char *message, uint64_t length, uint64_t tag,
+                       uint64_t length_field, const uint64_t *k, uint64_t *words)
+{
+    uint64_t acc[V::LANES];
+    for (int lane = 0; lane < V::LANES; lane++)
+        acc[lane] = emulate_lane<V>(message, length, lane, k);
+    V::finish(acc, tag, length_field, k, words);
+}
+
+/* The digest as the two kernels compute it: lane chains per chunk, then the root. */
+template <class V>
+void emulate_digest(const unsigned char *bytes, size_t byte_count, const uint64_t *k,
+                    unsigned char digest[16])
+{
+    namespace d = tp_digest;
     uint64_t chunk_count = (byte_count + d::CHUNK_BYTES - 1) / d::CHUNK_BYTES;
     uint64_t *chunk_words = static_cast<uint64_t *>(calloc(2 * chunk_count + 1, sizeof(uint64_t)));
     for (uint64_t chunk = 0; chunk < chunk_count; chunk++) {
         uint64_t offset = chunk * d::CHUNK_BYTES;
         uint64_t length = byte_count - offset < d::CHUNK_BYTES ? byte_count - offset : d::CHUNK_BYTES;
-        uint64_t padded = (length + d::STRIPE_BYTES - 1) / d::STRIPE_BYTES * d::STRIPE_BYTES;
-        uint64_t acc[d::LANES];
-        for (int lane = 0; lane < d::LANES; lane++) {
-            acc[lane] = k[16 + lane];
-            for (uint64_t s = 0; s < padded; s += d::STRIPE_BYTES) {
-                uint64_t words[2] = {0, 0};
-                for (uint64_t i = 0; i < d::LANE_BYTES; i++) {
-                    uint64_t at = s + d::LANE_BYTES * lane + i;
-                    uint64_t byte = at < length ? bytes[offset + at] : 0u;
-                    words[i / 8] |= byte << (8 * (i % 8));
-                }
-                acc[lane] = d::lane_step(acc[lane], words[0], words[1], k[2 * lane], k[2 * lane + 1]);
-            }
-        }
-        d::finish(acc, chunk, length, k, chunk_words + 2 * chunk);
+        emulate_lane_hash<V>(bytes + offset, length, chunk, length, k, chunk_words + 2 * chunk);
     }
-    uint64_t acc[d::LANES];
-    for (int lane = 0; lane < d::LANES; lane++) {
-        acc[lane] = k[16 + lane];
-        for (uint64_t s = 0; s < (chunk_count + d::LANES - 1) / d::LANES; s++) {
-            uint64_t index = s * d::LANES + lane;
-            uint64_t first = index < chunk_count ? chunk_words[2 * index] : 0u;
-            uint64_t second = index < chunk_count ? chunk_words[2 * index + 1] : 0u;
-            acc[lane] = d::lane_step(acc[lane], first, second, k[2 * lane], k[2 * lane + 1]);
-        }
-    }
+    /* The chunk digests as bytes: little-endian words, in chunk order. */
+    unsigned char *listed = static_cast<unsigned char *>(calloc(16 * chunk_count + 1, 1));
+    for (uint64_t i = 0; i < 16 * chunk_count; i++)
+        listed[i] = (unsigned char)(chunk_words[i / 8] >> (8 * (i % 8)));
     uint64_t root[2];
-    d::finish(acc, d::ROOT_TAG, byte_count, k, root);
+    emulate_lane_hash<V>(listed, 16 * chunk_count, d::ROOT_TAG, byte_count, k, root);
+    free(listed);
     free(chunk_words);
     for (int i = 0; i < 16; i++)
         digest[i] = (unsigned char)(root[i / 8] >> (8 * (i % 8)));
+}
+
+} /* namespace */
+
+/* Returns 0, or -1 for an unknown version. */
+extern "C" int tp_emulate_digest(int version, const void *data, size_t byte_count,
+                                 unsigned char digest[16])
+{
+    const unsigned char *bytes = static_cast<const unsigned char *>(data);
+    if (version == tp_digest::V1::VERSION) {
+        const uint64_t k[tp_digest::V1::SECRET_WORDS] = TP_DIGEST_V1_SECRETS;
+        emulate_digest<tp_digest::V1>(bytes, byte_count, k, digest);
+        return 0;
+    }
+    if (version == tp_digest::V2::VERSION) {
+        const uint64_t k[tp_digest::V2::SECRET_WORDS] = TP_DIGEST_V2_SECRETS;
+        emulate_digest<tp_digest::V2>(bytes, byte_count, k, digest);
+        return 0;
+    }
+    return -1;
 }

@@ -138,19 +138,27 @@ def test_results_do_not_depend_on_the_launch_shape(name, mode):
     assert next(iter(results.values())) == result_bits(expected)
 
 
+@pytest.mark.parametrize("version", core.DIGEST_VERSIONS)
 @pytest.mark.parametrize("length", [0, 1, 63, 64, 65536, 65537, 3 * 65536 + 5, (8 << 20) + 3])
 @pytest.mark.parametrize("offset", [0, 1, 8])
-def test_kernel_digest_is_the_core_digest(length, offset):
+def test_kernel_digest_is_the_core_digest(version, length, offset):
     data = torch.randint(0, 256, (length + offset,), dtype=torch.uint8)
-    expected = core.digest(tensor_bytes(data[offset:].contiguous()))
+    expected = core.digest(tensor_bytes(data[offset:].contiguous()), version=version)
     device_bytes = DeviceTensorBytes(data.cuda()[offset:])
     for shape in [(0, 0), (32, 1), (256, 3)]:
-        digest, backend = digest_buffer(device_bytes, launch_shape=shape)
+        digest, backend = digest_buffer(device_bytes, launch_shape=shape, version=version)
         assert (digest, backend) == (expected, KERNEL_BACKEND)
-    assert (
-        digest_buffer(device_bytes, backend=HOST_STREAM_BACKEND, block_bytes=BLOCK_ALIGNMENT)[0]
-        == expected
+    streamed, _ = digest_buffer(
+        device_bytes, backend=HOST_STREAM_BACKEND, block_bytes=BLOCK_ALIGNMENT, version=version
     )
+    assert streamed == expected
+    if version == core.DIGEST_VERSION:
+        assert digest_buffer(device_bytes)[0] == expected
+
+
+def test_kernel_refuses_unknown_digest_versions():
+    with pytest.raises(ValueError, match="supported digest versions"):
+        digest_buffer(on_gpu(torch.ones(4)), version=3)
 
 
 def _state(device: str) -> dict:
