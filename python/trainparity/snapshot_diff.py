@@ -85,8 +85,13 @@ def diff_snapshots(
         right, right_extras = read_snapshot(candidate)
     except (OSError, SnapshotFileError) as error:
         return SnapshotDiff(Outcome.ERROR, _unreadable(error), **fields)
-    state, records = compare_states_with_records(left, right, policy)
     by_digest = not (left_extras["includes_values"] and right_extras["includes_values"])
+    versions = (left_extras["digest_version"], right_extras["digest_version"])
+    if by_digest and versions[0] != versions[1]:
+        # Digests of different versions differ for equal bytes: comparing them would
+        # report every tensor as changed.
+        return SnapshotDiff(Outcome.ERROR, _mixed_digest_versions(*versions), **fields)
+    state, records = compare_states_with_records(left, right, policy)
     errors = [record.values.relative_rms_error for record in records]
     # A tensor that differs by digest alone has an unknown error; a median or max
     # without it would understate the drift (0 while a tensor differs), so none is given.
@@ -130,6 +135,15 @@ def _policy_fields(comparison: object) -> dict[str, Any]:
             "comparison_equal_nan": comparison.equal_nan,
         }
     return {"comparison_policy": "exact"}
+
+
+def _mixed_digest_versions(baseline_version: object, candidate_version: object) -> str:
+    return (
+        f"the snapshots' digests were computed by different digest versions "
+        f"({baseline_version} and {candidate_version}) and at least one snapshot holds digests "
+        "only, so they cannot be compared; record both snapshots with values, or with one "
+        "trainparity version"
+    )
 
 
 def _unreadable(error: Exception) -> str:
