@@ -96,8 +96,8 @@ __attribute__((target("avx2"))) static inline __m256i v2_avx2_step(__m256i acc, 
     __m256i x = _mm256_xor_si256(words, secret);
     __m256i product = _mm256_mul_epu32(x, _mm256_srli_epi64(x, 32));
     __m256i neighbour = _mm256_shuffle_epi32(words, _MM_SHUFFLE(1, 0, 3, 2));
-    __m256i rotated =
-        _mm256_or_si256(_mm256_slli_epi64(acc, V2_ROTATION), _mm256_srli_epi64(acc, 64 - V2_ROTATION));
+    __m256i rotated = _mm256_or_si256(_mm256_slli_epi64(acc, V2_ROTATION),
+                                      _mm256_srli_epi64(acc, 64 - V2_ROTATION));
     return _mm256_add_epi64(rotated, _mm256_add_epi64(neighbour, product));
 }
 
