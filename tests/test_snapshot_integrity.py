@@ -93,7 +93,9 @@ def test_damage_names_the_tensor(intact, tmp_path):
 
 def test_a_hand_edited_manifest_value_is_damage(intact, tmp_path):
     path, data, _ = intact
-    edited = data.replace(b'\\"last_epoch\\", [\\"i\\", \\"4\\"]', b'\\"last_epoch\\", [\\"i\\", \\"5\\"]')
+    edited = data.replace(
+        b'\\"last_epoch\\", [\\"i\\", \\"4\\"]', b'\\"last_epoch\\", [\\"i\\", \\"5\\"]'
+    )
     assert edited != data
     damaged = tmp_path / "edited.safetensors"
     damaged.write_bytes(edited)

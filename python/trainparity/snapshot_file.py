@@ -321,7 +321,7 @@ def _manifest_verified(
 def _verify_tensor_bytes(
     source: Path, entries: list[dict], tensors: list[FrozenTensor], digest_version: int
 ) -> None:
-    for entry, tensor in zip(entries, tensors):
+    for entry, tensor in zip(entries, tensors, strict=True):
         if tensor.data is None:
             continue
         digest, _ = digest_buffer(tensor.data, version=digest_version)
