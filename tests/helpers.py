@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import struct
+from pathlib import Path
+
+from trainparity._native import core
 from trainparity.snapshot import Snapshot
 from trainparity.state import freeze
 
@@ -14,3 +19,37 @@ def snapshot_of(state: dict, *, step: int | None = 0, **fields) -> Snapshot:
 def extra_pair(left, right) -> tuple[Snapshot, Snapshot]:
     """Snapshots of `{"extra": left}` and `{"extra": right}`."""
     return snapshot_of({"extra": left}), snapshot_of({"extra": right})
+
+
+def rewrite_as_digest_version_1(
+    path: Path, tensor_bytes: dict[str, bytes] | None = None, *, manifest_digest: bool = True
+) -> Path:
+    """Rewrites a snapshot file as trainparity wrote it with digest version 1.
+
+    Tensor digests are recomputed with version 1 from the file's own bytes, or
+    from `tensor_bytes` (name -> bytes) for a digest-only file; the manifest
+    digest likewise, or left out (`manifest_digest=False`: files from before it existed).
+    """
+    raw = path.read_bytes()
+    (header_length,) = struct.unpack_from("<Q", raw)
+    header = json.loads(raw[8 : 8 + header_length])
+    data = raw[8 + header_length :]
+    manifest = json.loads(header["__metadata__"]["trainparity"])
+    manifest["digest_version"] = 1
+    for entry in manifest["tensors"]:
+        if tensor_bytes is not None:
+            content = tensor_bytes[entry["name"]]
+        else:
+            begin, end = header[entry["name"]]["data_offsets"]
+            content = data[begin:end]
+        entry["digest"] = core.digest(content, version=1).hex()
+    manifest_text = json.dumps(manifest, sort_keys=True)
+    header["__metadata__"] = {"trainparity": manifest_text}
+    if manifest_digest:
+        header["__metadata__"]["trainparity_digest"] = core.digest(
+            manifest_text.encode(), version=1
+        ).hex()
+    encoded = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    encoded += b" " * (-(8 + len(encoded)) % 8)
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data)
+    return path

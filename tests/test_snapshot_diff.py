@@ -12,10 +12,12 @@ import textwrap
 import pytest
 import torch
 from trainparity import ExactComparison, Outcome, ToleranceComparison
-from trainparity._native import core, tensor_bytes
+from trainparity._native import tensor_bytes
 from trainparity.display import text_report
 from trainparity.snapshot_diff import diff_snapshots
 from trainparity.snapshot_file import write_snapshot
+
+from tests.helpers import rewrite_as_digest_version_1
 
 # One small computation whose float32 result depends on how the reduction is split:
 # torch sums a large tensor in per-thread chunks, so 1 and 2 threads round differently.
@@ -171,29 +173,12 @@ def test_digest_only_snapshots_compare_by_digest_and_say_so(tmp_path):
     assert tolerant.primary_difference is None
 
 
-def _as_digest_version_1(path, tensor: torch.Tensor):
-    """Rewrites a one-tensor snapshot file as if recorded with digest version 1."""
-    raw = path.read_bytes()
-    header_length = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8 : 8 + header_length])
-    manifest = json.loads(header["__metadata__"]["trainparity"])
-    manifest["digest_version"] = 1
-    (entry,) = manifest["tensors"]
-    entry["digest"] = core.digest(tensor_bytes(tensor), version=1).hex()
-    header["__metadata__"]["trainparity"] = json.dumps(manifest, sort_keys=True)
-    header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    header_bytes += b" " * (-(8 + len(header_bytes)) % 8)
-    path.write_bytes(
-        len(header_bytes).to_bytes(8, "little") + header_bytes + raw[8 + header_length :]
-    )
-    return path
-
-
 def test_digests_of_different_versions_are_never_compared(tmp_path):
     state = {"w": torch.ones(4)}
-    old_values = _as_digest_version_1(_write(tmp_path / "old.safetensors", state), state["w"])
-    old_digests = _as_digest_version_1(
-        _write(tmp_path / "old-digests.safetensors", state, include_values=False), state["w"]
+    old_values = rewrite_as_digest_version_1(_write(tmp_path / "old.safetensors", state))
+    old_digests = rewrite_as_digest_version_1(
+        _write(tmp_path / "old-digests.safetensors", state, include_values=False),
+        {"w": bytes(tensor_bytes(state["w"]))},
     )
     new_values = _write(tmp_path / "new.safetensors", state)
     new_digests = _write(tmp_path / "new-digests.safetensors", state, include_values=False)

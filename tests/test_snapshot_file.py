@@ -13,6 +13,7 @@ import pytest
 import torch
 from safetensors import safe_open
 from trainparity import ExactComparison, Outcome, ToleranceComparison
+from trainparity.cuda_backend import digest_buffer
 from trainparity.environment import environment_fingerprint
 from trainparity.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
 from trainparity.state import FrozenTensor, UnsupportedStateError, freeze
@@ -178,12 +179,16 @@ def test_corrupted_headers_are_clear_errors(tmp_path):
 
 
 def _with_manifest(path, change):
+    """Rewrite the manifest and sign it again: a well-formed file from a faulty writer."""
     data = path.read_bytes()
     (header_length,) = struct.unpack_from("<Q", data)
     header = json.loads(data[8 : 8 + header_length])
     manifest = json.loads(header["__metadata__"]["trainparity"])
     change(manifest)
     header["__metadata__"]["trainparity"] = json.dumps(manifest)
+    header["__metadata__"]["trainparity_digest"] = digest_buffer(
+        header["__metadata__"]["trainparity"].encode(), version=manifest["digest_version"]
+    )[0].hex()
     encoded = json.dumps(header).encode()
     encoded += b" " * (-(8 + len(encoded)) % 8)
     path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + header_length :])

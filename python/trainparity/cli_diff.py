@@ -27,6 +27,12 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("baseline", type=Path, help="snapshot file A (the reference)")
     parser.add_argument("candidate", type=Path, help="snapshot file B")
+    parser.add_argument(
+        "--trust-digests",
+        action="store_true",
+        help="do not check the files' tensor bytes against their recorded digests "
+        "(only for files whose provenance you vouch for; the report says so)",
+    )
     cli.add_tolerance_options(parser)
 
 
@@ -34,5 +40,10 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
     from trainparity.snapshot_diff import diff_snapshots
 
     comparison = cli.comparison_from(arguments)
-    result = diff_snapshots(arguments.baseline, arguments.candidate, comparison=comparison)
+    result = diff_snapshots(
+        arguments.baseline,
+        arguments.candidate,
+        comparison=comparison,
+        trust_digests=arguments.trust_digests,
+    )
     return cli.result_output(result, report_written=False)

@@ -41,6 +41,7 @@ _CONTEXT_KEYS = (
     ("baseline", "baseline"),
     ("candidate", "candidate"),
     ("compared_by", "compared by"),
+    ("integrity", "integrity"),
     ("first_divergent_step", "first divergent step"),
     ("first_observed_phase", "first observed phase"),
     ("verified_equal_initial_state", "verified equal initial state"),

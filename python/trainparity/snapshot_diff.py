@@ -31,7 +31,11 @@ class SnapshotDiff:
     relative RMS error first; the two relative RMS summaries are taken over
     every tensor whose values were compared. `compared_by` is "values", or
     "digest" when either file holds digests only (then a differing tensor is
-    known to differ, not by how much).
+    known to differ, not by how much). `integrity` says how far the files'
+    bytes were checked before the verdict: "verified" (every tensor's bytes
+    against its recorded digest, and each manifest against its own digest) or
+    "digests trusted" (`trust_digests=True`: the tensor bytes were not
+    checked, and equal digests were taken as equal values).
     """
 
     outcome: Outcome
@@ -43,6 +47,7 @@ class SnapshotDiff:
     comparison_atol: float | None = None
     comparison_equal_nan: bool | None = None
     compared_by: str = "values"
+    integrity: str = "verified"
     primary_difference: Difference | None = None
     all_differences: tuple[Difference, ...] = ()
     compared_tensor_count: int = 0
@@ -65,24 +70,29 @@ def diff_snapshots(
     candidate: str | os.PathLike[str],
     *,
     comparison: ComparisonPolicy | None = None,
+    trust_digests: bool = False,
 ) -> SnapshotDiff:
     """Compare two snapshot files (CONTRACT §5 traversal; `comparison=None` means exact).
 
     PASS: equivalent under the policy. FAIL: the first observed divergence
     (never a root cause). ABSTAIN: under a tolerance, only digests of the
     differing tensors were recorded, so closeness cannot be judged. ERROR: a
-    file is missing, unreadable or not a snapshot. Raises TypeError for a
-    comparison that is not ExactComparison/ToleranceComparison.
+    file is missing, unreadable, damaged (its bytes no longer match its
+    recorded digests) or not a snapshot. Both files are verified before
+    anything is compared, unless `trust_digests=True` vouches for them; the
+    result's `integrity` says which. Raises TypeError for a comparison that
+    is not ExactComparison/ToleranceComparison.
     """
     policy = _checked_policy(comparison)
     fields: dict[str, Any] = {
         "baseline": os.fspath(baseline),
         "candidate": os.fspath(candidate),
         **_policy_fields(policy),
+        "integrity": "digests trusted" if trust_digests else "verified",
     }
     try:
-        left, left_extras = read_snapshot(baseline)
-        right, right_extras = read_snapshot(candidate)
+        left, left_extras = read_snapshot(baseline, trust_digests=trust_digests)
+        right, right_extras = read_snapshot(candidate, trust_digests=trust_digests)
     except (OSError, SnapshotFileError) as error:
         return SnapshotDiff(Outcome.ERROR, _unreadable(error), **fields)
     by_digest = not (left_extras["includes_values"] and right_extras["includes_values"])

@@ -7,6 +7,12 @@ back to back. The header maps each tensor name (its rendered state path) to
 in `__metadata__["trainparity"]`: schema, step, backend, the frozen tree of
 non-tensor values with tensor leaves as references, per-tensor metadata and
 digest, and the environment fingerprint. Nothing is ever unpickled.
+
+Integrity: `__metadata__["trainparity_digest"]` holds the digest of the
+manifest string itself, so with the per-tensor digests every byte that a
+verdict can rely on is covered. `read_snapshot` checks both before it returns
+(unless the caller vouches for the file with `trust_digests=True`), so bit rot,
+a bad copy or a hand edit is an error, never a silent PASS.
 """
 
 from __future__ import annotations
@@ -49,7 +55,9 @@ __all__ = [
 
 SNAPSHOT_FILE_FORMAT = "trainparity-snapshot/1"
 _METADATA_KEY = "trainparity"
+_MANIFEST_DIGEST_KEY = "trainparity_digest"
 _MAX_HEADER_BYTES = 512 << 20
+_READABLE_DIGEST_VERSIONS = core.DIGEST_VERSIONS
 
 
 class SnapshotFileError(ValueError):
@@ -134,7 +142,11 @@ def write_snapshot(
         "tree": tree,
         "environment": dict(environment_fingerprint() if environment is None else environment),
     }
-    header["__metadata__"] = {_METADATA_KEY: json.dumps(manifest, sort_keys=True)}
+    manifest_text = json.dumps(manifest, sort_keys=True)
+    header["__metadata__"] = {
+        _METADATA_KEY: manifest_text,
+        _MANIFEST_DIGEST_KEY: _text_digest(manifest_text, core.DIGEST_VERSION).hex(),
+    }
     header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
     header_bytes += b" " * (-(8 + len(header_bytes)) % 8)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -196,12 +208,20 @@ def _encode_node(value: FrozenValue, path: StatePath, tensors: list) -> Any:
 # Reading ------------------------------------------------------------------------------
 
 
-def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any]]:
-    """Map a snapshot file and return (snapshot, manifest extras such as the environment).
+def read_snapshot(
+    path: str | os.PathLike[str], *, trust_digests: bool = False
+) -> tuple[Snapshot, dict[str, Any]]:
+    """Map a snapshot file, verify it, and return (snapshot, manifest extras such as the environment).
 
     Tensor leaves are zero-copy views into the memory-mapped file and carry
     their recorded digest; a digest-only snapshot has `data=None` leaves.
-    Raises SnapshotFileError for a truncated, corrupt or foreign file.
+    Every tensor's bytes are digested and checked against the manifest (one
+    read of the file), and the manifest against its own recorded digest, so
+    later comparisons may decide equality from digests alone.
+    `trust_digests=True` skips the tensor-byte check, for a file whose
+    provenance the caller vouches for (the manifest is still checked: it is
+    a few kilobytes). Raises SnapshotFileError for a truncated, corrupt,
+    damaged or foreign file.
     """
     source = Path(path)
     kind = special_file_kind(source)
@@ -222,7 +242,8 @@ def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any
         )
     try:
         header = json.loads(bytes(mapped[8 : 8 + header_length]))
-        manifest = json.loads(header["__metadata__"][_METADATA_KEY])
+        manifest_text = header["__metadata__"][_METADATA_KEY]
+        manifest = json.loads(manifest_text)
     except (ValueError, KeyError, TypeError) as error:
         raise _corrupt(
             source, f"header is not a trainparity snapshot header ({error_text(error)})"
@@ -232,6 +253,16 @@ def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any
             source,
             f"manifest format is {manifest.get('format') if isinstance(manifest, dict) else None!r}, expected {SNAPSHOT_FILE_FORMAT!r}",
         )
+    digest_version = manifest.get("digest_version")
+    if isinstance(digest_version, bool) or digest_version not in _READABLE_DIGEST_VERSIONS:
+        raise _corrupt(
+            source,
+            f"digest version {digest_version!r} is not one this build reads "
+            f"({', '.join(map(str, _READABLE_DIGEST_VERSIONS))})",
+        )
+    manifest_verified = _manifest_verified(
+        source, header["__metadata__"], manifest_text, digest_version
+    )
     data_start = 8 + header_length
     data_view = memoryview(mapped)[data_start:]
     try:
@@ -254,12 +285,55 @@ def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any
         raise _corrupt(source, "snapshot root is not a mapping")
     if not isinstance(manifest.get("environment"), (dict, type(None))):
         raise _corrupt(source, "manifest environment is not a mapping")
+    if not trust_digests:
+        _verify_tensor_bytes(source, manifest["tensors"], tensors, digest_version)
     extras = {
         "environment": manifest.get("environment"),
         "includes_values": bool(manifest["includes_values"]),
-        "digest_version": manifest.get("digest_version"),
+        "digest_version": digest_version,
+        "manifest_verified": manifest_verified,
+        "tensors_verified": not trust_digests and bool(manifest["includes_values"]),
     }
     return snapshot, extras
+
+
+def _text_digest(text: str, version: int) -> bytes:
+    return digest_buffer(text.encode("utf-8"), version=version)[0]
+
+
+def _manifest_verified(
+    source: Path, metadata: dict, manifest_text: str, digest_version: int
+) -> bool:
+    """Check the manifest against its recorded digest.
+
+    Files of digest version 1 were written before the manifest had a digest:
+    they read as unverified (False). From version 2 on the digest is required,
+    so a damaged key cannot pass a file off as an old one.
+    """
+    recorded = metadata.get(_MANIFEST_DIGEST_KEY)
+    if recorded is None and digest_version < 2:
+        return False
+    if recorded != _text_digest(manifest_text, digest_version).hex():
+        raise _damaged(source, "its manifest does not match its recorded digest")
+    return True
+
+
+def _verify_tensor_bytes(
+    source: Path, entries: list[dict], tensors: list[FrozenTensor], digest_version: int
+) -> None:
+    for entry, tensor in zip(entries, tensors, strict=True):
+        if tensor.data is None:
+            continue
+        digest, _ = digest_buffer(tensor.data, version=digest_version)
+        if digest != tensor.digest:
+            raise _damaged(source, f"tensor {entry['name']} does not match its recorded digest")
+
+
+def _damaged(path: Path, detail: str) -> SnapshotFileError:
+    return SnapshotFileError(
+        f"snapshot file {path} is damaged: {detail}; copy or record it again "
+        "(its bytes changed after it was written)"
+    )
 
 
 def _corrupt(path: Path, detail: str) -> SnapshotFileError:
@@ -283,10 +357,18 @@ def _tensor_leaf(
         )
     payload = None
     if includes_values:
-        begin, end = (int(offset) for offset in header[entry["name"]]["data_offsets"])
+        stored = header[entry["name"]]
+        begin, end = (int(offset) for offset in stored["data_offsets"])
         if not 0 <= begin <= end <= len(data) or end - begin != nbytes:
             raise SnapshotFileError(
                 f"tensor {entry['name']!r} spans bytes [{begin}, {end}) but the data section has {len(data)} bytes: truncated?"
+            )
+        code = element.safetensors_code
+        if stored.get("dtype") != (code or "U8") or stored.get("shape") != (
+            list(shape) if code is not None else [nbytes]
+        ):
+            raise SnapshotFileError(
+                f"tensor {entry['name']!r} has a safetensors dtype/shape that disagrees with the manifest"
             )
         payload = data[begin:end]
     digest = bytes.fromhex(entry["digest"])
