@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity._native import core
-from trainparity.cuda_backend import digest_buffer, write_buffer
+from trainparity.cuda_backend import core_threads, digest_buffer, iter_host_blocks, write_buffer
 from trainparity.dtypes import info_for_text
 from trainparity.environment import environment_fingerprint
 from trainparity.error_text import error_text
@@ -57,7 +57,8 @@ SNAPSHOT_FILE_FORMAT = "trainparity-snapshot/1"
 _METADATA_KEY = "trainparity"
 _MANIFEST_DIGEST_KEY = "trainparity_digest"
 _MAX_HEADER_BYTES = 512 << 20
-_READABLE_DIGEST_VERSIONS = core.DIGEST_VERSIONS
+# Verification reads a file in blocks of whole digest chunks, releasing each block's pages.
+_VERIFY_BLOCK_BYTES = 32 << 20
 
 
 class SnapshotFileError(ValueError):
@@ -254,11 +255,11 @@ def read_snapshot(
             f"manifest format is {manifest.get('format') if isinstance(manifest, dict) else None!r}, expected {SNAPSHOT_FILE_FORMAT!r}",
         )
     digest_version = manifest.get("digest_version")
-    if isinstance(digest_version, bool) or digest_version not in _READABLE_DIGEST_VERSIONS:
+    if isinstance(digest_version, bool) or digest_version not in core.DIGEST_VERSIONS:
         raise _corrupt(
             source,
             f"digest version {digest_version!r} is not one this build reads "
-            f"({', '.join(map(str, _READABLE_DIGEST_VERSIONS))})",
+            f"({', '.join(map(str, core.DIGEST_VERSIONS))})",
         )
     manifest_verified = _manifest_verified(
         source, header["__metadata__"], manifest_text, digest_version
@@ -286,7 +287,9 @@ def read_snapshot(
     if not isinstance(manifest.get("environment"), (dict, type(None))):
         raise _corrupt(source, "manifest environment is not a mapping")
     if not trust_digests:
-        _verify_tensor_bytes(source, manifest["tensors"], tensors, digest_version)
+        _verify_tensor_bytes(
+            source, mapped, data_start, manifest["tensors"], tensors, digest_version
+        )
     extras = {
         "environment": manifest.get("environment"),
         "includes_values": bool(manifest["includes_values"]),
@@ -319,14 +322,50 @@ def _manifest_verified(
 
 
 def _verify_tensor_bytes(
-    source: Path, entries: list[dict], tensors: list[FrozenTensor], digest_version: int
+    source: Path,
+    mapped: mmap.mmap,
+    data_start: int,
+    entries: list[dict],
+    tensors: list[FrozenTensor],
+    digest_version: int,
 ) -> None:
+    """Digest every tensor's bytes in the file and compare with the recorded digest.
+
+    The file is read in blocks whose pages are released from this process
+    after digesting (they stay in the page cache), so verifying a file of any
+    size leaves the reader's resident memory flat, as comparing does.
+    """
+    verified_until = released_until = data_start
     for entry, tensor in zip(entries, tensors, strict=True):
         if tensor.data is None:
             continue
-        digest, _ = digest_buffer(tensor.data, version=digest_version)
+        chunk_digests = bytearray()
+        for index, block in enumerate(iter_host_blocks(tensor.data, _VERIFY_BLOCK_BYTES)):
+            chunk_digests += core.digest_chunks(
+                block,
+                first_chunk=index * (_VERIFY_BLOCK_BYTES // core.DIGEST_CHUNK_BYTES),
+                threads=core_threads(len(block)),
+                version=digest_version,
+            )
+            verified_until += len(block)
+            released_until = _release_pages(mapped, released_until, verified_until)
+        digest = core.digest_root(bytes(chunk_digests), len(tensor.data), version=digest_version)
         if digest != tensor.digest:
             raise _damaged(source, f"tensor {entry['name']} does not match its recorded digest")
+
+
+def _release_pages(mapped: mmap.mmap, start: int, end: int) -> int:
+    """Drop the pages of [start, end) from this process's resident set (best effort).
+
+    Returns where the next release should start: the end rounded down to a page,
+    so a page shared with the next block is released with that block.
+    """
+    first = start // mmap.PAGESIZE * mmap.PAGESIZE
+    last = end // mmap.PAGESIZE * mmap.PAGESIZE
+    if last > first and hasattr(mapped, "madvise"):
+        with contextlib.suppress(OSError):
+            mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
+    return max(first, last)
 
 
 def _damaged(path: Path, detail: str) -> SnapshotFileError:
