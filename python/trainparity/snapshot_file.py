@@ -50,6 +50,7 @@ __all__ = [
 SNAPSHOT_FILE_FORMAT = "trainparity-snapshot/1"
 _METADATA_KEY = "trainparity"
 _MAX_HEADER_BYTES = 512 << 20
+_MAX_ENVIRONMENT_DEPTH = 16
 
 
 class SnapshotFileError(ValueError):
@@ -223,7 +224,7 @@ def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any
     try:
         header = json.loads(bytes(mapped[8 : 8 + header_length]))
         manifest = json.loads(header["__metadata__"][_METADATA_KEY])
-    except (ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError, RecursionError) as error:  # Recursion: [[[[...
         raise _corrupt(
             source, f"header is not a trainparity snapshot header ({error_text(error)})"
         ) from None
@@ -248,18 +249,45 @@ def read_snapshot(path: str | os.PathLike[str]) -> tuple[Snapshot, dict[str, Any
         )
     except SnapshotFileError as error:
         raise _corrupt(source, str(error)) from None
-    except (KeyError, TypeError, ValueError, IndexError, struct.error) as error:
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        IndexError,
+        OverflowError,  # int(Infinity) from a JSON number
+        RecursionError,  # a tree nested deeper than the decoder's stack
+        struct.error,
+    ) as error:
         raise _corrupt(source, f"manifest is malformed ({error_text(error)})") from None
     if not isinstance(state, FrozenMapping):
         raise _corrupt(source, "snapshot root is not a mapping")
     if not isinstance(manifest.get("environment"), (dict, type(None))):
         raise _corrupt(source, "manifest environment is not a mapping")
+    if _nesting_depth(manifest.get("environment")) > _MAX_ENVIRONMENT_DEPTH:
+        # A fingerprint is a few levels deep; reports render it recursively.
+        raise _corrupt(
+            source, f"manifest environment is nested more than {_MAX_ENVIRONMENT_DEPTH} levels deep"
+        )
     extras = {
         "environment": manifest.get("environment"),
         "includes_values": bool(manifest["includes_values"]),
         "digest_version": manifest.get("digest_version"),
     }
     return snapshot, extras
+
+
+def _nesting_depth(value: Any) -> int:
+    """How many lists/dicts deep a JSON value goes (iteratively: the value is untrusted)."""
+    deepest = 0
+    pending = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            pending.extend(
+                (child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
 
 
 def _corrupt(path: Path, detail: str) -> SnapshotFileError:
@@ -318,9 +346,16 @@ def _decode_node(node: Any, tensors: list[FrozenTensor]) -> FrozenValue:
     if tag == "b":
         return base64.b64decode(_checked(node[1], str), validate=True)
     if tag == "t":
-        return tensors[_checked(node[1], int)]
+        index = _checked(node[1], int)
+        if index < 0:  # Python would count from the end and alias another tensor
+            raise SnapshotFileError(f"tensor reference {index} in the manifest is negative")
+        return tensors[index]
     if tag == "m":
         entries = tuple((_checked(key, str), _decode_node(item, tensors)) for key, item in node[1])
+        keys = [key for key, _ in entries]
+        if any(keys[index] >= keys[index + 1] for index in range(len(keys) - 1)):
+            # The comparison merges both sides' keys in order; unsorted keys would mis-pair them.
+            raise SnapshotFileError("mapping keys in the manifest are not sorted and unique")
         return FrozenMapping(entries)
     if tag in ("l", "u"):
         items = tuple(_decode_node(item, tensors) for item in node[1])
