@@ -154,6 +154,18 @@ def deleted(document: Any, path: tuple) -> Any:
 NESTING_DEPTHS = st.sampled_from([50, 400, 700, 1200, 5000, 100_000])
 
 
+@st.composite
+def json_damage(draw, document):
+    """`document` with one node replaced, deleted or nested too deeply."""
+    path = draw(st.sampled_from(json_paths(document)))
+    action = draw(st.sampled_from(["replace", "delete", "nest"]))
+    if action == "delete" and path:
+        return deleted(document, path)
+    if action == "nest":
+        return replaced(document, path, nested_marker(draw(NESTING_DEPTHS)))
+    return replaced(document, path, draw(JSON_VALUES))
+
+
 _DEEP_MARK = "\x00deep:"
 
 

@@ -209,7 +209,7 @@ def _template(root: Path, snapshot_seeds, id_seeds) -> Path:
 _RUNS = iter(range(1 << 62))
 
 
-@fuzz_settings(ci_examples=300)
+@fuzz_settings(ci_examples=400)
 @given(argv=argvs())
 def test_random_argv(snapshot_seeds, id_seeds, argv):
     template = _template(snapshot_seeds.directory.parent, snapshot_seeds, id_seeds)

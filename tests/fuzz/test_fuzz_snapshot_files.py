@@ -23,14 +23,9 @@ from tests.fuzz.checks import assert_well_formed_result, run_cli
 from tests.fuzz.conftest import Seeds
 from tests.fuzz.mutations import (
     BYTE_EDITS,
-    JSON_VALUES,
-    NESTING_DEPTHS,
     apply_edits,
-    deleted,
-    json_paths,
+    json_damage,
     json_text,
-    nested_marker,
-    replaced,
 )
 
 SEEDS = st.sampled_from(["full", "shifted", "digest", "tiny"])
@@ -69,7 +64,7 @@ def check_snapshot_bytes(seeds: Seeds, data: bytes) -> None:
 # ------------------------------------------------------------------ byte-level damage
 
 
-@fuzz_settings(ci_examples=150)
+@fuzz_settings(ci_examples=200)
 @given(seed=SEEDS, edits=BYTE_EDITS)
 def test_byte_damage(snapshot_seeds, seed, edits):
     data = snapshot_seeds.files[seed].read_bytes()
@@ -93,19 +88,7 @@ def assemble(header_text: str, body: bytes, *, encoding: str = "utf-8") -> bytes
     return struct.pack("<Q", len(encoded)) + encoded + body
 
 
-@st.composite
-def json_damage(draw, document):
-    """`document` with one node replaced, deleted or nested too deeply."""
-    path = draw(st.sampled_from(json_paths(document)))
-    action = draw(st.sampled_from(["replace", "delete", "nest"]))
-    if action == "delete" and path:
-        return deleted(document, path)
-    if action == "nest":
-        return replaced(document, path, nested_marker(draw(NESTING_DEPTHS)))
-    return replaced(document, path, draw(JSON_VALUES))
-
-
-@fuzz_settings(ci_examples=200)
+@fuzz_settings(ci_examples=300)
 @given(seed=SEEDS, data=st.data())
 def test_json_header_and_manifest_damage(snapshot_seeds, seed, data):
     header, manifest, body = split(snapshot_seeds.files[seed].read_bytes())
@@ -148,7 +131,7 @@ _OFFSETS = st.one_of(
 )
 
 
-@fuzz_settings(ci_examples=150)
+@fuzz_settings(ci_examples=200)
 @given(seed=st.sampled_from(["full", "shifted", "tiny"]), data=st.data())
 def test_tensor_table_damage(snapshot_seeds, seed, data):
     header, manifest, body = split(snapshot_seeds.files[seed].read_bytes())
