@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 
-.PHONY: venv quickstart test sanitize lint cuda-check clean
+.PHONY: venv quickstart test fuzz sanitize lint cuda-check clean
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,14 @@ quickstart: venv
 
 test: venv
 	$(VPY) -m pytest -q
+
+# The fuzzers (tests/fuzz, and the core's malformed-input fuzzer) with many random
+# examples each; `make test` runs the same fuzzers bounded and derandomized.
+# Failing inputs are kept in .hypothesis/ and replayed first next time.
+FUZZ_EXAMPLES ?= 5000
+fuzz: venv
+	TRAINPARITY_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VPY) -m pytest -q \
+		tests/fuzz tests/ccore/test_core_malformed_inputs.py
 
 # The C core built with AddressSanitizer + UBSan, and its tests run against it.
 sanitize: venv

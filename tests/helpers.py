@@ -53,3 +53,15 @@ def rewrite_as_digest_version_1(
     encoded += b" " * (-(8 + len(encoded)) % 8)
     path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data)
     return path
+
+
+def set_manifest(metadata: dict, manifest_text: str) -> None:
+    """Put a (possibly faulty) manifest into a header's `__metadata__`, signed as a writer would.
+
+    Tests of the manifest parser use it so that their edits reach the parser
+    instead of stopping at the manifest digest check (which the damage tests cover).
+    """
+    metadata["trainparity"] = manifest_text
+    metadata["trainparity_digest"] = core.digest(
+        manifest_text.encode("utf-8", errors="surrogatepass"), version=core.DIGEST_VERSION
+    ).hex()

@@ -254,13 +254,13 @@ def test_damaged_npy_headers_are_errors_with_stable_messages(tmp_path):
     assert audit("v1.npy", b"\x93NUMPY\x01\x00") == f"{where('v1.npy')} {incomplete}"
     assert audit("cut.npy", npy("{'descr': '<i8'}")[:-3]) == f"{where('cut.npy')} {incomplete}"
     assert audit("v9.npy", npy("{}", major=9)) == (
-        f"{where('v9.npy')} has an unsupported .npy format version 9"
+        f"{where('v9.npy')} has an unsupported .npy format version 9.0"
     )
     # the parser's message held an object address, so two reports of one file differed
     assert audit("name.npy", npy("{garbage}")) == (
         f"{where('name.npy')} has an unreadable .npy header (ValueError)"
     )
-    assert audit("neg.npy", npy("{'descr': '<i8', 'shape': (-1,)}")) == (
+    assert audit("neg.npy", npy("{'descr': '<i8', 'fortran_order': False, 'shape': (-1,)}")) == (
         f"{where('neg.npy')} has an unreadable .npy header (shape (-1,))"
     )
 

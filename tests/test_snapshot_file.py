@@ -13,10 +13,11 @@ import pytest
 import torch
 from safetensors import safe_open
 from trainparity import ExactComparison, Outcome, ToleranceComparison
-from trainparity.cuda_backend import digest_buffer
 from trainparity.environment import environment_fingerprint
 from trainparity.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
 from trainparity.state import FrozenTensor, UnsupportedStateError, freeze
+
+from tests.helpers import set_manifest
 
 
 def _observation() -> dict:
@@ -185,10 +186,7 @@ def _with_manifest(path, change):
     header = json.loads(data[8 : 8 + header_length])
     manifest = json.loads(header["__metadata__"]["trainparity"])
     change(manifest)
-    header["__metadata__"]["trainparity"] = json.dumps(manifest)
-    header["__metadata__"]["trainparity_digest"] = digest_buffer(
-        header["__metadata__"]["trainparity"].encode(), version=manifest["digest_version"]
-    )[0].hex()
+    set_manifest(header["__metadata__"], json.dumps(manifest))
     encoded = json.dumps(header).encode()
     encoded += b" " * (-(8 + len(encoded)) % 8)
     path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + header_length :])

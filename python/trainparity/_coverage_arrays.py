@@ -21,6 +21,7 @@ from trainparity.input_files import special_file_kind
 RankArray = Any
 
 _NPY_MAGIC = b"\x93NUMPY"
+_NPY_KEYS = {"descr", "fortran_order", "shape"}
 _RAW_BYTES = (bytes, bytearray, mmap.mmap)
 _INT64_FORMATS = {"q", "l", "@q", "@l", "=q", "=l", "<q" if sys.byteorder == "little" else ">q"}
 
@@ -65,8 +66,9 @@ def _npy_data_offset(data: memoryview, where: str) -> int:
     if bytes(data[:6]) != _NPY_MAGIC[: len(data)] or not len(data):
         raise ArrayProblem(f"{where} is not a .npy file (no NUMPY magic)")
     major = data[6] if len(data) > 6 else None
-    if major is not None and major not in (1, 2, 3):
-        raise ArrayProblem(f"{where} has an unsupported .npy format version {major}")
+    minor = data[7] if len(data) > 7 else 0
+    if major is not None and (major not in (1, 2, 3) or minor != 0):
+        raise ArrayProblem(f"{where} has an unsupported .npy format version {major}.{minor}")
     start = 10 if major == 1 else 12
     if len(data) < start:
         raise ArrayProblem(f"{where} is truncated: its .npy header is incomplete")
@@ -81,6 +83,14 @@ def _npy_data_offset(data: memoryview, where: str) -> int:
         raise ArrayProblem(
             f"{where} has an unreadable .npy header ({type(error).__name__})"
         ) from None
+    if isinstance(header, dict) and (
+        set(header) != _NPY_KEYS or type(header["fortran_order"]) is not bool
+    ):
+        # What NumPy refuses too: other keys are not a file numpy.save wrote.
+        raise ArrayProblem(
+            f"{where} has an unreadable .npy header (keys {sorted(map(repr, header))}, "
+            f"fortran_order {header.get('fortran_order')!r})"
+        )
     if not isinstance(header, dict) or header.get("descr") not in ("<i8", "<q"):
         descr = header.get("descr") if isinstance(header, dict) else None
         raise ArrayProblem(

@@ -2,7 +2,8 @@
 
 Exit codes: 0 PASS, 1 FAIL, 2 ABSTAIN, 3 ERROR, 4 usage error. Output is
 human-readable text on stdout (progress lines on stderr when it is a
-terminal); `--json` prints exactly the machine report instead; `--report PATH`
+terminal), with control characters of recorded data escaped (terminal_text);
+`--json` prints exactly the machine report instead; `--report PATH`
 also writes it to a file, as JSON or, for a path ending in .html, as a
 self-contained HTML page.
 """
@@ -21,6 +22,7 @@ from trainparity.comparison import ComparisonPolicy, ToleranceComparison
 from trainparity.error_text import error_text
 from trainparity.input_files import special_file_kind
 from trainparity.outcomes import Outcome
+from trainparity.terminal_text import printable
 
 __all__ = ["EXIT_CODES", "USAGE_ERROR", "main"]
 
@@ -43,11 +45,15 @@ class CommandOutput:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but usage errors exit with 4 (argparse's 2 is ABSTAIN here)."""
+    """argparse, but usage errors exit with 4 (argparse's 2 is ABSTAIN here).
+
+    argparse quotes some bad arguments raw ("unrecognized arguments: ..."), so
+    the message is made printable like every other line for the terminal.
+    """
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {printable(message)}\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,14 +71,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         output = arguments.run(arguments)
         emit(output, arguments)
     except UsageError as error:
-        print(f"{prefix} {error}", file=sys.stderr)
+        print(printable(f"{prefix} {error}"), file=sys.stderr)
         return USAGE_ERROR
     except KeyboardInterrupt:
         # The checks have already stopped their children and removed temporary files.
         print(f"trainparity {arguments.command}: interrupted", file=sys.stderr)
         return 130
     except Exception as error:  # e.g. an unwritable --report path: ERROR, not a traceback
-        print(f"{prefix} {error_text(error)}", file=sys.stderr)
+        print(printable(f"{prefix} {error_text(error)}"), file=sys.stderr)
         return EXIT_CODES[Outcome.ERROR]
     return EXIT_CODES[output.outcome] if output.outcome is not None else 0
 
@@ -156,7 +162,7 @@ def emit(output: CommandOutput, arguments: argparse.Namespace) -> None:
         return
     sys.stdout.write(text_report(output.report, include_environment=output.outcome is None))
     if path is not None:
-        print(f"report written to {path}", file=sys.stderr)
+        print(printable(f"report written to {path}"), file=sys.stderr)
 
 
 def writes_json_report(arguments: argparse.Namespace) -> Path | None:

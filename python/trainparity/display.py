@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainparity.terminal_text import printable
+
 __all__ = [
     "NotebookProgress",
     "Section",
@@ -368,19 +370,27 @@ def headline(report: Mapping[str, Any]) -> str:
 def text_report(
     report: Mapping[str, Any], *, max_rows: int = 10, include_environment: bool = False
 ) -> str:
-    """The report as terminal text: headline, then each section as aligned columns."""
-    lines = [headline(report)]
+    """The report as terminal text: headline, then each section as aligned columns.
+
+    Every headline and cell goes through `printable`, so a recorded key or path
+    holding a newline or an escape sequence cannot forge or restyle a line.
+    """
+    lines = [printable(headline(report))]
     for section in report_sections(
         report, max_rows=max_rows, include_environment=include_environment
     ):
         lines.append("")
-        lines.append(section.title)
+        lines.append(printable(section.title))
         lines.extend("  " + line for line in _text_rows(section))
     return "\n".join(lines) + "\n"
 
 
 def _text_rows(section: Section) -> list[str]:
-    rows = [section.columns, *section.rows] if section.columns else list(section.rows)
+    # Escaped before measuring, so the columns line up with what is printed.
+    rows = [
+        tuple(printable(cell) for cell in row)
+        for row in ([section.columns, *section.rows] if section.columns else section.rows)
+    ]
     widths = [max(len(row[index]) for row in rows) for index in range(len(rows[0]))]
     # The last column is not padded, so long values do not leave trailing blanks.
     return [
@@ -404,7 +414,7 @@ def result_repr(result: Any) -> str:
     differences = getattr(result, "all_differences", None)
     if differences:
         parts.append(f"differences={len(differences)}")
-    return f"{type(result).__name__}({', '.join(parts)})"
+    return printable(f"{type(result).__name__}({', '.join(parts)})")
 
 
 # HTML -------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainparity.terminal_text import printable
+
 
 @dataclass(frozen=True)
 class ProgressEvent:
@@ -26,7 +28,8 @@ def _print_to_stderr(event: ProgressEvent) -> None:
         line = f"trainparity: {event.phase} started"
     else:
         line = f"trainparity: {event.phase} finished in {event.elapsed_seconds:.2f} s"
-    print(f"{line} (t+{event.since_check_start_seconds:.2f} s)", file=sys.stderr, flush=True)
+    text = f"{line} (t+{event.since_check_start_seconds:.2f} s)"
+    print(printable(text), file=sys.stderr, flush=True)
 
 
 class ProgressReporter:

@@ -111,6 +111,7 @@ def _is_result(value: object) -> bool:
 
 def _explanation(result: Any) -> list[str]:
     from trainparity.display import text_report
+    from trainparity.terminal_text import printable
 
     lines = [f"{type(result).__name__}: {result.outcome}: {result.message}"]
     first = getattr(result, "primary_difference", None)
@@ -130,4 +131,4 @@ def _explanation(result: Any) -> list[str]:
             lines.append(f"run logs in {workdir}: {', '.join(logs)}")
     # The whole report after the essentials (pytest shows it with -vv or on CI).
     lines.extend(text_report(result.to_dict()).splitlines()[1:])
-    return lines
+    return [printable(line) for line in lines]

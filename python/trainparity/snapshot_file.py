@@ -59,6 +59,7 @@ _MANIFEST_DIGEST_KEY = "trainparity_digest"
 _MAX_HEADER_BYTES = 512 << 20
 # Verification reads a file in blocks of whole digest chunks, releasing each block's pages.
 _VERIFY_BLOCK_BYTES = 32 << 20
+_MAX_ENVIRONMENT_DEPTH = 16
 
 
 class SnapshotFileError(ValueError):
@@ -245,7 +246,7 @@ def read_snapshot(
         header = json.loads(bytes(mapped[8 : 8 + header_length]))
         manifest_text = header["__metadata__"][_METADATA_KEY]
         manifest = json.loads(manifest_text)
-    except (ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError, RecursionError) as error:  # Recursion: [[[[...
         raise _corrupt(
             source, f"header is not a trainparity snapshot header ({error_text(error)})"
         ) from None
@@ -280,16 +281,27 @@ def read_snapshot(
         )
     except SnapshotFileError as error:
         raise _corrupt(source, str(error)) from None
-    except (KeyError, TypeError, ValueError, IndexError, struct.error) as error:
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        IndexError,
+        OverflowError,  # int(Infinity) from a JSON number
+        RecursionError,  # a tree nested deeper than the decoder's stack
+        struct.error,
+    ) as error:
         raise _corrupt(source, f"manifest is malformed ({error_text(error)})") from None
     if not isinstance(state, FrozenMapping):
         raise _corrupt(source, "snapshot root is not a mapping")
     if not isinstance(manifest.get("environment"), (dict, type(None))):
         raise _corrupt(source, "manifest environment is not a mapping")
-    if not trust_digests:
-        _verify_tensor_bytes(
-            source, mapped, data_start, manifest["tensors"], tensors, digest_version
+    if _nesting_depth(manifest.get("environment")) > _MAX_ENVIRONMENT_DEPTH:
+        # A fingerprint is a few levels deep; reports render it recursively.
+        raise _corrupt(
+            source, f"manifest environment is nested more than {_MAX_ENVIRONMENT_DEPTH} levels deep"
         )
+    if not trust_digests:
+        _verify_tensor_bytes(source, mapped, data_start, header, manifest, tensors)
     extras = {
         "environment": manifest.get("environment"),
         "includes_values": bool(manifest["includes_values"]),
@@ -325,9 +337,9 @@ def _verify_tensor_bytes(
     source: Path,
     mapped: mmap.mmap,
     data_start: int,
-    entries: list[dict],
+    header: dict,
+    manifest: dict,
     tensors: list[FrozenTensor],
-    digest_version: int,
 ) -> None:
     """Digest every tensor's bytes in the file and compare with the recorded digest.
 
@@ -335,37 +347,33 @@ def _verify_tensor_bytes(
     after digesting (they stay in the page cache), so verifying a file of any
     size leaves the reader's resident memory flat, as comparing does.
     """
-    verified_until = released_until = data_start
-    for entry, tensor in zip(entries, tensors, strict=True):
+    version = manifest["digest_version"]
+    for entry, tensor in zip(manifest["tensors"], tensors, strict=True):
         if tensor.data is None:
             continue
+        position = data_start + int(header[entry["name"]]["data_offsets"][0])
         chunk_digests = bytearray()
         for index, block in enumerate(iter_host_blocks(tensor.data, _VERIFY_BLOCK_BYTES)):
             chunk_digests += core.digest_chunks(
                 block,
                 first_chunk=index * (_VERIFY_BLOCK_BYTES // core.DIGEST_CHUNK_BYTES),
                 threads=core_threads(len(block)),
-                version=digest_version,
+                version=version,
             )
-            verified_until += len(block)
-            released_until = _release_pages(mapped, released_until, verified_until)
-        digest = core.digest_root(bytes(chunk_digests), len(tensor.data), version=digest_version)
+            _release_pages(mapped, position, position + len(block))
+            position += len(block)
+        digest = core.digest_root(bytes(chunk_digests), len(tensor.data), version=version)
         if digest != tensor.digest:
             raise _damaged(source, f"tensor {entry['name']} does not match its recorded digest")
 
 
-def _release_pages(mapped: mmap.mmap, start: int, end: int) -> int:
-    """Drop the pages of [start, end) from this process's resident set (best effort).
-
-    Returns where the next release should start: the end rounded down to a page,
-    so a page shared with the next block is released with that block.
-    """
-    first = start // mmap.PAGESIZE * mmap.PAGESIZE
-    last = end // mmap.PAGESIZE * mmap.PAGESIZE
+def _release_pages(mapped: mmap.mmap, start: int, end: int) -> None:
+    """Drop the whole pages inside [start, end) from this process's resident set (best effort)."""
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    last = min(end, len(mapped)) // mmap.PAGESIZE * mmap.PAGESIZE
     if last > first and hasattr(mapped, "madvise"):
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
-    return max(first, last)
 
 
 def _damaged(path: Path, detail: str) -> SnapshotFileError:
@@ -373,6 +381,20 @@ def _damaged(path: Path, detail: str) -> SnapshotFileError:
         f"snapshot file {path} is damaged: {detail}; copy or record it again "
         "(its bytes changed after it was written)"
     )
+
+
+def _nesting_depth(value: Any) -> int:
+    """How many lists/dicts deep a JSON value goes (iteratively: the value is untrusted)."""
+    deepest = 0
+    pending = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            pending.extend(
+                (child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
 
 
 def _corrupt(path: Path, detail: str) -> SnapshotFileError:
@@ -439,9 +461,16 @@ def _decode_node(node: Any, tensors: list[FrozenTensor]) -> FrozenValue:
     if tag == "b":
         return base64.b64decode(_checked(node[1], str), validate=True)
     if tag == "t":
-        return tensors[_checked(node[1], int)]
+        index = _checked(node[1], int)
+        if index < 0:  # Python would count from the end and alias another tensor
+            raise SnapshotFileError(f"tensor reference {index} in the manifest is negative")
+        return tensors[index]
     if tag == "m":
         entries = tuple((_checked(key, str), _decode_node(item, tensors)) for key, item in node[1])
+        keys = [key for key, _ in entries]
+        if any(keys[index] >= keys[index + 1] for index in range(len(keys) - 1)):
+            # The comparison merges both sides' keys in order; unsorted keys would mis-pair them.
+            raise SnapshotFileError("mapping keys in the manifest are not sorted and unique")
         return FrozenMapping(entries)
     if tag in ("l", "u"):
         items = tuple(_decode_node(item, tensors) for item in node[1])

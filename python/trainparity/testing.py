@@ -6,6 +6,7 @@ import math
 
 from trainparity.comparison import ComparisonPolicy, Difference, TensorRecord, ToleranceComparison
 from trainparity.state_diff import StateComparison, compare_states_with_records
+from trainparity.terminal_text import printable
 
 __all__ = ["assert_parity"]
 
@@ -43,6 +44,8 @@ def assert_parity(
             f"{len(others)} more differing path(s): {shown}"
             + (f", ... (+{hidden})" if hidden > 0 else "")
         )
+    # Paths come from the states; the caller's own msg is theirs to format.
+    lines = [printable(line) for line in lines]
     if msg:
         lines.insert(0, msg)
     raise AssertionError("\n".join(lines))

@@ -1,0 +1,186 @@
+"""Fuzz the snapshot reader and `diff`: real snapshot files, damaged byte by byte and field by field.
+
+Every input must end as a snapshot or SnapshotFileError from read_snapshot,
+and as a SnapshotDiff (ERROR when a file cannot be read) from diff_snapshots
+and `trainparity diff`: never another exception, a hang or a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+from trainparity.comparison import ToleranceComparison
+from trainparity.outcomes import Outcome
+from trainparity.snapshot_diff import diff_snapshots
+from trainparity.snapshot_file import SnapshotFileError, read_snapshot
+
+from tests.fuzz.budget import fuzz_settings, within_seconds
+from tests.fuzz.checks import assert_well_formed_result, run_cli
+from tests.fuzz.conftest import Seeds
+from tests.fuzz.mutations import (
+    BYTE_EDITS,
+    apply_edits,
+    json_damage,
+    json_text,
+)
+from tests.helpers import set_manifest
+
+SEEDS = st.sampled_from(["full", "shifted", "digest", "tiny"])
+TOLERANCE = ToleranceComparison(rtol=1e-3, atol=1e-6, equal_nan=True)
+
+
+def check_snapshot_bytes(seeds: Seeds, data: bytes) -> None:
+    """Read, diff (API and CLI) one mutated file; each must end as documented."""
+    path = seeds.fresh_path(".safetensors")
+    path.write_bytes(data)
+    try:
+        with within_seconds():
+            try:
+                read_snapshot(path)
+                readable = True
+            except SnapshotFileError:
+                readable = False
+            pairs = (
+                (seeds.files["full"], path, None),
+                (path, path, TOLERANCE),
+                (path, seeds.files["digest"], None),
+            )
+            for baseline, candidate, comparison in pairs:
+                result = diff_snapshots(baseline, candidate, comparison=comparison)
+                report = assert_well_formed_result(result)
+                if not readable:
+                    assert result.outcome is Outcome.ERROR, report["message"]
+            code, _, _ = run_cli(["diff", str(seeds.files["full"]), str(path)])
+            assert code != 4
+            if not readable:
+                assert code == 3
+    finally:
+        path.unlink()
+
+
+# ------------------------------------------------------------------ byte-level damage
+
+
+@fuzz_settings(ci_examples=200)
+@given(seed=SEEDS, edits=BYTE_EDITS)
+def test_byte_damage(snapshot_seeds, seed, edits):
+    data = snapshot_seeds.files[seed].read_bytes()
+    check_snapshot_bytes(snapshot_seeds, apply_edits(data, edits))
+
+
+# ------------------------------------------------------------------ structured damage
+
+
+def split(data: bytes) -> tuple[dict, dict, bytes]:
+    """(header, manifest, tensor bytes) of a well-formed snapshot file."""
+    (length,) = struct.unpack_from("<Q", data)
+    header = json.loads(data[8 : 8 + length])
+    manifest = json.loads(header["__metadata__"]["trainparity"])
+    return header, manifest, data[8 + length :]
+
+
+def assemble(header_text: str, body: bytes, *, encoding: str = "utf-8") -> bytes:
+    encoded = header_text.encode(encoding, errors="surrogatepass")
+    encoded += b" " * (-(8 + len(encoded)) % 8)
+    return struct.pack("<Q", len(encoded)) + encoded + body
+
+
+@fuzz_settings(ci_examples=300)
+@given(seed=SEEDS, data=st.data())
+def test_json_header_and_manifest_damage(snapshot_seeds, seed, data):
+    header, manifest, body = split(snapshot_seeds.files[seed].read_bytes())
+    if data.draw(st.booleans(), label="damage the manifest (else the outer header)"):
+        manifest = data.draw(json_damage(manifest))
+        set_manifest(header["__metadata__"], json_text(manifest))
+    else:
+        set_manifest(header["__metadata__"], json.dumps(manifest))
+        header = data.draw(json_damage(header))
+    encoding = data.draw(st.sampled_from(["utf-8", "utf-8", "utf-16", "latin-1", "utf-32"]))
+    try:
+        text = json_text(header)
+        if encoding == "latin-1":
+            text += ' "\u00e9"'  # a non-ASCII byte that is not valid UTF-8 once encoded
+        encoded = assemble(text, body, encoding=encoding)
+    except UnicodeEncodeError:
+        encoded = assemble(json_text(header), body, encoding="utf-8")
+    check_snapshot_bytes(snapshot_seeds, encoded)
+
+
+# Edits that keep a file self-consistent enough to reach the comparison itself.
+_DTYPES = [
+    "torch.float32",
+    "torch.int32",
+    "torch.float64",
+    "torch.int64",
+    "torch.complex64",
+    "torch.float16",
+    "torch.bfloat16",
+    "torch.bool",
+    "torch.uint8",
+    "torch.float8_e5m2",
+    "torch.complex128",
+    "torch.uint64",
+    "torch.float128",
+]
+_OFFSETS = st.one_of(
+    st.integers(-(2**64), 2**65),
+    st.sampled_from([-1, 0, 1, 7, 2**63, 2**64 - 1]),
+)
+
+
+@fuzz_settings(ci_examples=200)
+@given(seed=st.sampled_from(["full", "shifted", "tiny"]), data=st.data())
+def test_tensor_table_damage(snapshot_seeds, seed, data):
+    header, manifest, body = split(snapshot_seeds.files[seed].read_bytes())
+    tensors = manifest["tensors"]
+    entry = data.draw(st.sampled_from(tensors), label="tensor")
+    location = header[entry["name"]]
+    change = data.draw(
+        st.sampled_from(["offsets", "overlap", "shift", "dtype", "shape", "tree", "digest"])
+    )
+    if change == "offsets":
+        location["data_offsets"] = [data.draw(_OFFSETS), data.draw(_OFFSETS)]
+    elif change == "overlap":  # two tensors over the same bytes, sized to pass the checks
+        other = header[data.draw(st.sampled_from(tensors))["name"]]
+        begin = other["data_offsets"][0]
+        location["data_offsets"] = [begin, begin + entry["nbytes"]]
+    elif change == "shift":  # misaligned tensor bytes
+        shift = data.draw(st.integers(-9, 9))
+        location["data_offsets"] = [offset + shift for offset in location["data_offsets"]]
+    elif change == "dtype":  # same bytes read as another dtype, shape kept consistent
+        entry["dtype"] = data.draw(st.sampled_from(_DTYPES))
+        element = {"torch.float64": 8, "torch.int64": 8, "torch.complex64": 8, "torch.uint64": 8}
+        size = element.get(entry["dtype"], 16 if "complex128" in entry["dtype"] else 4)
+        if "16" in entry["dtype"]:
+            size = 2
+        if entry["dtype"] in ("torch.bool", "torch.uint8", "torch.float8_e5m2"):
+            size = 1
+        if entry["nbytes"] % size == 0:
+            entry["shape"] = [entry["nbytes"] // size]
+    elif change == "shape":
+        entry["shape"] = data.draw(st.lists(st.integers(-2, 2**40), max_size=4))
+        entry["nbytes"] = data.draw(st.one_of(st.just(entry["nbytes"]), st.integers(-1, 2**70)))
+    elif change == "tree":  # a reference to a tensor that does not exist, or twice to one
+        index = data.draw(st.integers(-len(tensors) - 1, len(tensors)))
+        manifest["tree"] = ["m", [["a", ["t", index]], ["b", ["t", 0]]]]
+    else:
+        entry["digest"] = data.draw(st.sampled_from(["", "00" * 16, "0" * 31, "gg" * 16]))
+    set_manifest(header["__metadata__"], json.dumps(manifest))
+    check_snapshot_bytes(snapshot_seeds, assemble(json.dumps(header), body))
+
+
+def test_the_seeds_read_and_diff_cleanly(snapshot_seeds):
+    """The fuzzers start from valid files: they read, and compare as expected."""
+    files = snapshot_seeds.files
+    for path in files.values():
+        read_snapshot(path)
+    assert diff_snapshots(files["full"], files["full"]).outcome is Outcome.PASS
+    assert diff_snapshots(files["full"], files["shifted"]).outcome is Outcome.FAIL
+    assert diff_snapshots(files["full"], files["digest"]).outcome is Outcome.PASS
+    assert sorted(Path(path).name for path in snapshot_seeds.directory.iterdir()) == sorted(
+        Path(path).name for path in files.values()
+    )
