@@ -5,6 +5,7 @@ when a recording was asked for (`TRAINPARITY_RECORD=DIR`, a check's phases,
 or `recording_to(DIR)`). See docs/trajectories.md.
 """
 
+from trainparity.recording.diff import RecordingDiff, diff_recordings
 from trainparity.recording.frames import RecordingError
 from trainparity.recording.reader import (
     RecordedStep,
@@ -16,10 +17,12 @@ from trainparity.recording.recorder import record, recording_active, recording_t
 from trainparity.recording.summaries import TensorSummary
 
 __all__ = [
+    "RecordingDiff",
     "RecordedStep",
     "Recording",
     "RecordingError",
     "TensorSummary",
+    "diff_recordings",
     "read_recording",
     "read_recordings",
     "record",

@@ -56,7 +56,7 @@ class RecordedStep:
         """The summary of tensor `name`, statistics computed from the values for a full step."""
         summary = self.summaries[name]
         if self.full and math.isnan(summary.sum):
-            tensor = _tensor_at(self.state, name)
+            tensor = tensor_at(self.state, name)
             if tensor is not None and tensor.data is not None:
                 return summarize_tensor(tensor.dtype, tensor.data)
         return summary
@@ -223,7 +223,7 @@ def _steps(source: Path, frames: list, trust_digests: bool) -> list[RecordedStep
     return steps
 
 
-def _tensor_at(state: FrozenMapping, name: str) -> FrozenTensor | None:
+def tensor_at(state: FrozenMapping, name: str) -> FrozenTensor | None:
     """The tensor leaf whose rendered path is `name` (a linear search; summaries are rare)."""
     from trainparity.paths import render_path
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainparity.comparison import MISSING, ComparisonPolicy, Difference, collect_differences
-from trainparity.recording.reader import RecordedStep
+from trainparity.recording.reader import RecordedStep, tensor_at
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,31 @@ def compare_records(
     differences = collect_differences(
         policy, baseline.snapshot(), candidate.snapshot(), on_tensor=on_tensor
     )
+    for difference in differences:
+        if difference.reason == "tensor_dtype":  # e.g. a float32 run against a float64 run
+            error = _cross_dtype_error(baseline, candidate, difference.path)
+            if error is not None:
+                errors[difference.path] = error
+                bounds[difference.path] = "exact"
     return StepComparison(baseline.step, differences, errors, bounds)
+
+
+def _cross_dtype_error(baseline: RecordedStep, candidate: RecordedStep, path: str) -> float | None:
+    """Relative RMS error of two same-shaped floating tensors of different dtypes, in float64."""
+    left, right = tensor_at(baseline.state, path), tensor_at(candidate.state, path)
+    if left is None or right is None or left.data is None or right.data is None:
+        return None
+    if left.shape != right.shape:
+        return None
+    first, second = left.to_tensor(), right.to_tensor()
+    if not (first.is_floating_point() and second.is_floating_point()):
+        return None
+    first, second = first.double(), second.double()
+    norm = float(first.norm())
+    gap = float((first - second).norm())
+    if gap == 0.0:
+        return 0.0
+    return gap / norm if norm > 0 else math.inf
 
 
 def _norm_bound(baseline_norm: float, candidate_norm: float) -> float:
