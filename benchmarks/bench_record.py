@@ -22,9 +22,8 @@ import time
 from pathlib import Path
 
 import torch
-from timing import median_seconds
-
 import trainparity
+from timing import median_seconds
 from trainparity.cuda_backend import digest_buffer
 from trainparity.recording import recording_to
 from trainparity.state import freeze
@@ -43,12 +42,18 @@ def digest_only(state: dict[str, torch.Tensor]) -> None:
 
 
 def recorded(state: dict[str, torch.Tensor], mode: str, directory: Path) -> float:
-    """Seconds of one record() call into a fresh recording (file creation excluded)."""
-    with recording_to(directory, mode=mode):
+    """Seconds of one record() call into a fresh recording (file creation excluded).
+
+    The file is removed afterwards, as torch.save's target is overwritten, so
+    neither side pays for a filling disk.
+    """
+    with recording_to(directory, mode=mode) as path:
         trainparity.record(0, {"warm": 0})  # opens the file and writes the head
         began = time.perf_counter()
         trainparity.record(1, state)
-        return time.perf_counter() - began
+        seconds = time.perf_counter() - began
+    path.unlink()
+    return seconds
 
 
 def bytes_per_tensor(work: Path) -> float:
@@ -89,9 +94,9 @@ def main() -> int:
             return work / f"run{next(counter)}"
 
         digest = median_seconds(lambda: digest_only(state), repeats=arguments.repeats)
-        summary = sorted(
-            recorded(state, "summary", fresh()) for _ in range(arguments.repeats)
-        )[arguments.repeats // 2]
+        summary = sorted(recorded(state, "summary", fresh()) for _ in range(arguments.repeats))[
+            arguments.repeats // 2
+        ]
         full = sorted(recorded(state, "full", fresh()) for _ in range(arguments.repeats))[
             arguments.repeats // 2
         ]
@@ -110,7 +115,9 @@ def main() -> int:
     )
     print(f"summary bytes per tensor per step:     {per_tensor:.1f}  (target <= 128)")
     if not arguments.skip_quickstart:
-        runs = [(resume_quickstart_seconds(True), resume_quickstart_seconds(False)) for _ in range(3)]
+        runs = [
+            (resume_quickstart_seconds(True), resume_quickstart_seconds(False)) for _ in range(3)
+        ]
         with_record = sorted(run[0] for run in runs)[1]
         without = sorted(run[1] for run in runs)[1]
         print(
