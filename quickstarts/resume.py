@@ -8,6 +8,7 @@ module is the training script the cases launch (`... resume worker ...`).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,6 +18,9 @@ import torch
 
 SEED = 37
 CHECKPOINT_NAME = "checkpoint.pt"
+# Set to 1 to call trainparity.record() after loading and after every step
+# (benchmarks/bench_record.py measures what that costs a check).
+RECORD_VARIABLE = "TRAINPARITY_QUICKSTART_RECORD"
 
 
 def train(
@@ -36,16 +40,28 @@ def train(
         torch.set_rng_state(state["rng"]["torch_cpu"])
         if fault:
             state["scheduler"]["last_epoch"] = 0  # the intentional fault: scheduler progress lost
+    record = os.environ.get(RECORD_VARIABLE) == "1"
+    if record and resume_from is not None:
+        _record(state)
     while state["step"] < end_step:
         draw = torch.rand(1)
         state["optimizer"]["momentum"] = 0.8 * state["optimizer"]["momentum"] + draw
         state["model"]["weight"] = state["model"]["weight"] + state["optimizer"]["momentum"]
         state["scheduler"]["last_epoch"] += 1
         state["step"] += 1
+        if record:
+            _record(state)
     state["rng"] = {"torch_cpu": torch.get_rng_state()}
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.save(state, run_dir / CHECKPOINT_NAME)
     return state
+
+
+def _record(state: dict[str, Any]) -> None:
+    import trainparity
+
+    observed = {key: state[key] for key in ("model", "optimizer", "scheduler")}
+    trainparity.record(state["step"], {**observed, "rng": {"torch_cpu": torch.get_rng_state()}})
 
 
 class CleanCase:

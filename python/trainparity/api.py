@@ -17,6 +17,7 @@ from trainparity.protocols import (
     ProcessResumeCase,
     TrainingState,
 )
+from trainparity.recording import RecordingDiff, diff_recordings, record, recording_to
 from trainparity.results import AccumulationResult, ProcessResumeResult
 from trainparity.sample_coverage import (
     AtLeastOnce,
@@ -68,5 +69,9 @@ __all__ = [
     "check_resume",
     "compare_states",
     "diff_snapshots",
+    "RecordingDiff",
+    "diff_recordings",
+    "record",
+    "recording_to",
     "environment_fingerprint",
 ]

@@ -1,4 +1,4 @@
-"""`trainparity diff A B`: compare two snapshot files recorded anywhere."""
+"""`trainparity diff A B`: compare two snapshot files, or two recordings (directories), recorded anywhere."""
 
 from __future__ import annotations
 
@@ -21,12 +21,21 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         commands,
         "diff",
         common,
-        summary="Compare two snapshot files: first divergence, worst tensors, environment leads.",
+        summary="Compare two snapshot files (first divergence, worst tensors, environment leads) "
+        "or two recordings (first divergent step, drift curve, environment leads).",
         example=EXAMPLE,
         run=run,
     )
-    parser.add_argument("baseline", type=Path, help="snapshot file A (the reference)")
-    parser.add_argument("candidate", type=Path, help="snapshot file B")
+    parser.add_argument(
+        "baseline", type=Path, help="snapshot file or recording directory A (the reference)"
+    )
+    parser.add_argument("candidate", type=Path, help="snapshot file or recording directory B")
+    parser.add_argument(
+        "--rank",
+        type=int,
+        default=None,
+        help="for recordings: the rank to compare (default: the first)",
+    )
     parser.add_argument(
         "--trust-digests",
         action="store_true",
@@ -40,10 +49,29 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
     from trainparity.snapshot_diff import diff_snapshots
 
     comparison = cli.comparison_from(arguments)
+    if arguments.baseline.is_dir() or arguments.candidate.is_dir():
+        return _diff_recordings(arguments, comparison)
     result = diff_snapshots(
         arguments.baseline,
         arguments.candidate,
         comparison=comparison,
+        trust_digests=arguments.trust_digests,
+    )
+    return cli.result_output(result, report_written=False)
+
+
+def _diff_recordings(arguments: argparse.Namespace, comparison: Any) -> cli.CommandOutput:
+    from trainparity.recording.diff import diff_recordings
+
+    for path in (arguments.baseline, arguments.candidate):
+        if not path.is_dir():
+            raise cli.UsageError(f"{path} is not a recording directory: give two of them")
+    # A damaged or unreadable recording raises: main() reports it as ERROR.
+    result = diff_recordings(
+        arguments.baseline,
+        arguments.candidate,
+        comparison=comparison,
+        rank=arguments.rank,
         trust_digests=arguments.trust_digests,
     )
     return cli.result_output(result, report_written=False)

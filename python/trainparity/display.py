@@ -45,6 +45,7 @@ _CONTEXT_KEYS = (
     ("compared_by", "compared by"),
     ("integrity", "integrity"),
     ("first_divergent_step", "first divergent step"),
+    ("first_step_beyond_tolerance", "first step beyond tolerance"),
     ("first_observed_phase", "first observed phase"),
     ("verified_equal_initial_state", "verified equal initial state"),
     ("fresh_resume_processes_distinct", "fresh resume processes distinct"),
@@ -102,6 +103,7 @@ def report_sections(
         _phases,
         _timings,
         _worst_tensors,
+        _drift,
         _environment_leads,
         _anomalies,
         _hints,
@@ -252,6 +254,28 @@ def _worst_tensors(report: Mapping[str, Any]) -> Section | None:
         for item in ranked
     )
     return Section("Worst tensors", rows, ("path", "max abs", "max rel"))
+
+
+def _drift(report: Mapping[str, Any]) -> Section | None:
+    """A recording diff's drift curve as a table: max relative RMS error per step and component."""
+    drift = report.get("drift")
+    if not drift:
+        return None
+    components = sorted({name for point in drift for name in point["components"]})
+    first = report.get("first_divergent_step")
+    rows = tuple(
+        (
+            f"{point['step']}{' *' if point['step'] == first else ''}",
+            _number(point["max_relative_rms_error"]),
+            *(_number(point["components"].get(name, 0.0)) for name in components),
+        )
+        for point in drift
+    )
+    return Section(
+        "Drift (relative RMS error; * first divergent step)",
+        rows,
+        ("step", "max", *components),
+    )
 
 
 def _mismatches(stats: Mapping[str, Any]) -> str:
@@ -447,6 +471,10 @@ def html_fragment(
         )
     else:
         parts.append(f"<div class='tp-headline tp-message'>{_escape(headline(report))}</div>")
+    if report.get("drift"):
+        from trainparity.recording.diff import drift_svg
+
+        parts.append(drift_svg(report["drift"], report.get("first_divergent_step")))
     for section in report_sections(
         report, max_rows=max_rows, include_environment=include_environment
     ):

@@ -28,6 +28,11 @@ from trainparity.outcomes import Outcome
 from trainparity.processes import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
 from trainparity.progress import ProgressCallback, ProgressReporter
 from trainparity.protocols import ProcessExecutionPlan, ProcessResumeCase
+from trainparity.recording.resume import (
+    ResumeTrajectories,
+    TrajectoryError,
+    phase_recording_environment,
+)
 from trainparity.reports import write_report
 from trainparity.results import ExternalProcessEvidence, ProcessResumeResult
 from trainparity.run_setup import checked_parallel, checked_timeout, run_root, wants_parallel
@@ -304,6 +309,8 @@ class _ResumeExecution:
     def _decide(self, fields: dict[str, Any]) -> ProcessResumeResult:
         snapshot_a = self._trained_and_observed("baseline_a")
         snapshot_b = self._trained_and_observed("baseline_b")
+        trajectories = ResumeTrajectories(self.run_root, self.policy, self.case.split_step)
+        parted = _recorded(trajectories.baselines_part)
         began = time.perf_counter()
         baseline_differences = self.policy.compare_all(snapshot_a, snapshot_b)
         self.timings["baseline_comparison"] = time.perf_counter() - began
@@ -318,6 +325,17 @@ class _ResumeExecution:
             )
         )
         total = self.case.total_step
+        if parted is not None:
+            return self._result(
+                fields,
+                Outcome.ABSTAIN,
+                f"baseline self-consistency failed at step {parted.step}; resume attribution is unsafe",
+                first_divergent_step=parted.step,
+                primary_difference=parted.differences[0],
+                all_differences=parted.differences,
+                nondeterminism_hints=self._nondeterminism_hints(),
+                **trajectories.report_fields(baseline_differences),
+            )
         if baseline_differences:
             return self._result(
                 fields,
@@ -327,6 +345,7 @@ class _ResumeExecution:
                 primary_difference=baseline_differences[0],
                 all_differences=baseline_differences,
                 nondeterminism_hints=self._nondeterminism_hints(),
+                **trajectories.report_fields(baseline_differences),
             )
         split_checkpoint = self._trained("candidate_split")
         staged = self._stage(split_checkpoint)
@@ -338,6 +357,7 @@ class _ResumeExecution:
                 Outcome.ERROR, "save/exit and load/resume did not prove distinct process IDs"
             )
         snapshot_resume = self._observed("candidate_resume", resumed_checkpoint)
+        parted = _recorded(trajectories.candidates_part)
         began = time.perf_counter()
         differences = self.policy.compare_all(snapshot_a, snapshot_resume)
         self.timings["candidate_comparison"] = time.perf_counter() - began
@@ -352,6 +372,18 @@ class _ResumeExecution:
                 "candidate_new_process_load_resume",
             )
         )
+        recorded = trajectories.report_fields(differences)
+        if parted is not None:
+            return self._result(
+                fields,
+                Outcome.FAIL,
+                f"first observed divergence at step {parted.step}: {parted.differences[0].path}",
+                first_divergent_step=parted.step,
+                primary_difference=parted.differences[0],
+                all_differences=parted.differences,
+                fresh_resume_processes_distinct=True,
+                **recorded,
+            )
         if differences:
             return self._result(
                 fields,
@@ -361,6 +393,7 @@ class _ResumeExecution:
                 primary_difference=differences[0],
                 all_differences=differences,
                 fresh_resume_processes_distinct=True,
+                **recorded,
             )
         wording = (
             "exactly equivalent"
@@ -372,6 +405,7 @@ class _ResumeExecution:
             Outcome.PASS,
             f"final states are {wording} at step {total}",
             fresh_resume_processes_distinct=True,
+            **recorded,
         )
 
     def _result(
@@ -442,7 +476,10 @@ class _ResumeExecution:
                 name=phase.name,
                 argv=argv,
                 cwd=self.command_dir,
-                env=self.environment,
+                env={
+                    **self.environment,
+                    **phase_recording_environment(self.run_root, phase.name, self.case.split_step),
+                },
                 stdout_path=phase.run_dir / "stdout.log",
                 stderr_path=phase.run_dir / "stderr.log",
             )
@@ -579,6 +616,14 @@ def _validated_command(command: object) -> list[str]:
     if not argv or not all(isinstance(item, str) and "\0" not in item for item in argv):
         raise TypeError("command() must return a non-empty sequence of str without NUL characters")
     return argv
+
+
+def _recorded(part: Callable[[], Any]) -> Any:
+    """One step of the trajectory comparison; unusable recordings are the check's ERROR."""
+    try:
+        return part()
+    except TrajectoryError as error:
+        raise _PhaseError(Outcome.ERROR, str(error)) from None
 
 
 def _replace(result: ProcessResumeResult, **changes: Any) -> ProcessResumeResult:

@@ -50,6 +50,9 @@ class ProcessResumeResult:
     comparison_equal_nan: bool | None = None
     nondeterminism_hints: tuple[str, ...] = ()
     environment: dict[str, Any] | None = None
+    # Only when the case's processes call record() (docs/trajectories.md):
+    trajectory: dict[str, Any] | None = None
+    final_state_differences: tuple[Difference, ...] | None = None
 
     __repr__ = result_repr
     _repr_html_ = result_html

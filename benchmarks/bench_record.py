@@ -1,0 +1,131 @@
+"""What record() costs: summary mode vs the digest alone, full mode vs torch.save, bytes per tensor.
+
+    python benchmarks/bench_record.py [--megabytes 256] [--repeats 5]
+
+Prints one line per ratio (medians of `--repeats` runs, one process) and the
+targets from docs/trajectories.md:
+
+- summary-mode record() of a float32 state ≥ 0.8× the speed of its digest alone;
+- full-mode record() ≤ 1.2× a torch.save of the same state;
+- summary mode stores ≤ 128 bytes per tensor per step;
+- the resume quickstart with record() after every step ≤ 1.1× its time without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import trainparity
+from timing import median_seconds
+from trainparity.cuda_backend import digest_buffer
+from trainparity.recording import recording_to
+from trainparity.state import freeze
+
+
+def state_of(megabytes: int) -> dict[str, torch.Tensor]:
+    """A float32 state of `megabytes` MiB in 16 tensors."""
+    elements = (megabytes << 20) // 4 // 16
+    return {f"layer{index}.weight": torch.randn(elements) for index in range(16)}
+
+
+def digest_only(state: dict[str, torch.Tensor]) -> None:
+    frozen = freeze(state, copy=False)
+    for _, tensor in frozen.entries:
+        digest_buffer(tensor.data)
+
+
+def recorded(state: dict[str, torch.Tensor], mode: str, directory: Path) -> float:
+    """Seconds of one record() call into a fresh recording (file creation excluded).
+
+    The file is removed afterwards, as torch.save's target is overwritten, so
+    neither side pays for a filling disk.
+    """
+    with recording_to(directory, mode=mode) as path:
+        trainparity.record(0, {"warm": 0})  # opens the file and writes the head
+        began = time.perf_counter()
+        trainparity.record(1, state)
+        seconds = time.perf_counter() - began
+    path.unlink()
+    return seconds
+
+
+def bytes_per_tensor(work: Path) -> float:
+    tensors = {f"t{index}": torch.randn(256) for index in range(1000)}
+    with recording_to(work / "bytes", mode="summary") as path:
+        trainparity.record(0, tensors)
+        first = path.stat().st_size
+        for step in range(1, 11):
+            trainparity.record(step, tensors)
+    return (path.stat().st_size - first) / (10 * len(tensors))
+
+
+def resume_quickstart_seconds(record: bool) -> float:
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    environment["TRAINPARITY_QUICKSTART_RECORD"] = "1" if record else "0"
+    began = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "trainparity.quickstarts.resume"],
+        env=environment,
+        capture_output=True,
+        check=True,
+    )
+    return time.perf_counter() - began
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--skip-quickstart", action="store_true")
+    arguments = parser.parse_args()
+    state = state_of(arguments.megabytes)
+    with tempfile.TemporaryDirectory(prefix="bench-record-") as work_text:
+        work = Path(work_text)
+        counter = iter(range(1 << 30))
+
+        def fresh() -> Path:
+            return work / f"run{next(counter)}"
+
+        digest = median_seconds(lambda: digest_only(state), repeats=arguments.repeats)
+        summary = sorted(recorded(state, "summary", fresh()) for _ in range(arguments.repeats))[
+            arguments.repeats // 2
+        ]
+        full = sorted(recorded(state, "full", fresh()) for _ in range(arguments.repeats))[
+            arguments.repeats // 2
+        ]
+        saved = median_seconds(
+            lambda: torch.save(state, work / "state.pt"), repeats=arguments.repeats
+        )
+        per_tensor = bytes_per_tensor(work)
+    print(f"state: {arguments.megabytes} MiB float32 in 16 tensors; medians of {arguments.repeats}")
+    print(
+        f"summary record() speed / digest speed: {digest / summary:.2f}  (target >= 0.8; "
+        f"record {summary * 1e3:.1f} ms, digest {digest * 1e3:.1f} ms)"
+    )
+    print(
+        f"full record() time / torch.save time:  {full / saved:.2f}  (target <= 1.2; "
+        f"record {full * 1e3:.1f} ms, torch.save {saved * 1e3:.1f} ms)"
+    )
+    print(f"summary bytes per tensor per step:     {per_tensor:.1f}  (target <= 128)")
+    if not arguments.skip_quickstart:
+        runs = [
+            (resume_quickstart_seconds(True), resume_quickstart_seconds(False)) for _ in range(3)
+        ]
+        with_record = sorted(run[0] for run in runs)[1]
+        without = sorted(run[1] for run in runs)[1]
+        print(
+            f"resume quickstart with / without record(): {with_record / without:.2f}  "
+            f"(target <= 1.1; {with_record:.1f} s vs {without:.1f} s)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,264 @@
+"""diff_recordings: where two recorded runs part, and how fast they drift apart afterwards."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from trainparity.comparison import (
+    ComparisonPolicy,
+    Difference,
+    ExactComparison,
+    ToleranceComparison,
+)
+from trainparity.display import result_html, result_repr
+from trainparity.environment import EnvironmentLead, environment_leads
+from trainparity.outcomes import Outcome
+from trainparity.recording.reader import RecordedStep, read_recording
+from trainparity.recording.trajectory import compare_records
+from trainparity.results import report_dict
+
+__all__ = ["RecordingDiff", "diff_recordings"]
+
+_COMPONENT = re.compile(r"[^.\[]+")
+
+
+@dataclass(frozen=True)
+class RecordingDiff:
+    """Two recordings compared step by step (steps aligned by the step each record claims).
+
+    `first_divergent_step` is the first step whose records differ in any bit
+    (`primary_difference` its first path); `first_step_beyond_tolerance` the
+    first step that differs under the declared ToleranceComparison (without
+    one it equals `first_divergent_step`). `drift` has one point per compared
+    step: the largest relative RMS error (‖a−b‖₂/‖a‖₂, from the values when
+    both steps stored them, else the norm-based lower bound) over the tensors
+    of each top-level component, and over all of them.
+    """
+
+    outcome: Outcome
+    message: str
+    baseline: str
+    candidate: str
+    rank: int = 0
+    comparison_policy: str = "exact"
+    comparison_rtol: float | None = None
+    comparison_atol: float | None = None
+    comparison_equal_nan: bool | None = None
+    integrity: str = "verified"
+    compared_steps: tuple[int, ...] = ()
+    steps_only_in_baseline: tuple[int, ...] = ()
+    steps_only_in_candidate: tuple[int, ...] = ()
+    first_divergent_step: int | None = None
+    primary_difference: Difference | None = None
+    first_step_beyond_tolerance: int | None = None
+    drift: tuple[dict[str, Any], ...] = ()
+    environment_leads: tuple[EnvironmentLead, ...] = ()
+
+    __repr__ = result_repr
+    _repr_html_ = result_html
+
+    def to_dict(self) -> dict[str, Any]:
+        return report_dict(self)
+
+
+def diff_recordings(
+    baseline: str | os.PathLike[str],
+    candidate: str | os.PathLike[str],
+    *,
+    comparison: ComparisonPolicy | None = None,
+    rank: int | None = None,
+    trust_digests: bool = False,
+) -> RecordingDiff:
+    """Compare two recordings (directories or rank files) step by step; see RecordingDiff.
+
+    Both are verified as they are read (`trust_digests=True` skips the
+    tensor-byte check). Unreadable or damaged recordings raise RecordingError.
+    """
+    if comparison is not None and not isinstance(
+        comparison, (ExactComparison, ToleranceComparison)
+    ):
+        raise TypeError("comparison must be ExactComparison, ToleranceComparison or None")
+    left = read_recording(baseline, rank=rank, trust_digests=trust_digests)
+    right = read_recording(candidate, rank=rank, trust_digests=trust_digests)
+    left_steps, right_steps = _by_step(left.steps), _by_step(right.steps)
+    compared = sorted(set(left_steps) & set(right_steps))
+    exact = ExactComparison()
+    first_step: int | None = None
+    primary: Difference | None = None
+    beyond: int | None = None
+    drift = []
+    for step in compared:
+        result = compare_records(exact, left_steps[step], right_steps[step])
+        if result.differences and first_step is None:
+            first_step, primary = step, result.differences[0]
+        if result.differences and beyond is None:
+            if comparison is None or isinstance(comparison, ExactComparison):
+                beyond = step
+            elif compare_records(comparison, left_steps[step], right_steps[step]).differences:
+                beyond = step
+        drift.append(_drift_point(step, left_steps[step], result.relative_rms_errors))
+    outcome, message = _verdict(first_step, beyond, primary, compared, comparison)
+    policy = (
+        {
+            "comparison_policy": "explicit_tolerance",
+            "comparison_rtol": comparison.rtol,
+            "comparison_atol": comparison.atol,
+            "comparison_equal_nan": comparison.equal_nan,
+        }
+        if isinstance(comparison, ToleranceComparison)
+        else {}
+    )
+    return RecordingDiff(
+        outcome=outcome,
+        message=message,
+        baseline=str(left.path),
+        candidate=str(right.path),
+        rank=left.rank,
+        integrity="digests trusted" if trust_digests else "verified",
+        compared_steps=tuple(compared),
+        steps_only_in_baseline=tuple(sorted(set(left_steps) - set(right_steps))),
+        steps_only_in_candidate=tuple(sorted(set(right_steps) - set(left_steps))),
+        first_divergent_step=first_step,
+        primary_difference=primary,
+        first_step_beyond_tolerance=beyond,
+        drift=tuple(drift),
+        environment_leads=environment_leads(left.environment, right.environment),
+        **policy,
+    )
+
+
+def _by_step(steps: tuple[RecordedStep, ...]) -> dict[int, RecordedStep]:
+    """Records by the step they claim; a step recorded twice keeps its first record."""
+    found: dict[int, RecordedStep] = {}
+    for step in steps:
+        found.setdefault(step.step, step)
+    return found
+
+
+def component_of(path: str) -> str:
+    match = _COMPONENT.match(path)
+    return match.group(0) if match else path
+
+
+def _drift_point(step: int, baseline: RecordedStep, errors: dict[str, float]) -> dict[str, Any]:
+    components = {component_of(name): 0.0 for name in baseline.summaries}
+    for path, error in errors.items():
+        component = component_of(path)
+        components[component] = max(components.get(component, 0.0), error)
+    return {
+        "step": step,
+        "max_relative_rms_error": max(components.values(), default=0.0),
+        "components": dict(sorted(components.items())),
+    }
+
+
+def _verdict(
+    first_step: int | None,
+    beyond: int | None,
+    primary: Difference | None,
+    compared: list[int],
+    comparison: ComparisonPolicy | None,
+) -> tuple[Outcome, str]:
+    if not compared:
+        return Outcome.ERROR, "the recordings have no step in common"
+    if first_step is None:
+        return Outcome.PASS, f"the runs are identical at all {len(compared)} compared steps"
+    assert primary is not None
+    parted = f"the runs part at step {first_step}: {primary.path}"
+    if beyond is None:
+        return Outcome.PASS, f"{parted}; within the declared tolerance at every step"
+    if isinstance(comparison, ToleranceComparison):
+        return Outcome.FAIL, f"{parted}; beyond the declared tolerance from step {beyond}"
+    return Outcome.FAIL, parted
+
+
+def drift_svg(drift: list[dict[str, Any]] | tuple, first_step: int | None) -> str:
+    """The drift curve as inline SVG: log-scale error axis, one line per component, no script.
+
+    Steps where a component's error is 0 (identical) are drawn on the bottom
+    edge; the first divergent step is marked by a dashed vertical line.
+    """
+    width, height, left, right, top, bottom = 640, 260, 64, 150, 16, 36
+    plot_width, plot_height = width - left - right, height - top - bottom
+    steps = [point["step"] for point in drift]
+    errors = [
+        error
+        for point in drift
+        for error in point["components"].values()
+        if error > 0 and math.isfinite(error)
+    ]
+    low = math.floor(math.log10(min(errors))) if errors else -8
+    high = math.ceil(math.log10(max(errors))) if errors else 0
+    high = max(high, low + 1)
+    first, last = (min(steps), max(steps)) if steps else (0, 1)
+    span = max(last - first, 1)
+
+    def x(step: float) -> float:
+        return left + (step - first) / span * plot_width
+
+    def y(error: float) -> float:
+        if not error > 0:
+            return top + plot_height
+        exponent = min(max(math.log10(error) if math.isfinite(error) else high, low), high)
+        return top + (high - exponent) / (high - low) * plot_height
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="trainparity-drift" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        'aria-label="relative RMS error per step">',
+        f'<rect x="{left}" y="{top}" width="{plot_width}" height="{plot_height}" '
+        'fill="#ffffff" stroke="#57606a"/>',
+    ]
+    for exponent in range(low, high + 1):
+        level = y(10.0**exponent)
+        parts.append(
+            f'<line x1="{left}" y1="{level:.1f}" x2="{left + plot_width}" y2="{level:.1f}" '
+            'stroke="#d0d7de" stroke-width="0.5"/>'
+            f'<text x="{left - 6}" y="{level + 4:.1f}" font-size="10" text-anchor="end" '
+            f'font-family="sans-serif">1e{exponent}</text>'
+        )
+    for step in sorted(set(steps))[:: max(1, len(set(steps)) // 10)]:
+        parts.append(
+            f'<text x="{x(step):.1f}" y="{top + plot_height + 14}" font-size="10" '
+            f'text-anchor="middle" font-family="sans-serif">{step}</text>'
+        )
+    parts.append(
+        f'<text x="{left + plot_width / 2:.1f}" y="{height - 4}" font-size="11" '
+        'text-anchor="middle" font-family="sans-serif">step</text>'
+    )
+    if first_step is not None:
+        marker = x(first_step)
+        parts.append(
+            f'<line class="first-divergent-step" x1="{marker:.1f}" y1="{top}" x2="{marker:.1f}" '
+            f'y2="{top + plot_height}" stroke="#cf222e" stroke-dasharray="4 3"/>'
+        )
+    components = sorted({name for point in drift for name in point["components"]})
+    palette = ("#0969da", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#57606a")
+    for index, component in enumerate(components):
+        colour = palette[index % len(palette)]
+        points = " ".join(
+            f"{x(point['step']):.1f},{y(point['components'].get(component, 0.0)):.1f}"
+            for point in drift
+        )
+        parts.append(
+            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>'
+        )
+        legend_y = top + 14 + 16 * index
+        parts.append(
+            f'<line x1="{left + plot_width + 12}" y1="{legend_y - 4}" '
+            f'x2="{left + plot_width + 30}" y2="{legend_y - 4}" stroke="{colour}" stroke-width="2"/>'
+            f'<text x="{left + plot_width + 34}" y="{legend_y}" font-size="11" '
+            f'font-family="sans-serif">{_escape(component)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)

@@ -1,0 +1,143 @@
+"""Two recordings compared step by step: which step parts them first, where, and by how much."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainparity.comparison import MISSING, ComparisonPolicy, Difference, collect_differences
+from trainparity.recording.reader import RecordedStep, tensor_at
+
+
+@dataclass(frozen=True)
+class StepComparison:
+    """The differences of two aligned records, and each differing tensor's relative RMS error.
+
+    `relative_rms_errors[path]` is ‖a−b‖₂/‖a‖₂ where both steps stored values
+    (`exact_errors` True for the path), else the lower bound |‖a‖₂−‖b‖₂|/‖a‖₂
+    from the two summaries (the triangle inequality).
+    """
+
+    step: int
+    differences: tuple[Difference, ...]
+    relative_rms_errors: dict[str, float] = field(default_factory=dict)
+    error_bounds: dict[str, str] = field(default_factory=dict)  # path -> "exact" | "lower_bound"
+
+
+@dataclass(frozen=True)
+class StepDivergence:
+    """The first aligned pair of records that differ."""
+
+    step: int  # the baseline's step at that position
+    rank: int
+    baseline_phase: str
+    candidate_phase: str
+    candidate_step: int | None
+    round_trip: bool  # the resumed process's first record, taken right after loading
+    comparison: StepComparison
+
+    @property
+    def differences(self) -> tuple[Difference, ...]:
+        return self.comparison.differences
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "rank": self.rank,
+            "baseline_phase": self.baseline_phase,
+            "candidate_phase": self.candidate_phase,
+            "candidate_step": self.candidate_step,
+            "round_trip": self.round_trip,
+            "paths": [difference.path for difference in self.differences],
+            "relative_rms_errors": dict(self.comparison.relative_rms_errors),
+            "error_bounds": dict(self.comparison.error_bounds),
+        }
+
+
+def compare_records(
+    policy: ComparisonPolicy, baseline: RecordedStep | None, candidate: RecordedStep | None
+) -> StepComparison:
+    """Every difference of two aligned records (the claimed step is compared as the field `step`)."""
+    if baseline is None or candidate is None:
+        present = baseline if baseline is not None else candidate
+        reason = "missing_candidate" if candidate is None else "missing_baseline"
+        left = repr(baseline.step) if baseline is not None else MISSING
+        right = repr(candidate.step) if candidate is not None else MISSING
+        return StepComparison(present.step, (Difference("step", reason, left, right),))
+    errors: dict[str, float] = {}
+    bounds: dict[str, str] = {}
+
+    def on_tensor(record: Any) -> None:
+        if record.values.equal:
+            return
+        if record.values.relative_rms_error is not None:
+            errors[record.path] = record.values.relative_rms_error
+            bounds[record.path] = "exact"
+            return
+        left = baseline.summaries.get(record.path)
+        right = candidate.summaries.get(record.path)
+        if left is not None and right is not None:
+            errors[record.path] = _norm_bound(left.l2_norm, right.l2_norm)
+            bounds[record.path] = "lower_bound"
+
+    differences = collect_differences(
+        policy, baseline.snapshot(), candidate.snapshot(), on_tensor=on_tensor
+    )
+    for difference in differences:
+        if difference.reason == "tensor_dtype":  # e.g. a float32 run against a float64 run
+            error = _cross_dtype_error(baseline, candidate, difference.path)
+            if error is not None:
+                errors[difference.path] = error
+                bounds[difference.path] = "exact"
+    return StepComparison(baseline.step, differences, errors, bounds)
+
+
+def _cross_dtype_error(baseline: RecordedStep, candidate: RecordedStep, path: str) -> float | None:
+    """Relative RMS error of two same-shaped floating tensors of different dtypes, in float64."""
+    left, right = tensor_at(baseline.state, path), tensor_at(candidate.state, path)
+    if left is None or right is None or left.data is None or right.data is None:
+        return None
+    if left.shape != right.shape:
+        return None
+    first, second = left.to_tensor(), right.to_tensor()
+    if not (first.is_floating_point() and second.is_floating_point()):
+        return None
+    first, second = first.double(), second.double()
+    norm = float(first.norm())
+    gap = float((first - second).norm())
+    if gap == 0.0:
+        return 0.0
+    return gap / norm if norm > 0 else math.inf
+
+
+def _norm_bound(baseline_norm: float, candidate_norm: float) -> float:
+    gap = abs(baseline_norm - candidate_norm)
+    if gap == 0.0:
+        return 0.0
+    return gap / baseline_norm if baseline_norm > 0 else math.inf
+
+
+def first_divergence(
+    policy: ComparisonPolicy,
+    pairs: Iterable[tuple[RecordedStep | None, RecordedStep | None, bool]],
+    *,
+    rank: int,
+    baseline_phase: str,
+    candidate_phase: str,
+) -> StepDivergence | None:
+    """The first of the aligned (baseline, candidate, round_trip) pairs that differ, or None."""
+    for baseline, candidate, round_trip in pairs:
+        comparison = compare_records(policy, baseline, candidate)
+        if comparison.differences:
+            return StepDivergence(
+                step=baseline.step if baseline is not None else comparison.step,
+                rank=rank,
+                baseline_phase=baseline_phase,
+                candidate_phase=candidate_phase,
+                candidate_step=candidate.step if candidate is not None else None,
+                round_trip=round_trip,
+                comparison=comparison,
+            )
+    return None
