@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -36,13 +35,14 @@ from trainparity.outcomes import Outcome
 from trainparity.progress import ProgressCallback, ProgressReporter
 from trainparity.reports import report_text, write_report
 from trainparity.results import AccumulationResult
+from trainparity.run_directory import ACCUMULATION_PREFIX, run_directory
 from trainparity.run_setup import (
     RunSettings,
     checked_parallel,
     checked_timeout,
-    run_root,
     wants_parallel,
 )
+from trainparity.termination import terminating_signals_unwind
 
 # The plan, its phases and the splitting live in accumulation_plan and the
 # children in accumulation_execution; their public names are part of this module's.
@@ -163,8 +163,11 @@ class AccumulationRunner:
             return self._finish(_setup_error(case, policy_name, error), report_path)
         # The children's complete environment: ours, with the caller's variables on top.
         child_environment = {**os.environ, **dict(environment or {})}
-        root, managed = run_root(work_dir, self.temporary_root, "trainparity-accum-")
-        try:
+        # SIGTERM/SIGHUP unwind like Ctrl-C: children killed, the run directory removed.
+        with (
+            terminating_signals_unwind(),
+            run_directory(work_dir, self.temporary_root, ACCUMULATION_PREFIX) as (root, managed),
+        ):
             settings = RunSettings(
                 command_dir=Path(cwd) if cwd is not None else Path.cwd(),
                 run_root=root,
@@ -183,9 +186,6 @@ class AccumulationRunner:
                 policy=self.policy,
             )
             verdict = execution.run()
-        finally:
-            if managed:
-                shutil.rmtree(root, ignore_errors=True)
         result = AccumulationResult(
             case=case,
             equivalence=equivalence,

@@ -12,7 +12,6 @@ comparison part of the report is the same either way.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -28,13 +27,14 @@ from trainparity.protocols import ProcessResumeCase
 from trainparity.reports import write_report
 from trainparity.results import ProcessResumeResult
 from trainparity.resume_execution import ResumeExecution
+from trainparity.run_directory import PROCESS_RESUME_PREFIX, run_directory
 from trainparity.run_setup import (
     RunSettings,
     checked_parallel,
     checked_timeout,
-    run_root,
     wants_parallel,
 )
+from trainparity.termination import terminating_signals_unwind
 
 __all__ = ["ProcessResumeRunner", "check_resume"]
 
@@ -128,8 +128,11 @@ class ProcessResumeRunner:
             return self._finish(result, report_path)
         # The children's allow-listed variables (CUBLAS_WORKSPACE_CONFIG, ...) are what mattered.
         fields["environment"] = environment_fingerprint(variables=child_environment)
-        root, managed = run_root(work_dir, self.temporary_root, "trainparity-process-")
-        try:
+        # SIGTERM/SIGHUP unwind like Ctrl-C: children killed, the run directory removed.
+        with (
+            terminating_signals_unwind(),
+            run_directory(work_dir, self.temporary_root, PROCESS_RESUME_PREFIX) as (root, managed),
+        ):
             settings = RunSettings(
                 command_dir=command_dir,
                 run_root=root,
@@ -147,9 +150,6 @@ class ProcessResumeRunner:
                 staged_checkpoint_hook=staged_checkpoint_hook,
             )
             result = execution.run(fields, started)
-        finally:
-            if managed:
-                shutil.rmtree(root, ignore_errors=True)
         return self._finish(result, report_path)
 
     def _policy_fields(self) -> dict[str, Any]:

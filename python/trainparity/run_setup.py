@@ -1,10 +1,9 @@
-"""Set-up shared by the checks that run children: timeout, concurrency default, run root, settings."""
+"""Set-up shared by the checks that run children: timeout, concurrency default, run settings."""
 
 from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,14 +52,3 @@ def wants_parallel(parallel: bool | None, device: object) -> bool:
         return parallel
     on_cuda = isinstance(device, str) and device.startswith("cuda")
     return not on_cuda and (os.cpu_count() or 1) > 1
-
-
-def run_root(work_dir: Path | None, temporary_root: Path | None, prefix: str) -> tuple[Path, bool]:
-    """(root, managed): the preserved `work_dir`, or a new temporary directory to remove afterwards."""
-    if work_dir is not None:
-        root = Path(work_dir)
-        root.mkdir(parents=True, exist_ok=True)
-        return root.resolve(), False
-    if temporary_root is not None:
-        Path(temporary_root).mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=temporary_root)).resolve(), True
