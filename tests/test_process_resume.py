@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import trainparity
-import trainparity.process_resume
+import trainparity.resume_execution
 from trainparity import ExactComparison, Outcome, ToleranceComparison
 from trainparity.process_resume import ProcessResumeRunner
 
@@ -382,7 +382,7 @@ def test_r15_staging_copy_failure_is_an_error(tmp_path, monkeypatch):
     def refuse_to_copy(*arguments, **options):
         raise OSError("intentional staging failure")
 
-    monkeypatch.setattr(trainparity.process_resume.shutil, "copy2", refuse_to_copy)
+    monkeypatch.setattr(trainparity.resume_execution.shutil, "copy2", refuse_to_copy)
     result = check("DeterministicProcessCase", tmp_path)
     assert result.outcome is Outcome.ERROR
     assert result.message == "candidate_resume checkpoint staging failed: OSError"

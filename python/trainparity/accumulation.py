@@ -14,209 +14,52 @@ same either way.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import os
-import shutil
-import sys
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-import torch
-
-from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
+from trainparity.accumulation_execution import CHILD_NAMES, AccumulationExecution
+from trainparity.accumulation_plan import (
+    INITIAL_KEY,
+    PHASES,
+    AccumulationExecutionPlan,
+    UnsafeBatchSplit,
+    split_for_case,
+    split_tensor_tree,
+)
+from trainparity.comparison import ExactComparison, ToleranceComparison
 from trainparity.environment import environment_fingerprint
 from trainparity.error_text import error_text
 from trainparity.importing import load_accumulation_case
 from trainparity.outcomes import Outcome
-from trainparity.processes import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
 from trainparity.progress import ProgressCallback, ProgressReporter
 from trainparity.reports import report_text, write_report
 from trainparity.results import AccumulationResult
-from trainparity.run_setup import checked_parallel, checked_timeout, run_root, wants_parallel
-from trainparity.snapshot import Snapshot
-from trainparity.snapshot_file import SnapshotFileError, read_snapshot
+from trainparity.run_directory import ACCUMULATION_PREFIX, run_directory
+from trainparity.run_setup import (
+    RunSettings,
+    checked_parallel,
+    checked_timeout,
+    wants_parallel,
+)
+from trainparity.termination import terminating_signals_unwind
 
+# The plan, its phases and the splitting live in accumulation_plan and the
+# children in accumulation_execution; their public names are part of this module's.
 __all__ = [
     "CHILD_NAMES",
+    "INITIAL_KEY",
     "PHASES",
     "AccumulationExecutionPlan",
     "AccumulationRunner",
     "UnsafeBatchSplit",
     "check_accumulation",
+    "split_for_case",
     "split_tensor_tree",
+    "write_accumulation_report",
 ]
 
-PHASES = ("loss_accounting", "gradient", "optimizer_state", "parameter_update", "scheduler_state")
-"""The observed phases of one optimizer-update boundary, in comparison order."""
-
-CHILD_NAMES = ("baseline_a", "baseline_b", "candidate")
-INITIAL_STATE = "initial_state"
-RESULT_FILE = "result.json"
-OBSERVATIONS_FILE = "observations.safetensors"
-INITIAL_KEY = "initial"
-
-_PASS_MESSAGE = "declared executions are equivalent for one optimizer-update boundary"
 _REPORT_FIXPOINT_ROUNDS = 8
-_STDERR_TAIL_CHARACTERS = 300
-
-
-# The execution plan ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AccumulationExecutionPlan:
-    """How the candidate executes one optimizer-update boundary (CONTRACT §7.3).
-
-    The defaults describe correct accumulation; each flag turns on one
-    well-known mistake so that a check can show where it is first observed.
-    """
-
-    microbatch_count: int
-    scale_accumulated_loss: bool = True
-    use_explicit_loss_accounting: bool = True
-    optimizer_step_per_microbatch: bool = False
-    scheduler_step_per_microbatch: bool = False
-    zero_grad_before_gradient_observation: bool = False
-    clip_grad_norm: float | None = None
-    clip_per_microbatch: bool = False
-    amp_step_before_unscale: bool = False
-    omit_final_microbatch: bool = False
-
-    def validate(self) -> None:
-        """Raise ValueError for values no execution can honour, TypeError for wrong field types.
-
-        ValueError: microbatch_count < 1, clip_grad_norm <= 0 or NaN, clip_per_microbatch
-        without clip_grad_norm.
-        """
-        count = self.microbatch_count
-        if isinstance(count, bool) or not isinstance(count, int):
-            raise TypeError(f"microbatch_count must be an int, got {type(count).__name__}")
-        if count < 1:
-            raise ValueError("microbatch_count must be positive")
-        for flag in _FLAG_NAMES:
-            value = getattr(self, flag)
-            if not isinstance(value, bool):
-                raise TypeError(f"{flag} must be a bool, got {type(value).__name__}")
-        norm = self.clip_grad_norm
-        if norm is not None:
-            if isinstance(norm, bool) or not isinstance(norm, (int, float)):
-                raise TypeError(
-                    f"clip_grad_norm must be a number or None, got {type(norm).__name__}"
-                )
-            if math.isnan(norm) or norm <= 0:
-                raise ValueError("clip_grad_norm must be positive")
-        elif self.clip_per_microbatch:
-            # Without a norm the flag would silently do nothing.
-            raise ValueError("clip_per_microbatch needs clip_grad_norm")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ten fields by name."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
-
-    @classmethod
-    def from_dict(cls, mapping: Mapping[str, Any]) -> AccumulationExecutionPlan:
-        """Rebuild and validate a plan from exactly the ten field names."""
-        if not isinstance(mapping, Mapping):
-            raise TypeError(f"plan must be a mapping, got {type(mapping).__name__}")
-        expected = {field.name for field in dataclasses.fields(cls)}
-        missing = sorted(expected - set(mapping))
-        unexpected = sorted(set(mapping) - expected, key=str)
-        if missing or unexpected:
-            raise ValueError(
-                f"plan must have exactly the fields {sorted(expected)}; "
-                f"missing {missing}, unexpected {unexpected}"
-            )
-        plan = cls(**mapping)
-        plan.validate()
-        return plan
-
-
-_FLAG_NAMES = tuple(
-    field.name
-    for field in dataclasses.fields(AccumulationExecutionPlan)
-    if field.name not in ("microbatch_count", "clip_grad_norm")
-)
-
-
-# Batch splitting ------------------------------------------------------------------------
-
-
-class UnsafeBatchSplit(ValueError):
-    """The batch cannot be split into microbatches without guessing (the check ABSTAINs)."""
-
-
-def split_tensor_tree(batch: object, parts: int) -> list[object]:
-    """Split a tree of tensors along dim 0 into `parts` contiguous, ordered microbatches.
-
-    Accepts tensors with a batch dimension, non-empty str-keyed mappings and
-    non-empty lists/tuples of them; every tensor leaf must have the same
-    non-zero leading length, at least `parts`. Sizes follow
-    `torch.tensor_split` (differ by at most one, earlier parts larger).
-    Mappings are rebuilt as dicts, lists as lists, tuples as tuples (named
-    tuples keep their type). Raises UnsafeBatchSplit otherwise.
-    """
-    if isinstance(parts, bool) or not isinstance(parts, int) or parts < 1:
-        raise UnsafeBatchSplit("parts must be positive")
-    lengths: list[int] = []
-    _collect_lengths(batch, lengths)
-    if not lengths or len(set(lengths)) != 1 or lengths[0] == 0:
-        raise UnsafeBatchSplit("tensor leaves must have one equal non-zero leading length")
-    length = lengths[0]
-    if length < parts:
-        raise UnsafeBatchSplit("microbatch count exceeds batch length")
-    ranges = torch.tensor_split(torch.arange(length), parts)
-    return [_take(batch, indices) for indices in ranges]
-
-
-def _collect_lengths(value: object, lengths: list[int]) -> None:
-    if isinstance(value, torch.Tensor):
-        if value.dim() == 0:
-            raise UnsafeBatchSplit("scalar tensor leaf has no batch dimension")
-        lengths.append(int(value.shape[0]))
-    elif isinstance(value, Mapping):
-        if not value or not all(isinstance(key, str) for key in value):
-            raise UnsafeBatchSplit("mapping leaves must be non-empty and string-keyed")
-        for item in value.values():
-            _collect_lengths(item, lengths)
-    elif isinstance(value, (list, tuple)):
-        if not value:
-            raise UnsafeBatchSplit("sequence batch must be non-empty")
-        for item in value:
-            _collect_lengths(item, lengths)
-    else:
-        raise UnsafeBatchSplit(f"unsupported batch leaf: {type(value).__name__}")
-
-
-def _take(value: object, indices: torch.Tensor) -> object:
-    if isinstance(value, torch.Tensor):
-        # A gathered copy (not a view): each microbatch is a fresh, aligned tensor.
-        return value.index_select(0, indices.to(value.device))
-    if isinstance(value, Mapping):
-        return {key: _take(item, indices) for key, item in value.items()}
-    items = [_take(item, indices) for item in value]  # type: ignore[attr-defined]
-    if isinstance(value, tuple):
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-    return items
-
-
-def split_for_case(case: object, batch: object, count: int) -> list[object]:
-    """The case's own `split_batch(batch, count)` when it has one, else split_tensor_tree."""
-    splitter = getattr(case, "split_batch", None)
-    if not callable(splitter):
-        return split_tensor_tree(batch, count)
-    parts = splitter(batch, count)
-    if isinstance(parts, (str, bytes)) or not isinstance(parts, Sequence):
-        raise UnsafeBatchSplit("explicit splitter must return an ordered sequence")
-    if len(parts) != count:
-        raise UnsafeBatchSplit("explicit splitter returned the wrong microbatch count")
-    return list(parts)
-
-
-# The check ----------------------------------------------------------------------------
 
 
 def check_accumulation(
@@ -318,34 +161,37 @@ class AccumulationRunner:
             equivalence = declared_equivalence(loaded)
         except Exception as error:  # importing runs the user's module: anything can fail
             return self._finish(_setup_error(case, policy_name, error), report_path)
-        root, managed = run_root(work_dir, self.temporary_root, "trainparity-accum-")
-        try:
-            execution = _AccumulationExecution(
-                case_spec=case,
-                plans={"baseline_a": baseline, "baseline_b": baseline, "candidate": candidate},
-                device=device,
-                seed=seed,
+        # The children's complete environment: ours, with the caller's variables on top.
+        child_environment = {**os.environ, **dict(environment or {})}
+        # SIGTERM/SIGHUP unwind like Ctrl-C: children killed, the run directory removed.
+        with (
+            terminating_signals_unwind(),
+            run_directory(work_dir, self.temporary_root, ACCUMULATION_PREFIX) as (root, managed),
+        ):
+            settings = RunSettings(
                 command_dir=Path(cwd) if cwd is not None else Path.cwd(),
                 run_root=root,
-                environment=environment,
+                environment=child_environment,
                 timeout=self.timeout,
                 preserved=not managed,
                 parallel=wants_parallel(self.parallel, device),
                 progress=self.progress,
+            )
+            execution = AccumulationExecution(
+                case_spec=case,
+                plans={"baseline_a": baseline, "baseline_b": baseline, "candidate": candidate},
+                device=device,
+                seed=seed,
+                settings=settings,
                 policy=self.policy,
             )
             verdict = execution.run()
-        finally:
-            if managed:
-                shutil.rmtree(root, ignore_errors=True)
         result = AccumulationResult(
             case=case,
             equivalence=equivalence,
             comparison_policy=policy_name,
             peak_temporary_directory_bytes=execution.peak_bytes,
-            environment=environment_fingerprint(
-                variables={**os.environ, **dict(environment or {})}
-            ),
+            environment=environment_fingerprint(variables=child_environment),
             **verdict,
         )
         return self._finish(result, report_path)
@@ -395,286 +241,3 @@ def write_accumulation_report(result: AccumulationResult, path: Path) -> Accumul
     if written != size or on_disk != size:
         raise OSError(f"report {path} has {on_disk} bytes on disk, expected {size}")
     return result
-
-
-def _tree_bytes(root: Path) -> int:
-    total = 0
-    for directory, _, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(directory, name)).st_size
-            except OSError:
-                pass  # a temporary file renamed away between listing and stat
-    return total
-
-
-class _Verdict(Exception):
-    """Ends the decision sequence with a verdict (fields of AccumulationResult)."""
-
-    def __init__(self, outcome: Outcome, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.fields = {"outcome": outcome, "message": message, **fields}
-
-
-@dataclass(frozen=True)
-class _ChildReport:
-    """What one child published: its verdict and, on PASS, its observations."""
-
-    name: str
-    pid: int
-    outcome: Outcome
-    message: str
-    loss_normalization_captured: bool = False
-    observations: Snapshot | None = None
-
-
-class _AccumulationExecution:
-    """One check's three children and the decisions taken from what they observed."""
-
-    def __init__(
-        self,
-        *,
-        case_spec: str,
-        plans: dict[str, AccumulationExecutionPlan],
-        device: str,
-        seed: int,
-        command_dir: Path,
-        run_root: Path,
-        environment: Mapping[str, str] | None,
-        timeout: float,
-        preserved: bool,
-        parallel: bool,
-        progress: ProgressReporter,
-        policy: ExactComparison | ToleranceComparison,
-    ) -> None:
-        self.case_spec = case_spec
-        self.plans = plans
-        self.device = device
-        self.seed = seed
-        self.command_dir = command_dir
-        self.run_root = run_root
-        self.environment = environment
-        self.timeout = timeout
-        self.preserved = preserved
-        self.parallel = parallel
-        self.progress = progress
-        self.policy = policy
-        self.group = ChildGroup(on_event=self._on_child_event)
-        self.launch_errors: dict[str, str] = {}
-        self.peak_bytes = 0
-        self.process_ids: list[int] = []
-
-    def run(self) -> dict[str, Any]:
-        with self.group:
-            try:
-                if self.parallel:
-                    for name in CHILD_NAMES:
-                        self._start(name)
-                reports = [self._report(name) for name in CHILD_NAMES]
-            except _Verdict as verdict:
-                return {"process_ids": tuple(self.process_ids), **verdict.fields}
-        captured = all(report.loss_normalization_captured for report in reports)
-        try:
-            fields = self._decide(reports)
-        except _Verdict as verdict:
-            fields = verdict.fields
-        return {
-            "process_ids": tuple(self.process_ids),
-            "loss_normalization_captured": captured,
-            **fields,
-        }
-
-    # Children ---------------------------------------------------------------------------
-
-    def _start(self, name: str) -> None:
-        directory = self.run_root / name
-        directory.mkdir(parents=True, exist_ok=True)
-        for stale in (RESULT_FILE, OBSERVATIONS_FILE):  # a reused work_dir must not answer for us
-            (directory / stale).unlink(missing_ok=True)
-        argv = [
-            sys.executable,
-            "-m",
-            "trainparity.accumulation_worker",
-            "--case",
-            self.case_spec,
-            "--plan",
-            json.dumps(self.plans[name].to_dict(), sort_keys=True),
-            "--device",
-            self.device,
-            "--seed",
-            str(self.seed),
-            "--result",
-            str(directory / RESULT_FILE),
-            "--observations",
-            str(directory / OBSERVATIONS_FILE),
-        ]
-        try:
-            environment = dict(os.environ)
-            environment.update(self.environment or {})
-            spec = ChildSpec(
-                name=name,
-                argv=argv,
-                cwd=self.command_dir,
-                env=environment,
-                stdout_path=directory / "stdout.log",
-                stderr_path=directory / "stderr.log",
-            )
-            self.group.start(spec, timeout=self.timeout)
-        except (ChildLaunchError, OSError, TypeError, ValueError) as error:
-            self.launch_errors[name] = f"worker launch failed ({name}): {error_text(error)}"
-
-    def _on_child_event(self, name: str, kind: str, result: ChildResult | None) -> None:
-        self.progress.event(name, kind, result.wall_seconds if result is not None else None)
-        if kind == "end":
-            self.peak_bytes = max(self.peak_bytes, _tree_bytes(self.run_root))
-
-    def _report(self, name: str) -> _ChildReport:
-        """Wait for child `name` and read what it published; raise _Verdict unless PASS."""
-        if not self.parallel:
-            self._start(name)
-        if name in self.launch_errors:
-            raise _Verdict(Outcome.ERROR, self.launch_errors[name])
-        result = self.group.wait_for(name)
-        assert result is not None  # wait_for without a timeout returns once reaped
-        self.process_ids.append(result.pid)
-        directory = self.run_root / name
-        if result.timed_out:
-            raise _Verdict(
-                Outcome.ERROR,
-                self._with_logs(name, f"worker timeout ({name} ran past {self.timeout:g} s)"),
-            )
-        status = (
-            f"exited with status {result.exit_code}"
-            if result.exit_code is not None
-            else f"was killed by signal {result.signal}"
-        )
-        result_path = directory / RESULT_FILE
-        if result.exit_code != 0 or not result_path.is_file():
-            raise _Verdict(
-                Outcome.ERROR,
-                self._with_logs(name, f"worker did not publish a result ({name} {status})"),
-            )
-        report = self._read_result(name, result_path)
-        if report.outcome is not Outcome.PASS:
-            raise _Verdict(report.outcome, report.message)
-        return report
-
-    def _read_result(self, name: str, path: Path) -> _ChildReport:
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-            outcome = Outcome(record["outcome"])
-            message = record["message"]
-            pid = record["pid"]
-            if not isinstance(message, str) or isinstance(pid, bool) or not isinstance(pid, int):
-                raise TypeError("message must be a str and pid an int")
-            if outcome is not Outcome.PASS:
-                return _ChildReport(name, pid, outcome, message)
-            captured = record["loss_normalization_captured"]
-            if not isinstance(captured, bool):
-                raise TypeError("loss_normalization_captured must be a bool")
-            observations, _ = read_snapshot(path.parent / OBSERVATIONS_FILE)
-        except (OSError, ValueError, KeyError, TypeError, SnapshotFileError) as error:
-            raise _Verdict(
-                Outcome.ERROR,
-                self._with_logs(name, f"worker result was corrupt ({name}: {error_text(error)})"),
-            ) from None
-        return _ChildReport(name, pid, outcome, message, captured, observations)
-
-    def _with_logs(self, name: str, message: str) -> str:
-        if self.preserved:
-            return f"{message}; see {name}/stderr.log under the preserved work_dir"
-        tail = _last_line(self.run_root / name / "stderr.log")
-        return f"{message}; last stderr line: {tail}" if tail else message
-
-    # Decisions --------------------------------------------------------------------------
-
-    def _decide(self, reports: list[_ChildReport]) -> dict[str, Any]:
-        if len({report.pid for report in reports}) != len(reports):
-            raise _Verdict(Outcome.ERROR, "fresh executions did not have distinct process IDs")
-        self.progress.event("comparison", "start")
-        began = time.perf_counter()
-        try:
-            self._compare([_phase_views(report) for report in reports])
-        finally:
-            self.progress.event("comparison", "end", time.perf_counter() - began)
-        return {
-            "outcome": Outcome.PASS,
-            "message": _PASS_MESSAGE,
-            "verified_equal_initial_state": True,
-        }
-
-    def _compare(self, views: list[dict[str, Snapshot]]) -> None:
-        """Raise the first ABSTAIN or FAIL verdict in contract order; return when all agree."""
-        baseline_a, baseline_b, candidate = views
-        self._judge_initial(baseline_a[INITIAL_KEY], baseline_b[INITIAL_KEY], candidate)
-        for phase in PHASES:
-            differences = self.policy.compare_all(baseline_a[phase], baseline_b[phase])
-            if differences:
-                raise _Verdict(
-                    Outcome.ABSTAIN,
-                    "baseline self-consistency failed",
-                    **_differences(phase, differences, verified=True),
-                )
-            differences = self.policy.compare_all(baseline_a[phase], candidate[phase])
-            if differences:
-                raise _Verdict(
-                    Outcome.FAIL,
-                    f"first observed divergence in {phase}; not a root-cause claim",
-                    **_differences(phase, differences, verified=True),
-                )
-
-    def _judge_initial(
-        self, baseline_a: Snapshot, baseline_b: Snapshot, candidate: dict[str, Snapshot]
-    ) -> None:
-        for other, message in (
-            (baseline_b, "baseline initial-state self-consistency failed"),
-            (candidate[INITIAL_KEY], "candidate did not start from verified-equal initial state"),
-        ):
-            differences = self.policy.compare_all(baseline_a, other)
-            if differences:
-                raise _Verdict(
-                    Outcome.ABSTAIN,
-                    message,
-                    **_differences(INITIAL_STATE, differences, verified=False),
-                )
-
-
-def _differences(
-    phase: str, differences: tuple[Difference, ...], *, verified: bool
-) -> dict[str, Any]:
-    return {
-        "first_observed_phase": phase,
-        "primary_difference": differences[0],
-        "all_differences": differences,
-        "verified_equal_initial_state": verified,
-    }
-
-
-def _phase_views(report: _ChildReport) -> dict[str, Snapshot]:
-    """Per-phase snapshots of one child's observation file: initial at step 0, phases after."""
-    observations = report.observations
-    assert observations is not None
-    subtrees = observations.state.as_dict()
-    missing = [key for key in (INITIAL_KEY, *PHASES) if key not in subtrees]
-    if missing:
-        raise _Verdict(
-            Outcome.ERROR,
-            f"worker result was corrupt ({report.name}: observations lack {', '.join(missing)})",
-        )
-    views = {INITIAL_KEY: Snapshot(0, subtrees[INITIAL_KEY], observations.backend)}
-    for phase in PHASES:
-        views[phase] = Snapshot(observations.step, subtrees[phase], observations.backend)
-    return views
-
-
-def _last_line(path: Path) -> str:
-    try:
-        with open(path, "rb") as stream:
-            stream.seek(max(0, os.fstat(stream.fileno()).st_size - 4096))
-            lines = stream.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return ""
-    for line in reversed(lines):
-        if line.strip():
-            return line.strip()[:_STDERR_TAIL_CHARACTERS]
-    return ""

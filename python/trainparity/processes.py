@@ -8,8 +8,9 @@ signal. Its process group (pgid == pid) is the unit of killing: on timeout the
 group gets SIGTERM, then SIGKILL after a grace period; when the child exits its
 group is SIGKILLed at once, so descendants it left behind (launchers, data
 loader workers, anything ignoring SIGTERM) never outlive it. If anything
-interrupts the wait (Ctrl-C included) every running child's group is
-terminated and reaped before the exception propagates.
+interrupts the wait (Ctrl-C included, and SIGTERM/SIGHUP during a check:
+see termination.py) every running child's group is terminated and reaped
+before the exception propagates.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from trainparity._native import core
+from trainparity.termination import TerminatedBySignal
 
 __all__ = [
     "DEFAULT_GRACE_SECONDS",
@@ -249,14 +251,14 @@ def _terminate_all(running: dict[int, _RunningChild], grace: float) -> None:
         while running and (remaining := deadline - time.monotonic()) > 0:
             for record in core.wait(list(running), remaining, kill_group_on_exit=True):
                 running.pop(record.pid)
-    except KeyboardInterrupt:
-        pass  # another Ctrl-C only cuts the grace period short
+    except (KeyboardInterrupt, TerminatedBySignal):
+        pass  # another Ctrl-C (or a first SIGTERM) only cuts the grace period short
     for pid in running:
         core.kill_group(pid, signal.SIGKILL)
     while running:
         try:
             records = core.wait(list(running), None, kill_group_on_exit=True)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, TerminatedBySignal):
             # SIGKILLed children die at once; reap them all before the
             # original exception propagates, or they would be left as zombies.
             continue

@@ -1,11 +1,34 @@
-"""Set-up shared by the checks that run children: timeout, concurrency default, run root."""
+"""Set-up shared by the checks that run children: timeout, concurrency default, run settings."""
 
 from __future__ import annotations
 
 import math
 import os
-import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+
+from trainparity.progress import ProgressReporter
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Where and how one check runs its children; the same for every orchestrator.
+
+    command_dir is the children's working directory, run_root the directory
+    holding each child's own directory, environment the children's complete
+    environment, timeout the per-child limit in seconds. preserved is True when
+    run_root is the user's work_dir (kept afterwards, so messages may point
+    into it); parallel says whether independent children run at once.
+    """
+
+    command_dir: Path
+    run_root: Path
+    environment: Mapping[str, str]
+    timeout: float
+    preserved: bool
+    parallel: bool
+    progress: ProgressReporter
 
 
 def checked_timeout(timeout: object) -> float:
@@ -29,14 +52,3 @@ def wants_parallel(parallel: bool | None, device: object) -> bool:
         return parallel
     on_cuda = isinstance(device, str) and device.startswith("cuda")
     return not on_cuda and (os.cpu_count() or 1) > 1
-
-
-def run_root(work_dir: Path | None, temporary_root: Path | None, prefix: str) -> tuple[Path, bool]:
-    """(root, managed): the preserved `work_dir`, or a new temporary directory to remove afterwards."""
-    if work_dir is not None:
-        root = Path(work_dir)
-        root.mkdir(parents=True, exist_ok=True)
-        return root.resolve(), False
-    if temporary_root is not None:
-        Path(temporary_root).mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=temporary_root)).resolve(), True

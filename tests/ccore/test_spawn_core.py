@@ -317,15 +317,17 @@ def test_spawn_works_when_the_parent_has_no_stdio(tmp_path):
     assert described["stdin_is_dev_null"]
 
 
-def test_ctrl_c_interrupts_wait_promptly(tmp_path):
+@pytest.mark.parametrize("interrupting", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_with_a_raising_handler_interrupts_wait_promptly(tmp_path, interrupting):
+    # Ctrl-C, and SIGTERM/SIGHUP while a check has its handlers installed.
     driver = subprocess.Popen(
-        [sys.executable, str(CHILDREN / "core_driver.py"), "interrupt", str(tmp_path)]
+        [sys.executable, str(CHILDREN / "core_driver.py"), "interrupt", str(tmp_path), interrupting]
     )
     try:
         child = probe.read_pid_file(tmp_path / "child.pid", 10)
         time.sleep(0.3)  # the driver is inside wait() by now
         sent_at = time.monotonic()
-        driver.send_signal(signal.SIGINT)
+        driver.send_signal(signal.Signals[interrupting])
         assert driver.wait(timeout=10) == 130
         interrupted_at = float((tmp_path / "interrupted").read_text())
         assert interrupted_at - sent_at < 1.0  # wakes every 100 ms to check signals
