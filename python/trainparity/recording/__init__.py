@@ -1,0 +1,28 @@
+"""Recordings: per-step evidence of a training run (`record`), read back and compared step by step.
+
+`record(step, state)` is the one line a training loop needs; it writes only
+when a recording was asked for (`TRAINPARITY_RECORD=DIR`, a check's phases,
+or `recording_to(DIR)`). See docs/trajectories.md.
+"""
+
+from trainparity.recording.frames import RecordingError
+from trainparity.recording.reader import (
+    RecordedStep,
+    Recording,
+    read_recording,
+    read_recordings,
+)
+from trainparity.recording.recorder import record, recording_active, recording_to
+from trainparity.recording.summaries import TensorSummary
+
+__all__ = [
+    "RecordedStep",
+    "Recording",
+    "RecordingError",
+    "TensorSummary",
+    "read_recording",
+    "read_recordings",
+    "record",
+    "recording_active",
+    "recording_to",
+]
