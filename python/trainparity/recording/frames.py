@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from trainparity._native import core
 from trainparity.cuda_backend import digest_buffer
-from trainparity.snapshot_file import _READABLE_DIGEST_VERSIONS, SnapshotFileError
+from trainparity.snapshot_file import SnapshotFileError
 
 MAGIC = b"TPRF"
 HEAD, LAYOUT, STEP = b"H", b"L", b"S"
@@ -79,11 +79,11 @@ def scan_frames(path, mapped) -> tuple[list[Frame], bool]:
         magic, kind, digest_version, meta_length, data_length = HEADER.unpack_from(view, offset)
         if magic != MAGIC or kind not in (HEAD, LAYOUT, STEP):
             raise damaged(path, f"no frame header at byte {offset}")
-        if digest_version not in _READABLE_DIGEST_VERSIONS:
+        if digest_version not in core.DIGEST_VERSIONS:
             raise damaged(
                 path,
                 f"frame at byte {offset} has digest version {digest_version}, not one this build "
-                f"reads ({', '.join(map(str, _READABLE_DIGEST_VERSIONS))})",
+                f"reads ({', '.join(map(str, core.DIGEST_VERSIONS))})",
             )
         meta_end = offset + HEADER.size + padded(meta_length)
         data_end = meta_end + padded(data_length)
