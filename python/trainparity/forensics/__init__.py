@@ -8,14 +8,17 @@ environment leads that fit that kind of op. See docs/forensics.md.
 """
 
 from trainparity.forensics.records import Trace, TraceOp, TraceValue
+from trainparity.forensics.trace_diff import TraceDiff, diff_traces
 from trainparity.forensics.trace_file import is_trace_file, read_trace, write_trace
 from trainparity.forensics.tracing import TraceSession, trace
 
 __all__ = [
     "Trace",
+    "TraceDiff",
     "TraceOp",
     "TraceSession",
     "TraceValue",
+    "diff_traces",
     "is_trace_file",
     "read_trace",
     "trace",

@@ -150,7 +150,9 @@ class _ModulePaths:
         register = torch.autograd.graph.register_multi_grad_hook
         # The gradient of the module's first output to be ready marks the start of
         # its backward; the first gradient of one of its inputs marks the end.
-        register(outputs, lambda _grad, token=token, path=path: self._enter(token, path), mode="any")
+        register(
+            outputs, lambda _grad, token=token, path=path: self._enter(token, path), mode="any"
+        )
         if inputs:
             register(inputs, lambda _grad, token=token: self._exit(token), mode="any")
 
@@ -253,7 +255,9 @@ class StepRecorder:
             self.pending.inputs = None
             return
         with self.lock:
-            tensors = [item for item in tree_leaves((args, kwargs)) if isinstance(item, torch.Tensor)]
+            tensors = [
+                item for item in tree_leaves((args, kwargs)) if isinstance(item, torch.Tensor)
+            ]
             self.pending.inputs = tuple(self._resolve(tensor) for tensor in tensors)
 
     def after(self, func: Any, args: tuple, kwargs: dict, result: Any) -> None:

@@ -45,9 +45,7 @@ def trace(
     file. `capture`: "auto" (DebugMode where torch has it, else a
     TorchDispatchMode), "DebugMode" or "TorchDispatchMode".
     """
-    session = TraceSession(
-        path, model=model, inputs=inputs, keep=keep, step=step, capture=capture
-    )
+    session = TraceSession(path, model=model, inputs=inputs, keep=keep, step=step, capture=capture)
     if run is None:
         return session
     if not callable(run):

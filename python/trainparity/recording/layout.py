@@ -29,7 +29,9 @@ def split_state(state: Mapping[str, object]) -> tuple[str, str, list[FrozenTenso
     """
     normalized = normalize_observation(state)
     if not isinstance(normalized, dict):
-        raise UnsupportedStateError((), f"recorded state is a {type(state).__name__}, not a mapping")
+        raise UnsupportedStateError(
+            (), f"recorded state is a {type(state).__name__}, not a mapping"
+        )
     frozen = freeze(normalized, copy=False)
     named: list[tuple[str, FrozenTensor]] = []
     tree = _encode_node(frozen, (), named)

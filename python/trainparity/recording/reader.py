@@ -196,7 +196,9 @@ def _steps(source: Path, frames: list, trust_digests: bool) -> list[RecordedStep
             if full:
                 nbytes = tensor.nbytes
                 if data_offset + nbytes > len(frame.data):
-                    raise damaged(source, f"step at byte {frame.offset} is shorter than its tensors")
+                    raise damaged(
+                        source, f"step at byte {frame.offset} is shorter than its tensors"
+                    )
                 data = frame.data[data_offset : data_offset + nbytes]
                 data_offset += padded(nbytes)
                 if not trust_digests:
@@ -207,7 +209,12 @@ def _steps(source: Path, frames: list, trust_digests: bool) -> list[RecordedStep
                             f"tensor {entry['name']} of step {step} does not match its recorded digest",
                         )
                 tensor = FrozenTensor(
-                    tensor.shape, tensor.dtype, tensor.device, tensor.requires_grad, data, summary.digest
+                    tensor.shape,
+                    tensor.dtype,
+                    tensor.device,
+                    tensor.requires_grad,
+                    data,
+                    summary.digest,
                 )
             tensors.append(tensor)
             summaries[entry["name"]] = summary
