@@ -1,4 +1,4 @@
-"""`trainparity diff A B`: compare two snapshot files recorded anywhere."""
+"""`trainparity diff A B`: compare two snapshot files, or two traces, recorded anywhere."""
 
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         commands,
         "diff",
         common,
-        summary="Compare two snapshot files: first divergence, worst tensors, environment leads.",
+        summary="Compare two snapshot files (first divergence, worst tensors) or two traces "
+        "(first divergent op, born or inherited), with environment leads.",
         example=EXAMPLE,
         run=run,
     )
-    parser.add_argument("baseline", type=Path, help="snapshot file A (the reference)")
-    parser.add_argument("candidate", type=Path, help="snapshot file B")
+    parser.add_argument("baseline", type=Path, help="snapshot or trace file A (the reference)")
+    parser.add_argument("candidate", type=Path, help="snapshot or trace file B")
     parser.add_argument(
         "--trust-digests",
         action="store_true",
@@ -37,10 +38,24 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(arguments: argparse.Namespace) -> cli.CommandOutput:
+    from trainparity.forensics.trace_diff import diff_traces
+    from trainparity.forensics.trace_file import is_trace_file
     from trainparity.snapshot_diff import diff_snapshots
 
     comparison = cli.comparison_from(arguments)
-    result = diff_snapshots(
+    traces = [is_trace_file(path) for path in (arguments.baseline, arguments.candidate)]
+    if traces[0] != traces[1]:
+        trace, other = (
+            (arguments.baseline, arguments.candidate)
+            if traces[0]
+            else (arguments.candidate, arguments.baseline)
+        )
+        raise cli.UsageError(
+            f"{trace} is a trace but {other} is not: diff two traces (trainparity trace) or "
+            "two snapshots (trainparity snapshot)"
+        )
+    differ = diff_traces if traces[0] else diff_snapshots
+    result = differ(
         arguments.baseline,
         arguments.candidate,
         comparison=comparison,
