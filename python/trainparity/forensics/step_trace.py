@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from trainparity.forensics.tracing import TraceSession
 
@@ -68,7 +68,7 @@ class StepTracer:
 
     def follow_optimizers(self) -> None:
         """End a step at every optimizer step (any optimizer), via torch's global post-hook."""
-        self._hook = torch.optim.optimizer.register_optimizer_step_post_hook(
+        self._hook = register_optimizer_step_post_hook(
             lambda optimizer, args, kwargs: self.step_ended()
         )
 

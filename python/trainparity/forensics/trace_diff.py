@@ -50,6 +50,7 @@ class TraceDiff:
     comparison_policy: str = "exact"
     comparison_rtol: float | None = None
     comparison_atol: float | None = None
+    comparison_equal_nan: bool | None = None
     integrity: str = "verified"
     baseline_op_count: int = 0
     candidate_op_count: int = 0
@@ -99,6 +100,7 @@ def diff_traces(
             comparison_policy="explicit_tolerance",
             comparison_rtol=policy.rtol,
             comparison_atol=policy.atol,
+            comparison_equal_nan=policy.equal_nan,
         )
     try:
         left = _loaded(baseline, trust_digests)
@@ -135,7 +137,7 @@ class _Verdict:
     beyond: bool  # counts as a divergence under the policy
     reason: str  # "equal", "dtype", "shape", "value", "nan_inf", "not compared"
     error: float  # relative error (exact from kept values, else a lower bound); NaN: unknown
-    error_is_exact: bool = False
+    error_is_exact: bool = False  # from kept values: also proves closeness under a tolerance
 
 
 _EQUAL = _Verdict(False, False, "equal", 0.0)
@@ -304,7 +306,7 @@ class _Differ:
             growth.append((position, verdict.error))
             if verdict.beyond and first is None:
                 first = (position, a, b, verdict)
-            elif not verdict.beyond:
+            elif not verdict.beyond and not verdict.error_is_exact:
                 undecided += 1
         leads = environment_leads(self.left.environment, self.right.environment)
         common = {
