@@ -176,7 +176,7 @@ def _first_divergent_op(report: Mapping[str, Any]) -> Section | None:
     bound = "" if first.get("relative_error_is_exact") else " (lower bound, from summaries)"
     rows = [
         ("op", str(first["op"])),
-        ("module", str(first["module"]) or "(no module)"),
+        ("module", str(first["module"]) or "(top level)"),
         ("phase", str(first["phase"])),
         ("call index", str(first["call_index"])),
         ("origin", str(first["origin"])),
@@ -537,7 +537,7 @@ def _error_growth_figure(report: Mapping[str, Any]) -> str:
     first = report.get("first_divergence")
     if isinstance(first, Mapping):
         x = x_of(int(first["position"]))
-        label = f"first divergence: {first['op']} in {first['module'] or '(no module)'}"
+        label = f"first divergence: {first['op']} in {first['module'] or '(top level)'}"
         anchor = "start" if x < left + plot_width / 2 else "end"
         offset = 4 if anchor == "start" else -4
         parts.append(

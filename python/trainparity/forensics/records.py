@@ -65,7 +65,7 @@ class TraceOp:
         return (self.module, self.phase, self.name, self.call_index)
 
     def label(self) -> str:
-        where = self.module or "(no module)"
+        where = self.module or "(top level)"
         return f"{self.name} in {where} ({self.phase}, call {self.call_index})"
 
 
