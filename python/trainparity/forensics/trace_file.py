@@ -21,6 +21,7 @@ every column, so a trace read back is verified like any snapshot.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import struct
@@ -134,6 +135,10 @@ def read_trace(path: str | os.PathLike[str], *, trust_digests: bool = False) -> 
     memory-mapped file (FrozenTensor leaves).
     """
     snapshot, extras = read_snapshot(path, trust_digests=trust_digests)
+    # Building ~10 objects per op triggers the cyclic collector again and again, scanning
+    # everything built so far; none of them form cycles, so it is paused meanwhile.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         root = dict(snapshot.state.entries)
         fields = dict(_mapping(root["trace"]).entries)
@@ -190,6 +195,9 @@ def read_trace(path: str | os.PathLike[str], *, trust_digests: bool = False) -> 
             f"{path} is a snapshot but not a trace ({type(error).__name__}: {error}); "
             "diff it with another snapshot, or trace the step with trainparity.trace"
         ) from None
+    finally:
+        if collecting:
+            gc.enable()
     return Trace(
         ops=ops,
         values=values,
@@ -224,11 +232,11 @@ def _column(node: Any, code: str) -> list:
     return list(memoryview(data).cast(code)) if data else []
 
 
-def _rows(node: Any, code: str, width: int) -> list[list]:
+def _rows(node: Any, code: str, width: int) -> list[tuple]:
     flat = _column(node, code)
     if len(node.shape) != 2 or node.shape[1] != width:
         raise ValueError(f"expected a table of {width} columns, got shape {node.shape}")
-    return [flat[start : start + width] for start in range(0, len(flat), width)]
+    return list(zip(*(flat[column::width] for column in range(width)), strict=True))
 
 
 def _check_references(ops: list[TraceOp], values: list[TraceValue], kept: dict) -> None:
