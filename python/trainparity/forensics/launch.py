@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import runpy
 import sys
+from pathlib import Path
 
 from trainparity.forensics.step_trace import install_from_environment
 
@@ -25,7 +26,7 @@ def main(argv: list[str]) -> None:
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         else:
             sys.argv = list(argv)
-            sys.path.insert(0, str(__import__("pathlib").Path(argv[0]).resolve().parent))
+            sys.path.insert(0, str(Path(argv[0]).resolve().parent))  # as `python SCRIPT` does
             runpy.run_path(argv[0], run_name="__main__")
     finally:
         if tracer is not None and tracer.session is not None:

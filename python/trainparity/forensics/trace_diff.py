@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from trainparity._native import tensor_bytes
 from trainparity.comparison import ComparisonPolicy, ToleranceComparison
 from trainparity.cuda_backend import compare_buffers
 from trainparity.display import result_html, result_repr
@@ -389,8 +390,6 @@ def _rank(verdict: _Verdict) -> tuple[bool, bool, float]:
 def _buffer(tensor: Any) -> Any:
     if isinstance(tensor, FrozenTensor):
         return tensor.data
-    from trainparity._native import tensor_bytes
-
     return tensor_bytes(tensor.detach().cpu().contiguous())
 
 
