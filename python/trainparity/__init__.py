@@ -13,6 +13,7 @@ from trainparity.api import (
     check_resume,
     compare_states,
 )
+from trainparity.forensics.tracing import trace
 from trainparity.recording.recorder import record
 from trainparity.version import PACKAGE_VERSION as _PACKAGE_VERSION
 
@@ -32,4 +33,5 @@ __all__ = [
     "check_resume",
     "compare_states",
     "record",
+    "trace",
 ]

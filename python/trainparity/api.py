@@ -8,6 +8,8 @@ from trainparity.comparison import (
     ToleranceComparison,
 )
 from trainparity.environment import environment_fingerprint
+from trainparity.forensics.trace_diff import TraceDiff, diff_traces
+from trainparity.forensics.tracing import trace
 from trainparity.outcomes import Outcome
 from trainparity.process_resume import check_resume
 from trainparity.protocols import (
@@ -73,5 +75,8 @@ __all__ = [
     "diff_recordings",
     "record",
     "recording_to",
+    "diff_traces",
     "environment_fingerprint",
+    "trace",
+    "TraceDiff",
 ]

@@ -1,4 +1,4 @@
-"""`trainparity diff A B`: compare two snapshot files, or two recordings (directories), recorded anywhere."""
+"""`trainparity diff A B`: compare two snapshot files, two traces, or two recordings (directories), recorded anywhere."""
 
 from __future__ import annotations
 
@@ -21,15 +21,20 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         commands,
         "diff",
         common,
-        summary="Compare two snapshot files (first divergence, worst tensors, environment leads) "
-        "or two recordings (first divergent step, drift curve, environment leads).",
+        summary="Compare two snapshot files (first divergence, worst tensors), two traces "
+        "(first divergent op, born or inherited) or two recordings (first divergent step, "
+        "drift curve), with environment leads.",
         example=EXAMPLE,
         run=run,
     )
     parser.add_argument(
-        "baseline", type=Path, help="snapshot file or recording directory A (the reference)"
+        "baseline",
+        type=Path,
+        help="snapshot file, trace file or recording directory A (the reference)",
     )
-    parser.add_argument("candidate", type=Path, help="snapshot file or recording directory B")
+    parser.add_argument(
+        "candidate", type=Path, help="snapshot file, trace file or recording directory B"
+    )
     parser.add_argument(
         "--rank",
         type=int,
@@ -46,12 +51,26 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run(arguments: argparse.Namespace) -> cli.CommandOutput:
+    from trainparity.forensics.trace_diff import diff_traces
+    from trainparity.forensics.trace_file import is_trace_file
     from trainparity.snapshot_diff import diff_snapshots
 
     comparison = cli.comparison_from(arguments)
     if arguments.baseline.is_dir() or arguments.candidate.is_dir():
         return _diff_recordings(arguments, comparison)
-    result = diff_snapshots(
+    traces = [is_trace_file(path) for path in (arguments.baseline, arguments.candidate)]
+    if traces[0] != traces[1]:
+        trace, other = (
+            (arguments.baseline, arguments.candidate)
+            if traces[0]
+            else (arguments.candidate, arguments.baseline)
+        )
+        raise cli.UsageError(
+            f"{trace} is a trace but {other} is not: diff two traces (trainparity trace) or "
+            "two snapshots (trainparity snapshot)"
+        )
+    differ = diff_traces if traces[0] else diff_snapshots
+    result = differ(
         arguments.baseline,
         arguments.candidate,
         comparison=comparison,

@@ -50,6 +50,11 @@ _CONTEXT_KEYS = (
     ("verified_equal_initial_state", "verified equal initial state"),
     ("fresh_resume_processes_distinct", "fresh resume processes distinct"),
     ("compared_tensor_count", "tensors compared"),
+    ("baseline_op_count", "ops in baseline"),
+    ("candidate_op_count", "ops in candidate"),
+    ("compared_op_count", "ops compared (in both)"),
+    ("differing_op_count", "ops whose output differs"),
+    ("leads_ranked_for", "leads ranked for"),
     ("median_relative_rms_error", "median relative RMS error"),
     ("max_relative_rms_error", "max relative RMS error"),
     ("evidence_path", "evidence file"),
@@ -98,12 +103,14 @@ def report_sections(
     builders = (
         _context,
         _first_divergence,
+        _first_divergent_op,
         _first_violation,
         _coverage_counts,
         _phases,
         _timings,
         _worst_tensors,
         _drift,
+        _one_side_ops,
         _environment_leads,
         _anomalies,
         _hints,
@@ -163,6 +170,41 @@ def _first_divergence(report: Mapping[str, Any]) -> Section | None:
         if first.get(key) is not None:
             rows.append((label, _number(first[key])))
     return Section("First divergence", tuple(rows))
+
+
+def _first_divergent_op(report: Mapping[str, Any]) -> Section | None:
+    first = report.get("first_divergence")
+    if not isinstance(first, Mapping):
+        return None
+    error = first.get("relative_error")
+    bound = "" if first.get("relative_error_is_exact") else " (lower bound, from summaries)"
+    rows = [
+        ("op", str(first["op"])),
+        ("module", str(first["module"]) or "(top level)"),
+        ("phase", str(first["phase"])),
+        ("call index", str(first["call_index"])),
+        ("origin", str(first["origin"])),
+    ]
+    if first.get("inherited_from"):
+        rows.append(("inherited from", str(first["inherited_from"])))
+    if first.get("born_in") and first["origin"] == "inherited":
+        rows.append(("born in", str(first["born_in"])))
+    rows += [
+        ("reason", str(first["reason"])),
+        ("relative error", _number(error) + bound),
+        ("baseline output", str(first["baseline_output"])),
+        ("candidate output", str(first["candidate_output"])),
+    ]
+    return Section("First divergence", tuple(rows))
+
+
+def _one_side_ops(report: Mapping[str, Any]) -> Section | None:
+    rows = tuple(("baseline", str(op)) for op in report.get("only_in_baseline") or ()) + tuple(
+        ("candidate", str(op)) for op in report.get("only_in_candidate") or ()
+    )
+    if not rows:
+        return None
+    return Section("Ops in one trace only (skipped)", rows, ("only in", "op"))
 
 
 def _first_violation(report: Mapping[str, Any]) -> Section | None:
@@ -479,7 +521,94 @@ def html_fragment(
         report, max_rows=max_rows, include_environment=include_environment
     ):
         parts.append(_html_section(section))
+        if section.title == "First divergence" and "error_growth" in report:
+            parts.append(_error_growth_figure(report))
+    if "error_growth" in report and not isinstance(report.get("first_divergence"), Mapping):
+        parts.append(_error_growth_figure(report))
     parts.append("</div>")
+    return "".join(parts)
+
+
+def _error_growth_figure(report: Mapping[str, Any]) -> str:
+    """The relative error of each differing op along the op sequence: an inline SVG, no script.
+
+    x is the op's position among the ops compared, y the relative error on a
+    log scale; an error that is not known (no summaries) or 0 sits on the
+    bottom edge as a hollow mark; the first divergence is a dashed red line.
+    """
+    width, height, left, right, top, bottom = 720, 240, 64, 16, 16, 40
+    count = max(int(report.get("compared_op_count") or 0), 1)
+    points = [(int(position), float(error)) for position, error in report["error_growth"]]
+    known = [error for _, error in points if math.isfinite(error) and error > 0]
+    low = math.floor(math.log10(min(known))) if known else -8
+    high = math.ceil(math.log10(max(known))) if known else 0
+    high = max(high, low + 1)
+    plot_width, plot_height = width - left - right, height - top - bottom
+
+    def x_of(position: int) -> float:
+        return left + plot_width * (position + 0.5) / count
+
+    def y_of(error: float) -> float:
+        return top + plot_height * (high - math.log10(error)) / (high - low)
+
+    # One mark per pixel column (the largest error there), so 10k ops stay a small figure.
+    columns: dict[int, tuple[int, float]] = {}
+    for position, error in points:
+        column = int(x_of(position))
+        value = error if math.isfinite(error) and error > 0 else -1.0
+        if column not in columns or value > columns[column][1]:
+            columns[column] = (position, value)
+    parts = [
+        f"<figure class='tp-error-growth'><svg xmlns='http://www.w3.org/2000/svg' "
+        f"width='{width}' height='{height}' viewBox='0 0 {width} {height}' role='img' "
+        f"aria-label='relative error along the op sequence'>",
+        f"<rect x='{left}' y='{top}' width='{plot_width}' height='{plot_height}' "
+        "fill='#fff' stroke='#d0d7de'/>",
+    ]
+    for exponent in range(low, high + 1):
+        y = y_of(10.0**exponent)
+        parts.append(
+            f"<line x1='{left}' x2='{left + plot_width}' y1='{y:.1f}' y2='{y:.1f}' "
+            f"stroke='#eaeef2'/><text x='{left - 6}' y='{y + 4:.1f}' font-size='11' "
+            f"text-anchor='end' fill='#57606a'>1e{exponent}</text>"
+        )
+    first = report.get("first_divergence")
+    if isinstance(first, Mapping):
+        x = x_of(int(first["position"]))
+        label = f"first divergence: {first['op']} in {first['module'] or '(top level)'}"
+        anchor = "start" if x < left + plot_width / 2 else "end"
+        offset = 4 if anchor == "start" else -4
+        parts.append(
+            f"<line class='tp-first-divergence' x1='{x:.1f}' x2='{x:.1f}' y1='{top}' "
+            f"y2='{top + plot_height}' stroke='#cf222e' stroke-dasharray='4 3'/>"
+            f"<text x='{x + offset:.1f}' y='{top + 12}' font-size='11' fill='#cf222e' "
+            f"text-anchor='{anchor}'>{_escape(label)}</text>"
+        )
+    marks = sorted(columns.values())
+    line = [(x_of(p), y_of(e)) for p, e in marks if e > 0]
+    if len(line) > 1:
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in line)
+        parts.append(f"<polyline points='{path}' fill='none' stroke='#0969da' stroke-width='1'/>")
+    for position, error in marks:
+        if error > 0:
+            parts.append(
+                f"<circle cx='{x_of(position):.1f}' cy='{y_of(error):.1f}' r='2.5' fill='#0969da'>"
+                f"<title>op {position}: {error:.3e}</title></circle>"
+            )
+        else:
+            parts.append(
+                f"<circle cx='{x_of(position):.1f}' cy='{top + plot_height:.1f}' r='2.5' "
+                f"fill='none' stroke='#9a6700'><title>op {position}: error unknown</title></circle>"
+            )
+    parts.append(
+        f"<text x='{left + plot_width / 2}' y='{height - 8}' font-size='12' text-anchor='middle' "
+        f"fill='#1f2328'>op position ({count} ops compared)</text>"
+        f"<text x='14' y='{top + plot_height / 2}' font-size='12' text-anchor='middle' "
+        f"fill='#1f2328' transform='rotate(-90 14 {top + plot_height / 2})'>relative error</text>"
+        "</svg><figcaption>Relative error of each op output that differs, along the op "
+        "sequence (lower bounds from the summaries unless values were kept).</figcaption>"
+        "</figure>"
+    )
     return "".join(parts)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU device check, one prepared run (at most ~8 minutes) on a machine with a CUDA GPU:
 # builds the C core and the CUDA kernels, runs the GPU tests (CPU/GPU identity, digest
-# identity, launch-shape determinism, and the CUDA-RNG resume fault when the resume
+# identity, launch-shape determinism, forensics CPU vs CUDA, and the CUDA-RNG resume fault when the resume
 # suite has it), then benchmarks/bench_gpu_compare.py. Needs no network.
 #
 # Everything it produces goes under $OUT (default: a new temporary directory):
