@@ -33,6 +33,7 @@ from trainparity.cuda_backend import (
     iter_host_blocks,
     kernel_unavailable_reason,
     kernels_available,
+    summary_buffer,
     write_buffer,
 )
 from trainparity.state import FrozenTensor, freeze
@@ -192,6 +193,44 @@ def test_unknown_digest_versions_are_refused_on_every_backend(backend, version):
     source = tensor_bytes(data) if backend == CPU_BACKEND else DeviceTensorBytes(data)
     with pytest.raises(ValueError, match=r"supported digest versions \(1, 2\)"):
         digest_buffer(source, backend=backend, version=version)
+
+
+SUMMARISED_DTYPES = [name for name in KERNEL_DTYPES if name in ALL_DTYPES]
+
+
+def summary_bits(state: tuple) -> tuple:
+    """A summary state with its floats as bit patterns (NaN sums compare equal)."""
+    floats = [struct.unpack("<Q", struct.pack("<d", value))[0] for value in state[1:4]]
+    return (state[0], *floats, *state[4:])
+
+
+@pytest.mark.parametrize("name", SUMMARISED_DTYPES)
+def test_summary_buffer_is_the_core_digest_and_summary_on_every_host_backend(name):
+    itemsize = getattr(torch, name).itemsize
+    count = (3 * BLOCK_ALIGNMENT + 1000) // itemsize  # three full blocks and a short one
+    values, _ = random_pair(name, count, seed=len(name))
+    host = tensor_bytes(values)
+    expected = (core.digest(host), summary_bits(core.summary(name, host)))
+    digest, state, backend = summary_buffer(name, host)
+    assert (digest, summary_bits(state), backend) == (*expected, CPU_BACKEND)
+    digest, state, backend = summary_buffer(
+        name, DeviceTensorBytes(values), backend=HOST_STREAM_BACKEND, block_bytes=BLOCK_ALIGNMENT
+    )
+    assert (digest, summary_bits(state), backend) == (*expected, HOST_STREAM_BACKEND)
+
+
+@pytest.mark.parametrize("version", core.DIGEST_VERSIONS)
+def test_summary_buffer_of_empty_buffers_and_older_digest_versions(version):
+    for data in (torch.empty(0), torch.arange(70000, dtype=torch.float32)):
+        host = tensor_bytes(data)
+        expected = (core.digest(host, version=version), core.summary("float32", host))
+        for source in (host, DeviceTensorBytes(data)):
+            digest, state, _ = summary_buffer("float32", source, version=version)
+            assert (digest, state) == expected
+    with pytest.raises(ValueError, match=r"supported digest versions \(1, 2\)"):
+        summary_buffer("float32", b"", version=3)
+    with pytest.raises(ValueError, match="on a CUDA device"):
+        summary_buffer("float32", b"", backend=KERNEL_BACKEND)
 
 
 def test_streaming_holds_at_most_two_bounded_staging_buffers(monkeypatch):
