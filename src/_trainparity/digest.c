@@ -57,12 +57,19 @@ static void lanes_finish(const digest_hasher *hasher, digest_lanes *lanes,
 /* The statistics half of a fused digest+summary pass (summary.h). */
 typedef struct {
     summary_accumulate accumulate;
+    /* The hasher's fused loop for the dtype, or NULL: hash and summarise in blocks. */
+    void (*absorb_with_stats)(digest_lanes *lanes, struct summary_lanes *sums,
+                              const unsigned char *p, size_t stripes);
     size_t element_size;
 } stats_pass;
 
-/* Within a chunk, the fused pass hashes this many bytes and then summarises the
- * same bytes, read again from L1. A multiple of the stripe, so of 8 elements of
- * any dtype: each block keeps element k of the chunk in statistics lane k % 8. */
+_Static_assert(SUMMARY_FLOAT_SLOTS == DIGEST_FUSED_DTYPES,
+               "digest.h's fused loops follow summary.h's floating dtypes");
+
+/* Without a fused loop, the fused pass hashes this many bytes of a chunk and then
+ * summarises the same bytes, read again from L1. A multiple of the stripe, so of
+ * 8 elements of any dtype: each block keeps element k of the chunk in statistics
+ * lane k % 8. (2 KiB measured fastest: docs/validation.md.) */
 #define FUSED_BLOCK_BYTES ((size_t)2048)
 
 /* H(message, tag, length) of a message held whole in memory. */
@@ -87,11 +94,15 @@ static void lane_hash_and_stats(const digest_hasher *hasher, const stats_pass *s
     size_t whole = length / DIGEST_STRIPE_BYTES * DIGEST_STRIPE_BYTES;
     hasher->start(&lanes);
     summary_lanes_start(&sums);
-    for (size_t offset = 0; offset < whole; offset += FUSED_BLOCK_BYTES) {
-        size_t block = whole - offset < FUSED_BLOCK_BYTES ? whole - offset : FUSED_BLOCK_BYTES;
-        hasher->absorb(&lanes, p + offset, block / DIGEST_STRIPE_BYTES);
-        stats->accumulate(&sums, p + offset, block / stats->element_size);
-    }
+    if (stats->absorb_with_stats != NULL)
+        stats->absorb_with_stats(&lanes, &sums, p, whole / DIGEST_STRIPE_BYTES);
+    else
+        for (size_t offset = 0; offset < whole; offset += FUSED_BLOCK_BYTES) {
+            size_t block =
+                whole - offset < FUSED_BLOCK_BYTES ? whole - offset : FUSED_BLOCK_BYTES;
+            hasher->absorb(&lanes, p + offset, block / DIGEST_STRIPE_BYTES);
+            stats->accumulate(&sums, p + offset, block / stats->element_size);
+        }
     stats->accumulate(&sums, p + whole, (length - whole) / stats->element_size);
     lanes_finish(hasher, &lanes, p + whole, length - whole, tag, length, out);
     summary_lanes_fold(&sums, chunk_stats);
@@ -605,7 +616,14 @@ static int parse_fused_call(const char *function, const char *dtype_name, PyObje
     const char *path = NULL;
     if (path_obj != NULL && path_obj != Py_None && (path = PyUnicode_AsUTF8(path_obj)) == NULL)
         return -1;
-    call->stats = (stats_pass){summary_accumulator(dtype, path), summary_element_size(dtype)};
+    int slot = summary_float_slot(dtype);
+    call->stats = (stats_pass){
+        .accumulate = summary_accumulator(dtype, path),
+        .absorb_with_stats = slot != SUMMARY_NOT_FLOAT && summary_path_supported(call->hasher->path)
+                                 ? call->hasher->absorb_with_stats[slot]
+                                 : NULL,
+        .element_size = summary_element_size(dtype),
+    };
     if (summary_parse_state(state, dtype, function, &call->count, &call->total) < 0)
         return -1;
     if (get_contiguous_buffer(data, function, &call->view) < 0)

@@ -1,6 +1,7 @@
 /* summary part of the native core: a tensor's count, sum, sum of squares, max |x|
  * and NaN/Inf counts in one deterministic pass (docs/design.md, "Summaries"). */
 #include "summary.h"
+#include "summary_simd.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -33,19 +34,12 @@
 #define HOT_LOOP
 #endif
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define SUMMARY_HAVE_X86 1
-#include <immintrin.h>
-#endif
-
-/* The floating dtypes have vector loops, in this order, in each path's table. */
-enum { FLOAT16_SLOT, BFLOAT16_SLOT, FLOAT32_SLOT, FLOAT64_SLOT, FLOAT_SLOTS, NOT_FLOAT = -1 };
 
 struct summary_dtype {
     const char *name;
     size_t size;
     summary_accumulate portable;
-    int float_slot; /* index into a path's loops, or NOT_FLOAT */
+    int float_slot; /* index into a path's loops, or SUMMARY_NOT_FLOAT */
 };
 
 /* binary16 → binary32 without branches: shifted into place, the exponent is
@@ -187,34 +181,30 @@ ELEMENT_LOOP(loop_float64, {
 })
 
 static const struct summary_dtype dtypes[] = {
-    {"bool", 1, loop_bool, NOT_FLOAT},
-    {"uint8", 1, loop_uint8, NOT_FLOAT},
-    {"int8", 1, loop_int8, NOT_FLOAT},
-    {"int16", 2, loop_int16, NOT_FLOAT},
-    {"uint16", 2, loop_uint16, NOT_FLOAT},
-    {"int32", 4, loop_int32, NOT_FLOAT},
-    {"uint32", 4, loop_uint32, NOT_FLOAT},
-    {"int64", 8, loop_int64, NOT_FLOAT},
-    {"uint64", 8, loop_uint64, NOT_FLOAT},
-    {"float16", 2, loop_float16, FLOAT16_SLOT},
-    {"bfloat16", 2, loop_bfloat16, BFLOAT16_SLOT},
-    {"float32", 4, loop_float32, FLOAT32_SLOT},
-    {"float64", 8, loop_float64, FLOAT64_SLOT},
+    {"bool", 1, loop_bool, SUMMARY_NOT_FLOAT},
+    {"uint8", 1, loop_uint8, SUMMARY_NOT_FLOAT},
+    {"int8", 1, loop_int8, SUMMARY_NOT_FLOAT},
+    {"int16", 2, loop_int16, SUMMARY_NOT_FLOAT},
+    {"uint16", 2, loop_uint16, SUMMARY_NOT_FLOAT},
+    {"int32", 4, loop_int32, SUMMARY_NOT_FLOAT},
+    {"uint32", 4, loop_uint32, SUMMARY_NOT_FLOAT},
+    {"int64", 8, loop_int64, SUMMARY_NOT_FLOAT},
+    {"uint64", 8, loop_uint64, SUMMARY_NOT_FLOAT},
+    {"float16", 2, loop_float16, SUMMARY_FLOAT16},
+    {"bfloat16", 2, loop_bfloat16, SUMMARY_BFLOAT16},
+    {"float32", 4, loop_float32, SUMMARY_FLOAT32},
+    {"float64", 8, loop_float64, SUMMARY_FLOAT64},
 };
 #define DTYPE_COUNT (sizeof dtypes / sizeof dtypes[0])
 
-/* ---- vector loops of the floating dtypes ----
+/* ---- vector loops of the floating dtypes (the groups are in summary_simd.h) ----
  *
- * Eight elements at a time, converted exactly to double, element j of the group
- * into lane j: the same additions in the same order as the portable loops, so
- * the same bits. A group with a NaN or an Inf (rare) is counted apart; its
- * non-finite elements add +0.0, as in the portable loops. The last count % 8
- * elements go through the portable loop. */
+ * Eight elements at a time; the last count % 8 go through the portable loop. */
 
 typedef struct {
     const char *path; /* "scalar", "avx2", "avx512" */
     int (*supported)(void);
-    summary_accumulate loops[FLOAT_SLOTS];
+    summary_accumulate loops[SUMMARY_FLOAT_SLOTS];
 } float_loops;
 
 static int always_supported(void)
@@ -230,91 +220,20 @@ static const float_loops scalar_loops = {
 
 #ifdef SUMMARY_HAVE_X86
 
-/* NaN and Inf counts of a group from its NaN and finite bit masks (`width` lanes). */
-static inline void count_specials(summary_lanes *acc, unsigned nan_bits, unsigned finite_bits,
-                                  unsigned width)
-{
-    unsigned all = (1u << width) - 1u;
-    acc->nan_count += (uint64_t)__builtin_popcount(nan_bits & all);
-    acc->inf_count += (uint64_t)__builtin_popcount(~(finite_bits | nan_bits) & all);
-}
-
-/* AVX2: lanes 0-3 in one register, 4-7 in the other. */
-typedef struct {
-    __m256d sum[2], squares[2], max_abs[2];
-} avx2_acc;
-
-__attribute__((target("avx2,f16c"))) static inline void avx2_add4(avx2_acc *v, int half,
-                                                                  summary_lanes *acc,
-                                                                  __m256d value)
-{
-    const __m256d infinity = _mm256_set1_pd(INFINITY);
-    __m256d magnitude = _mm256_andnot_pd(_mm256_set1_pd(-0.0), value);
-    __m256d finite = _mm256_cmp_pd(magnitude, infinity, _CMP_LT_OQ);
-    unsigned finite_bits = (unsigned)_mm256_movemask_pd(finite);
-    if (finite_bits != 0xFu)
-        count_specials(acc, (unsigned)_mm256_movemask_pd(_mm256_cmp_pd(value, value, _CMP_UNORD_Q)),
-                       finite_bits, 4);
-    __m256d kept = _mm256_and_pd(value, finite);
-    v->sum[half] = _mm256_add_pd(v->sum[half], kept);
-    v->squares[half] = _mm256_add_pd(v->squares[half], _mm256_mul_pd(kept, kept));
-    v->max_abs[half] = _mm256_max_pd(v->max_abs[half], _mm256_and_pd(magnitude, finite));
-}
-
-__attribute__((target("avx2,f16c"))) static inline void avx2_add8_floats(avx2_acc *v,
-                                                                         summary_lanes *acc,
-                                                                         __m256 singles)
-{
-    avx2_add4(v, 0, acc, _mm256_cvtps_pd(_mm256_castps256_ps128(singles)));
-    avx2_add4(v, 1, acc, _mm256_cvtps_pd(_mm256_extractf128_ps(singles, 1)));
-}
-
-__attribute__((target("avx2,f16c"))) static inline __m256 avx2_load_float32(const unsigned char *p)
-{
-    return _mm256_loadu_ps((const float *)(const void *)p);
-}
-
-__attribute__((target("avx2,f16c"))) static inline __m256 avx2_load_float16(const unsigned char *p)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
-}
-
-__attribute__((target("avx2,f16c"))) static inline __m256 avx2_load_bfloat16(const unsigned char *p)
-{
-    __m256i widened = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
-}
-
-#define AVX2_LOOP(NAME, ELEMENT_BYTES, GROUP_CODE, PORTABLE)                               \
-    __attribute__((target("avx2,f16c"))) static void NAME(summary_lanes *acc,              \
-                                                          const unsigned char *p,          \
-                                                          size_t count)                    \
+#define AVX2_LOOP(NAME, ELEMENT_BYTES, GROUP, PORTABLE)                                     \
+    SUMMARY_AVX2 static void NAME(summary_lanes *acc, const unsigned char *p, size_t count) \
     {                                                                                      \
-        avx2_acc v;                                                                        \
-        for (int half = 0; half < 2; half++) {                                             \
-            v.sum[half] = _mm256_loadu_pd(acc->sum + 4 * half);                            \
-            v.squares[half] = _mm256_loadu_pd(acc->squares + 4 * half);                    \
-            v.max_abs[half] = _mm256_loadu_pd(acc->max_abs + 4 * half);                    \
-        }                                                                                  \
-        size_t groups = count / LANES;                                                     \
-        for (size_t g = 0; g < groups; g++, p += LANES * (ELEMENT_BYTES)) {                \
-            GROUP_CODE                                                                     \
-        }                                                                                  \
-        for (int half = 0; half < 2; half++) {                                             \
-            _mm256_storeu_pd(acc->sum + 4 * half, v.sum[half]);                            \
-            _mm256_storeu_pd(acc->squares + 4 * half, v.squares[half]);                    \
-            _mm256_storeu_pd(acc->max_abs + 4 * half, v.max_abs[half]);                    \
-        }                                                                                  \
+        avx2_acc v = avx2_acc_load(acc);                                                   \
+        for (size_t g = 0; g < count / LANES; g++, p += LANES * (ELEMENT_BYTES))           \
+            GROUP(&v, acc, p);                                                             \
+        avx2_acc_store(acc, &v);                                                           \
         PORTABLE(acc, p, count % LANES);                                                   \
     }
 
-AVX2_LOOP(avx2_float16, 2, avx2_add8_floats(&v, acc, avx2_load_float16(p));, loop_float16)
-AVX2_LOOP(avx2_bfloat16, 2, avx2_add8_floats(&v, acc, avx2_load_bfloat16(p));, loop_bfloat16)
-AVX2_LOOP(avx2_float32, 4, avx2_add8_floats(&v, acc, avx2_load_float32(p));, loop_float32)
-AVX2_LOOP(avx2_float64, 8, {
-    avx2_add4(&v, 0, acc, _mm256_loadu_pd((const double *)(const void *)p));
-    avx2_add4(&v, 1, acc, _mm256_loadu_pd((const double *)(const void *)(p + 32)));
-}, loop_float64)
+AVX2_LOOP(avx2_float16, 2, avx2_group_float16, loop_float16)
+AVX2_LOOP(avx2_bfloat16, 2, avx2_group_bfloat16, loop_bfloat16)
+AVX2_LOOP(avx2_float32, 4, avx2_group_float32, loop_float32)
+AVX2_LOOP(avx2_float64, 8, avx2_group_float64, loop_float64)
 
 static int avx2_supported(void)
 {
@@ -328,51 +247,26 @@ static const float_loops avx2_loops = {
     .loops = {avx2_float16, avx2_bfloat16, avx2_float32, avx2_float64},
 };
 
-/* AVX-512: all eight lanes in one register. */
-typedef struct {
-    __m512d sum, squares, max_abs;
-} avx512_acc;
-
-__attribute__((target("avx512f,f16c"))) static inline void avx512_add8(avx512_acc *v,
-                                                                       summary_lanes *acc,
-                                                                       __m512d value)
-{
-    __m512d magnitude = _mm512_abs_pd(value);
-    __mmask8 finite = _mm512_cmp_pd_mask(magnitude, _mm512_set1_pd(INFINITY), _CMP_LT_OQ);
-    if (finite != 0xFF)
-        count_specials(acc, (unsigned)_mm512_cmp_pd_mask(value, value, _CMP_UNORD_Q),
-                       (unsigned)finite, 8);
-    __m512d kept = _mm512_maskz_mov_pd(finite, value);
-    v->sum = _mm512_add_pd(v->sum, kept);
-    v->squares = _mm512_add_pd(v->squares, _mm512_mul_pd(kept, kept));
-    v->max_abs = _mm512_max_pd(v->max_abs, _mm512_maskz_mov_pd(finite, magnitude));
-}
-
-#define AVX512_LOOP(NAME, ELEMENT_BYTES, LOAD_CODE, PORTABLE)                              \
-    __attribute__((target("avx512f,f16c"))) static void NAME(summary_lanes *acc,           \
-                                                             const unsigned char *p,       \
-                                                             size_t count)                 \
-    {                                                                                      \
-        avx512_acc v = {_mm512_loadu_pd(acc->sum), _mm512_loadu_pd(acc->squares),          \
-                        _mm512_loadu_pd(acc->max_abs)};                                    \
-        size_t groups = count / LANES;                                                     \
-        for (size_t g = 0; g < groups; g++, p += LANES * (ELEMENT_BYTES))                  \
-            avx512_add8(&v, acc, LOAD_CODE);                                               \
-        _mm512_storeu_pd(acc->sum, v.sum);                                                 \
-        _mm512_storeu_pd(acc->squares, v.squares);                                         \
-        _mm512_storeu_pd(acc->max_abs, v.max_abs);                                         \
-        PORTABLE(acc, p, count % LANES);                                                   \
+#define AVX512_LOOP(NAME, ELEMENT_BYTES, GROUP, PORTABLE)                                   \
+    SUMMARY_AVX512 static void NAME(summary_lanes *acc, const unsigned char *p, size_t count) \
+    {                                                                                        \
+        avx512_acc v = avx512_acc_load(acc);                                                 \
+        for (size_t g = 0; g < count / LANES; g++, p += LANES * (ELEMENT_BYTES))             \
+            GROUP(&v, acc, p);                                                               \
+        avx512_acc_store(acc, &v);                                                           \
+        PORTABLE(acc, p, count % LANES);                                                     \
     }
 
-AVX512_LOOP(avx512_float16, 2, _mm512_cvtps_pd(avx2_load_float16(p)), loop_float16)
-AVX512_LOOP(avx512_bfloat16, 2, _mm512_cvtps_pd(avx2_load_bfloat16(p)), loop_bfloat16)
-AVX512_LOOP(avx512_float32, 4, _mm512_cvtps_pd(avx2_load_float32(p)), loop_float32)
-AVX512_LOOP(avx512_float64, 8, _mm512_loadu_pd((const double *)(const void *)p), loop_float64)
+AVX512_LOOP(avx512_float16, 2, avx512_group_float16, loop_float16)
+AVX512_LOOP(avx512_bfloat16, 2, avx512_group_bfloat16, loop_bfloat16)
+AVX512_LOOP(avx512_float32, 4, avx512_group_float32, loop_float32)
+AVX512_LOOP(avx512_float64, 8, avx512_group_float64, loop_float64)
 
 static int avx512_supported(void)
 {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && avx2_supported();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           avx2_supported();
 }
 
 static const float_loops avx512_loops = {
@@ -421,9 +315,19 @@ size_t summary_element_size(const summary_dtype *dtype)
     return dtype->size;
 }
 
+int summary_float_slot(const summary_dtype *dtype)
+{
+    return dtype->float_slot;
+}
+
+int summary_path_supported(const char *path)
+{
+    return find_loops(path) != NULL;
+}
+
 summary_accumulate summary_accumulator(const summary_dtype *dtype, const char *path)
 {
-    if (dtype->float_slot == NOT_FLOAT)
+    if (dtype->float_slot == SUMMARY_NOT_FLOAT)
         return dtype->portable;
     const float_loops *loops = default_loops;
     if (path != NULL) {

@@ -24,7 +24,7 @@ typedef struct {
 
 /* One chunk's statistics in progress. Only the sums depend on the order of the
  * additions; the maxima and counts are exact in any order. */
-typedef struct {
+typedef struct summary_lanes {
     double sum[SUMMARY_LANES];
     double squares[SUMMARY_LANES];
     double max_abs[SUMMARY_LANES];
@@ -40,9 +40,23 @@ typedef void (*summary_accumulate)(summary_lanes *lanes, const unsigned char *p,
 
 typedef struct summary_dtype summary_dtype;
 
+/* The floating dtypes, which have vector loops (and fused digest loops, digest.h). */
+enum {
+    SUMMARY_FLOAT16,
+    SUMMARY_BFLOAT16,
+    SUMMARY_FLOAT32,
+    SUMMARY_FLOAT64,
+    SUMMARY_FLOAT_SLOTS,
+    SUMMARY_NOT_FLOAT = -1
+};
+
 /* The dtype called `name`, or NULL with ValueError naming the supported ones. */
 const summary_dtype *summary_parse_dtype(const char *name, const char *function);
 size_t summary_element_size(const summary_dtype *dtype);
+/* SUMMARY_FLOAT16 ... SUMMARY_FLOAT64, or SUMMARY_NOT_FLOAT. */
+int summary_float_slot(const summary_dtype *dtype);
+/* Whether this machine runs the statistics path called `path`. */
+int summary_path_supported(const char *path);
 
 /* The statistics loop of `dtype` on the path called `path`: NULL means
  * SUMMARY_PATH (the fastest this machine runs); a name without a statistics loop of
