@@ -322,7 +322,21 @@ def emulator(tmp_path_factory):
     emulation.tp_emulate_digest.argtypes = [
         ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p,
     ]  # fmt: skip
+    emulation.tp_emulate_summary.argtypes = [
+        ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(_Summary),
+    ]  # fmt: skip
     return emulation
+
+
+class _Summary(ctypes.Structure):
+    _fields_ = [
+        ("count", ctypes.c_uint64),
+        ("sum", ctypes.c_double),
+        ("sum_squares", ctypes.c_double),
+        ("max_abs", ctypes.c_double),
+        ("nan_count", ctypes.c_uint64),
+        ("inf_count", ctypes.c_uint64),
+    ]
 
 
 def emulated_compare(emulation, name, baseline, candidate, rtol=None, atol=None, equal_nan=False):
@@ -380,3 +394,14 @@ def test_kernel_digest_arithmetic_matches_the_core(emulator, version, length):
 
 def test_kernel_digest_arithmetic_refuses_unknown_versions(emulator):
     assert emulator.tp_emulate_digest(3, b"abc", 3, ctypes.create_string_buffer(16)) == -1
+
+
+@pytest.mark.parametrize("name", SUMMARISED_DTYPES)
+@pytest.mark.parametrize("count", [0, 5, CHUNK_ELEMENTS * 5 + 3])
+def test_kernel_summary_arithmetic_matches_the_core(emulator, name, count):
+    values, _ = random_pair(name, count, seed=count + len(name))
+    found = _Summary()
+    assert emulator.tp_emulate_summary(name.encode(), values.data_ptr(), count, found) == 0
+    emulated = tuple(getattr(found, field) for field, _ in _Summary._fields_)
+    assert summary_bits(emulated) == summary_bits(core.summary(name, tensor_bytes(values)))
+    assert emulator.tp_emulate_summary(b"complex64", values.data_ptr(), count, found) == -1

@@ -51,8 +51,8 @@ BLOCK_ALIGNMENT = 32768 * 16
 # Set to "0" to never build or use the kernels (GPU tensors are then streamed).
 KERNELS_VARIABLE = "TRAINPARITY_CUDA_KERNELS"
 _EXTENSION_NAME = "trainparity_cuda_kernels"
-_SOURCES = ("binding.cpp", "compare.cu", "digest.cu")
-_HEADERS = ("launchers.h", "compare_rules.cuh", "digest_rules.cuh")
+_SOURCES = ("binding.cpp", "compare.cu", "digest.cu", "summary.cu")
+_HEADERS = ("launchers.h", "compare_rules.cuh", "digest_rules.cuh", "summary_rules.cuh")
 # Below this size a single thread of the native core is faster than starting more.
 _PARALLEL_MIN_BYTES = 8 << 20
 
