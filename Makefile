@@ -57,7 +57,7 @@ TORCH_HEADERS = $$($(VPY) -c 'import sysconfig, torch.utils.cpp_extension as c; 
 cuda-check: venv
 	@mkdir -p build/cuda-check
 	@if [ -x "$(NVCC)" ]; then \
-		for source in csrc/cuda/compare.cu csrc/cuda/digest.cu; do \
+		for source in csrc/cuda/compare.cu csrc/cuda/digest.cu csrc/cuda/summary.cu; do \
 			echo "nvcc -c $$source (sm_90 + compute_90 PTX)"; \
 			"$(NVCC)" -c $(CUDA_FLAGS) $$source -o build/cuda-check/$$(basename $$source .cu).o || exit 1; \
 		done; \

@@ -33,6 +33,7 @@ from trainparity.cuda_backend import (
     iter_host_blocks,
     kernel_unavailable_reason,
     kernels_available,
+    summary_buffer,
     write_buffer,
 )
 from trainparity.state import FrozenTensor, freeze
@@ -194,6 +195,44 @@ def test_unknown_digest_versions_are_refused_on_every_backend(backend, version):
         digest_buffer(source, backend=backend, version=version)
 
 
+SUMMARISED_DTYPES = [name for name in KERNEL_DTYPES if name in ALL_DTYPES]
+
+
+def summary_bits(state: tuple) -> tuple:
+    """A summary state with its floats as bit patterns (NaN sums compare equal)."""
+    floats = [struct.unpack("<Q", struct.pack("<d", value))[0] for value in state[1:4]]
+    return (state[0], *floats, *state[4:])
+
+
+@pytest.mark.parametrize("name", SUMMARISED_DTYPES)
+def test_summary_buffer_is_the_core_digest_and_summary_on_every_host_backend(name):
+    itemsize = getattr(torch, name).itemsize
+    count = (3 * BLOCK_ALIGNMENT + 1000) // itemsize  # three full blocks and a short one
+    values, _ = random_pair(name, count, seed=len(name))
+    host = tensor_bytes(values)
+    expected = (core.digest(host), summary_bits(core.summary(name, host)))
+    digest, state, backend = summary_buffer(name, host)
+    assert (digest, summary_bits(state), backend) == (*expected, CPU_BACKEND)
+    digest, state, backend = summary_buffer(
+        name, DeviceTensorBytes(values), backend=HOST_STREAM_BACKEND, block_bytes=BLOCK_ALIGNMENT
+    )
+    assert (digest, summary_bits(state), backend) == (*expected, HOST_STREAM_BACKEND)
+
+
+@pytest.mark.parametrize("version", core.DIGEST_VERSIONS)
+def test_summary_buffer_of_empty_buffers_and_older_digest_versions(version):
+    for data in (torch.empty(0), torch.arange(70000, dtype=torch.float32)):
+        host = tensor_bytes(data)
+        expected = (core.digest(host, version=version), core.summary("float32", host))
+        for source in (host, DeviceTensorBytes(data)):
+            digest, state, _ = summary_buffer("float32", source, version=version)
+            assert (digest, state) == expected
+    with pytest.raises(ValueError, match=r"supported digest versions \(1, 2\)"):
+        summary_buffer("float32", b"", version=3)
+    with pytest.raises(ValueError, match="on a CUDA device"):
+        summary_buffer("float32", b"", backend=KERNEL_BACKEND)
+
+
 def test_streaming_holds_at_most_two_bounded_staging_buffers(monkeypatch):
     allocations = []
     real_empty = torch.empty
@@ -283,7 +322,21 @@ def emulator(tmp_path_factory):
     emulation.tp_emulate_digest.argtypes = [
         ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p,
     ]  # fmt: skip
+    emulation.tp_emulate_summary.argtypes = [
+        ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(_Summary),
+    ]  # fmt: skip
     return emulation
+
+
+class _Summary(ctypes.Structure):
+    _fields_ = [
+        ("count", ctypes.c_uint64),
+        ("sum", ctypes.c_double),
+        ("sum_squares", ctypes.c_double),
+        ("max_abs", ctypes.c_double),
+        ("nan_count", ctypes.c_uint64),
+        ("inf_count", ctypes.c_uint64),
+    ]
 
 
 def emulated_compare(emulation, name, baseline, candidate, rtol=None, atol=None, equal_nan=False):
@@ -341,3 +394,14 @@ def test_kernel_digest_arithmetic_matches_the_core(emulator, version, length):
 
 def test_kernel_digest_arithmetic_refuses_unknown_versions(emulator):
     assert emulator.tp_emulate_digest(3, b"abc", 3, ctypes.create_string_buffer(16)) == -1
+
+
+@pytest.mark.parametrize("name", SUMMARISED_DTYPES)
+@pytest.mark.parametrize("count", [0, 5, CHUNK_ELEMENTS * 5 + 3])
+def test_kernel_summary_arithmetic_matches_the_core(emulator, name, count):
+    values, _ = random_pair(name, count, seed=count + len(name))
+    found = _Summary()
+    assert emulator.tp_emulate_summary(name.encode(), values.data_ptr(), count, found) == 0
+    emulated = tuple(getattr(found, field) for field, _ in _Summary._fields_)
+    assert summary_bits(emulated) == summary_bits(core.summary(name, tensor_bytes(values)))
+    assert emulator.tp_emulate_summary(b"complex64", values.data_ptr(), count, found) == -1

@@ -1,4 +1,4 @@
-/* Python binding of the CUDA compare and digest launchers, built by torch.utils.cpp_extension on first use.
+/* Python binding of the CUDA compare, digest and summary launchers, built by torch.utils.cpp_extension on first use.
  *
  * Thin: checks the tensors, takes a workspace from torch's caching allocator on
  * the tensors' device, releases the GIL and calls the launcher on the stream
@@ -112,6 +112,34 @@ py::bytes digest(const torch::Tensor &data, int64_t stream, int64_t block_thread
     return py::bytes(reinterpret_cast<const char *>(out), sizeof out);
 }
 
+py::tuple digest_summary(const torch::Tensor &data, const std::string &dtype, int64_t stream,
+                         int64_t block_threads, int64_t grid_blocks, int64_t version)
+{
+    check_tensor(data, "data");
+    const int dtype_index = tp_cuda_dtype_index(dtype.c_str());
+    TORCH_CHECK_VALUE(dtype_index >= 0, "the CUDA kernels do not summarise dtype '", dtype, "'");
+    const size_t itemsize = tp_cuda_dtype_size(dtype_index);
+    const size_t nbytes = static_cast<size_t>(byte_count(data));
+    TORCH_CHECK_VALUE(nbytes % itemsize == 0, "byte length ", nbytes, " is not a multiple of the ",
+                      dtype, " element size ", itemsize);
+    py::bytes digest_bytes = digest(data, stream, block_threads, grid_blocks, version);
+    const size_t elements = nbytes / itemsize;
+    const size_t workspace_bytes = tp_cuda_summary_workspace_bytes(dtype_index, elements);
+    torch::Tensor workspace = workspace_for(data, workspace_bytes);
+    const tp_cuda_launch_shape shape = launch_shape(block_threads, grid_blocks);
+    tp_cuda_summary_result result;
+    int status;
+    {
+        py::gil_scoped_release released;
+        status = tp_cuda_summary(dtype_index, data.data_ptr(), elements, workspace.data_ptr(),
+                                 workspace_bytes, shape, stream_from(stream), &result);
+    }
+    TORCH_CHECK(status == 0, "trainparity CUDA summary failed: ", tp_cuda_error_string(status));
+    return py::make_tuple(digest_bytes,
+                          py::make_tuple(result.count, result.sum, result.sum_squares,
+                                         result.max_abs, result.nan_count, result.inf_count));
+}
+
 std::vector<std::string> dtypes()
 {
     std::vector<std::string> names;
@@ -124,7 +152,7 @@ std::vector<std::string> dtypes()
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module)
 {
-    module.doc() = "trainparity CUDA compare and digest kernels (csrc/cuda)";
+    module.doc() = "trainparity CUDA compare, digest and summary kernels (csrc/cuda)";
     module.def("compare", &compare, py::arg("baseline"), py::arg("candidate"), py::arg("dtype"),
                py::arg("rtol"), py::arg("atol"), py::arg("equal_nan"), py::arg("stream"),
                py::arg("block_threads") = 0, py::arg("grid_blocks") = 0,
@@ -133,5 +161,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module)
                py::arg("block_threads") = 0, py::arg("grid_blocks") = 0, py::arg("version") = 2,
                "The C core's 16-byte digest (version 1 or 2) of a contiguous CUDA tensor's "
                "bytes.");
+    module.def("digest_summary", &digest_summary, py::arg("data"), py::arg("dtype"),
+               py::arg("stream"), py::arg("block_threads") = 0, py::arg("grid_blocks") = 0,
+               py::arg("version") = 2,
+               "The C core's digest_summary() of a contiguous CUDA tensor: (16-byte digest, "
+               "(count, sum, sum_squares, max_abs, nan_count, inf_count)).");
     module.def("dtypes", &dtypes, "Names of the dtypes the kernels compare.");
 }

@@ -1,4 +1,5 @@
-/* C interface of the CUDA compare and digest kernels (compare.cu, digest.cu).
+/* C interface of the CUDA compare, digest and summary kernels (compare.cu, digest.cu,
+ * summary.cu).
  *
  * Plain C declarations: the torch binding includes this without any CUDA
  * header. Every launcher takes device pointers, sizes and a stream, runs on the
@@ -65,6 +66,24 @@ size_t tp_cuda_digest_workspace_bytes(size_t byte_count);
 int tp_cuda_digest(int version, const void *data, size_t byte_count, void *workspace,
                    size_t workspace_bytes, tp_cuda_launch_shape shape, cudaStream_t stream,
                    unsigned char digest[16]);
+
+/* The C core's summary() tuple (docs/design.md, "Summaries"). */
+typedef struct {
+    uint64_t count;
+    double sum;
+    double sum_squares;
+    double max_abs;
+    uint64_t nan_count;
+    uint64_t inf_count;
+} tp_cuda_summary_result;
+
+size_t tp_cuda_summary_workspace_bytes(int dtype, size_t element_count);
+
+/* The C core's summary statistics of element_count elements of `dtype` (a
+ * tp_cuda_dtype_index) at a device pointer aligned to the element size. */
+int tp_cuda_summary(int dtype, const void *data, size_t element_count, void *workspace,
+                    size_t workspace_bytes, tp_cuda_launch_shape shape, cudaStream_t stream,
+                    tp_cuda_summary_result *result);
 
 const char *tp_cuda_error_string(int error);
 

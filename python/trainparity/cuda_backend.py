@@ -28,6 +28,7 @@ __all__ = [
     "iter_host_blocks",
     "kernel_unavailable_reason",
     "kernels_available",
+    "summary_buffer",
     "write_buffer",
 ]
 
@@ -38,6 +39,8 @@ _BACKENDS = (KERNEL_BACKEND, HOST_STREAM_BACKEND, CPU_BACKEND)
 
 # (first_mismatch_index, mismatch_count, max_abs_error, max_rel_error, relative_rms_error)
 CompareResult = tuple[int, int, float, float, float]
+# (count, sum, sum_squares, max_abs, nan_count, inf_count), as core.summary returns it
+SummaryState = tuple[int, float, float, float, int, int]
 
 # Host memory used to stream one device buffer: two staging buffers of this size,
 # whatever the tensor's size. Blocks must hold whole compare chunks (32768
@@ -48,8 +51,8 @@ BLOCK_ALIGNMENT = 32768 * 16
 # Set to "0" to never build or use the kernels (GPU tensors are then streamed).
 KERNELS_VARIABLE = "TRAINPARITY_CUDA_KERNELS"
 _EXTENSION_NAME = "trainparity_cuda_kernels"
-_SOURCES = ("binding.cpp", "compare.cu", "digest.cu")
-_HEADERS = ("launchers.h", "compare_rules.cuh", "digest_rules.cuh")
+_SOURCES = ("binding.cpp", "compare.cu", "digest.cu", "summary.cu")
+_HEADERS = ("launchers.h", "compare_rules.cuh", "digest_rules.cuh", "summary_rules.cuh")
 # Below this size a single thread of the native core is faster than starting more.
 _PARALLEL_MIN_BYTES = 8 << 20
 
@@ -377,22 +380,9 @@ def digest_buffer(
     digest version (one of core.DIGEST_VERSIONS; e.g. a snapshot's recorded
     `digest_version`), else ValueError.
     """
-    if type(version) is not int or version not in core.DIGEST_VERSIONS:
-        raise ValueError(
-            f"digest version must be one of the supported digest versions "
-            f"{core.DIGEST_VERSIONS}, got {version!r}"
-        )
-    on_cuda = isinstance(data, DeviceTensorBytes) and data.device.type == "cuda"
-    if backend is None:
-        if not isinstance(data, DeviceTensorBytes):
-            backend = CPU_BACKEND
-        else:
-            backend = KERNEL_BACKEND if on_cuda and kernels_available() else HOST_STREAM_BACKEND
-    elif backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {_BACKENDS} or None, got {backend!r}")
+    _check_version(version)
+    backend = _single_buffer_backend(data, backend)
     if backend == KERNEL_BACKEND:
-        if not on_cuda:
-            raise ValueError(f"the {KERNEL_BACKEND} backend needs a buffer on a CUDA device")
         module = _required_kernels()
         with torch.cuda.device(data.device):
             stream = torch.cuda.current_stream(data.device).cuda_stream
@@ -407,9 +397,76 @@ def digest_buffer(
                 block, first_chunk=first_chunk, threads=core_threads(len(block)), version=version
             )
         return core.digest_root(chunk_digests, len(data), version=version), HOST_STREAM_BACKEND
-    if isinstance(data, DeviceTensorBytes):
-        raise ValueError(f"the {CPU_BACKEND} backend needs a host buffer")
     return core.digest(data, threads=core_threads(len(data)), version=version), CPU_BACKEND
+
+
+def summary_buffer(
+    dtype_name: str,
+    data: Any,
+    *,
+    backend: str | None = None,
+    launch_shape: tuple[int, int] = (0, 0),
+    block_bytes: int = HOST_BLOCK_BYTES,
+    version: int = core.DIGEST_VERSION,
+) -> tuple[bytes, SummaryState, str]:
+    """A buffer's 16-byte digest and its summary statistics in one pass, and which backend ran.
+
+    The digest is `digest_buffer`'s and the statistics `core.summary`'s, bit for
+    bit, whichever backend runs: the CUDA kernel for a buffer on a CUDA device
+    (when the kernels can be built), else host blocks of whole chunks streamed
+    through the C core's fused pass; a host buffer goes to the fused pass
+    directly. `dtype_name` is one the C core summarises (core.summary's).
+    """
+    _check_version(version)
+    backend = _single_buffer_backend(data, backend)
+    if backend == KERNEL_BACKEND:
+        module = _required_kernels()
+        with torch.cuda.device(data.device):
+            stream = torch.cuda.current_stream(data.device).cuda_stream
+            digest, state = module.digest_summary(
+                data.tensor, dtype_name, stream, *launch_shape, version=version
+            )
+            return digest, tuple(state), KERNEL_BACKEND  # type: ignore[return-value]
+    if backend == HOST_STREAM_BACKEND:
+        _check_block_bytes(block_bytes)
+        chunk_digests = bytearray()
+        state = None
+        for block in iter_host_blocks(data, block_bytes):
+            digests, state = core.digest_summary_chunks(
+                dtype_name, block, state, threads=core_threads(len(block)), version=version
+            )
+            chunk_digests += digests
+        if state is None:  # an empty buffer has no blocks
+            state = core.summary(dtype_name, b"")
+        digest = core.digest_root(chunk_digests, len(data), version=version)
+        return digest, state, HOST_STREAM_BACKEND
+    threads = core_threads(len(data))
+    digest, state = core.digest_summary(dtype_name, data, threads=threads, version=version)
+    return digest, state, CPU_BACKEND
+
+
+def _check_version(version: int) -> None:
+    if type(version) is not int or version not in core.DIGEST_VERSIONS:
+        raise ValueError(
+            f"digest version must be one of the supported digest versions "
+            f"{core.DIGEST_VERSIONS}, got {version!r}"
+        )
+
+
+def _single_buffer_backend(data: Any, backend: str | None) -> str:
+    """The backend for a pass over one buffer: the one asked for if it can run, else the best."""
+    on_cuda = isinstance(data, DeviceTensorBytes) and data.device.type == "cuda"
+    if backend is None:
+        if not isinstance(data, DeviceTensorBytes):
+            return CPU_BACKEND
+        return KERNEL_BACKEND if on_cuda and kernels_available() else HOST_STREAM_BACKEND
+    if backend not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS} or None, got {backend!r}")
+    if backend == KERNEL_BACKEND and not on_cuda:
+        raise ValueError(f"the {KERNEL_BACKEND} backend needs a buffer on a CUDA device")
+    if backend == CPU_BACKEND and isinstance(data, DeviceTensorBytes):
+        raise ValueError(f"the {CPU_BACKEND} backend needs a host buffer")
+    return backend
 
 
 def write_buffer(stream: BinaryIO, data: Any, block_bytes: int = HOST_BLOCK_BYTES) -> None:

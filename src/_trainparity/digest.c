@@ -1,6 +1,7 @@
 /* digest part of the native core: chunked 128-bit digest of a byte range (docs/design.md, "Digest"). */
 #include "tp.h"
 #include "digest.h"
+#include "summary.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -53,6 +54,24 @@ static void lanes_finish(const digest_hasher *hasher, digest_lanes *lanes,
     hasher->finish(lanes, tag, length, out);
 }
 
+/* The statistics half of a fused digest+summary pass (summary.h). */
+typedef struct {
+    summary_accumulate accumulate;
+    /* The hasher's fused loop for the dtype, or NULL: hash and summarise in blocks. */
+    void (*absorb_with_stats)(digest_lanes *lanes, struct summary_lanes *sums,
+                              const unsigned char *p, size_t stripes);
+    size_t element_size;
+} stats_pass;
+
+_Static_assert(SUMMARY_FLOAT_SLOTS == DIGEST_FUSED_DTYPES,
+               "digest.h's fused loops follow summary.h's floating dtypes");
+
+/* Without a fused loop, the fused pass hashes this many bytes of a chunk and then
+ * summarises the same bytes, read again from L1. A multiple of the stripe, so of
+ * 8 elements of any dtype: each block keeps element k of the chunk in statistics
+ * lane k % 8. (2 KiB measured fastest: docs/validation.md.) */
+#define FUSED_BLOCK_BYTES ((size_t)2048)
+
 /* H(message, tag, length) of a message held whole in memory. */
 static void lane_hash(const digest_hasher *hasher, const unsigned char *p, size_t length,
                       uint64_t tag, uint64_t length_field, unsigned char out[16])
@@ -65,13 +84,39 @@ static void lane_hash(const digest_hasher *hasher, const unsigned char *p, size_
     lanes_finish(hasher, &lanes, p + tail_offset, length - tail_offset, tag, length_field, out);
 }
 
+/* H(chunk, tag, length) and the chunk's statistics, in one pass over its bytes. */
+static void lane_hash_and_stats(const digest_hasher *hasher, const stats_pass *stats,
+                                const unsigned char *p, size_t length, uint64_t tag,
+                                unsigned char out[16], summary_stats *chunk_stats)
+{
+    digest_lanes lanes;
+    summary_lanes sums;
+    size_t whole = length / DIGEST_STRIPE_BYTES * DIGEST_STRIPE_BYTES;
+    hasher->start(&lanes);
+    summary_lanes_start(&sums);
+    if (stats->absorb_with_stats != NULL)
+        stats->absorb_with_stats(&lanes, &sums, p, whole / DIGEST_STRIPE_BYTES);
+    else
+        for (size_t offset = 0; offset < whole; offset += FUSED_BLOCK_BYTES) {
+            size_t block =
+                whole - offset < FUSED_BLOCK_BYTES ? whole - offset : FUSED_BLOCK_BYTES;
+            hasher->absorb(&lanes, p + offset, block / DIGEST_STRIPE_BYTES);
+            stats->accumulate(&sums, p + offset, block / stats->element_size);
+        }
+    stats->accumulate(&sums, p + whole, (length - whole) / stats->element_size);
+    lanes_finish(hasher, &lanes, p + whole, length - whole, tag, length, out);
+    summary_lanes_fold(&sums, chunk_stats);
+}
+
 typedef struct {
     const digest_hasher *hasher;
+    const stats_pass *stats; /* NULL: digest only */
     const unsigned char *data;
     size_t data_len;
     size_t first_chunk; /* chunk indices in data: [first_chunk, end_chunk) */
     size_t end_chunk;
     unsigned char *round_digests; /* slot 0 belongs to chunk round_first_chunk */
+    summary_stats *round_stats;   /* likewise, when stats is not NULL */
     size_t round_first_chunk;
     uint64_t tag_offset; /* index of data's first chunk in the whole input */
 } chunk_job;
@@ -83,8 +128,14 @@ static void run_chunk_job(const chunk_job *job)
         size_t length = job->data_len - offset;
         if (length > DIGEST_CHUNK_BYTES)
             length = DIGEST_CHUNK_BYTES;
-        lane_hash(job->hasher, job->data + offset, length, job->tag_offset + (uint64_t)chunk,
-                  length, job->round_digests + 16 * (chunk - job->round_first_chunk));
+        size_t slot = chunk - job->round_first_chunk;
+        uint64_t tag = job->tag_offset + (uint64_t)chunk;
+        if (job->stats == NULL)
+            lane_hash(job->hasher, job->data + offset, length, tag, length,
+                      job->round_digests + 16 * slot);
+        else
+            lane_hash_and_stats(job->hasher, job->stats, job->data + offset, length, tag,
+                                job->round_digests + 16 * slot, job->round_stats + slot);
     }
 }
 
@@ -94,15 +145,16 @@ static void *chunk_job_thread(void *arg)
     return NULL;
 }
 
-/* Fills round_digests for chunks [first, first + count) with up to `threads`
- * threads, each taking a contiguous range, so every chunk's digest lands in the
- * same slot whatever the thread count. A thread that cannot be started has its
+/* Fills round_digests (and round_stats, for a fused pass) for chunks
+ * [first, first + count) with up to `threads` threads, each taking a contiguous
+ * range, so every chunk's results land in the same slot whatever the thread count. A thread that cannot be started has its
  * range run here instead (same result, only slower). Returns 0, or the error
  * number of a failed pthread_join (the caller must then leave round_digests and
  * the data alone: that thread may still be running). */
-static int digest_round(const digest_hasher *hasher, const unsigned char *data, size_t data_len,
-                        size_t first, size_t count, size_t threads, uint64_t tag_offset,
-                        unsigned char *round_digests)
+static int digest_round(const digest_hasher *hasher, const stats_pass *stats,
+                        const unsigned char *data, size_t data_len, size_t first, size_t count,
+                        size_t threads, uint64_t tag_offset, unsigned char *round_digests,
+                        summary_stats *round_stats)
 {
     chunk_job jobs[DIGEST_MAX_THREADS];
     pthread_t handles[DIGEST_MAX_THREADS];
@@ -112,11 +164,13 @@ static int digest_round(const digest_hasher *hasher, const unsigned char *data, 
     for (size_t t = 0; t < threads; t++) {
         jobs[t] = (chunk_job){
             .hasher = hasher,
+            .stats = stats,
             .data = data,
             .data_len = data_len,
             .first_chunk = first + count * t / threads,
             .end_chunk = first + count * (t + 1) / threads,
             .round_digests = round_digests,
+            .round_stats = round_stats,
             .round_first_chunk = first,
             .tag_offset = tag_offset,
         };
@@ -144,18 +198,32 @@ typedef enum {
     DIGEST_JOIN_FAILED, /* *join_error holds pthread_join's error number */
 } digest_status;
 
-/* Computes the digest of data[0, data_len) into out. Runs without the GIL. */
-static digest_status digest_compute(const digest_hasher *hasher, const unsigned char *data,
-                                    size_t data_len, size_t threads, unsigned char out[16],
-                                    int *join_error)
+/* Folds a round's chunk statistics into the total, in chunk order. */
+static void fold_round_stats(summary_stats *total, const summary_stats *round_stats, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        summary_stats_fold(total, &round_stats[i]);
+}
+
+/* Computes the digest of data[0, data_len) into out, and with `stats` (else NULL)
+ * folds its statistics into *total. Runs without the GIL. */
+static digest_status digest_compute(const digest_hasher *hasher, const stats_pass *stats,
+                                    const unsigned char *data, size_t data_len, size_t threads,
+                                    unsigned char out[16], summary_stats *total, int *join_error)
 {
     size_t chunk_count = data_len / DIGEST_CHUNK_BYTES + (data_len % DIGEST_CHUNK_BYTES != 0);
     size_t round_capacity = chunk_count < DIGEST_ROUND_CHUNKS ? chunk_count : DIGEST_ROUND_CHUNKS;
     unsigned char *round_digests = NULL;
+    summary_stats *round_stats = NULL;
     if (round_capacity > 0) {
         round_digests = malloc(16 * round_capacity);
-        if (round_digests == NULL)
+        if (stats != NULL)
+            round_stats = malloc(round_capacity * sizeof *round_stats);
+        if (round_digests == NULL || (stats != NULL && round_stats == NULL)) {
+            free(round_digests);
+            free(round_stats);
             return DIGEST_OUT_OF_MEMORY;
+        }
     }
     digest_lanes root;
     hasher->start(&root);
@@ -164,10 +232,12 @@ static digest_status digest_compute(const digest_hasher *hasher, const unsigned 
         size_t count = chunk_count - first;
         if (count > DIGEST_ROUND_CHUNKS)
             count = DIGEST_ROUND_CHUNKS;
-        *join_error =
-            digest_round(hasher, data, data_len, first, count, threads, 0, round_digests);
+        *join_error = digest_round(hasher, stats, data, data_len, first, count, threads, 0,
+                                   round_digests, round_stats);
         if (*join_error != 0)
-            return DIGEST_JOIN_FAILED; /* a thread may still write round_digests: leak it */
+            return DIGEST_JOIN_FAILED; /* a thread may still write the rounds: leak them */
+        if (stats != NULL)
+            fold_round_stats(total, round_stats, count);
         digest_bytes = 16 * count;
         if (first + count < chunk_count)
             hasher->absorb(&root, round_digests, digest_bytes / DIGEST_STRIPE_BYTES);
@@ -182,6 +252,7 @@ static digest_status digest_compute(const digest_hasher *hasher, const unsigned 
     lanes_finish(hasher, &root, tail, digest_bytes - tail_offset, DIGEST_ROOT_TAG,
                  (uint64_t)data_len, out);
     free(round_digests);
+    free(round_stats);
     return DIGEST_DONE;
 }
 
@@ -355,7 +426,8 @@ static PyObject *tp_digest(PyObject *module, PyObject *args, PyObject *kwargs)
     if (get_contiguous_buffer(data, "digest", &view) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    status = digest_compute(hasher, view.buf, (size_t)view.len, threads, out, &join_error);
+    status = digest_compute(hasher, NULL, view.buf, (size_t)view.len, threads, out, NULL,
+                            &join_error);
     Py_END_ALLOW_THREADS
     if (status == DIGEST_JOIN_FAILED) {
         /* A thread we could not join may still read the data: keep the buffer
@@ -441,8 +513,8 @@ static PyObject *tp_digest_chunks(PyObject *module, PyObject *args, PyObject *kw
         size_t count = chunk_count - first;
         if (count > DIGEST_ROUND_CHUNKS)
             count = DIGEST_ROUND_CHUNKS;
-        join_error = digest_round(hasher, view.buf, data_len, first, count, threads, first_chunk,
-                                  digests + 16 * first);
+        join_error = digest_round(hasher, NULL, view.buf, data_len, first, count, threads,
+                                  first_chunk, digests + 16 * first, NULL);
     }
     Py_END_ALLOW_THREADS
     if (join_error != 0) {
@@ -517,6 +589,174 @@ PyDoc_STRVAR(tp_digest_root_doc,
 "The digest of a `length`-byte input from the digests of all its chunks:\n"
 "digest(data, version=v) == digest_root(digest_chunks(data, version=v), len(data), version=v).");
 
+/* ---- fused: the digest and the summary statistics in one pass ---- */
+
+/* The arguments the two fused functions share, checked; `view` is held on success. */
+typedef struct {
+    const digest_hasher *hasher;
+    stats_pass stats;
+    size_t threads;
+    uint64_t count; /* elements of the blocks before this one (`state`) */
+    summary_stats total;
+    Py_buffer view;
+} fused_call;
+
+static int parse_fused_call(const char *function, const char *dtype_name, PyObject *data,
+                            PyObject *state, PyObject *threads_obj, PyObject *version_obj,
+                            PyObject *path_obj, fused_call *call)
+{
+    const summary_dtype *dtype = summary_parse_dtype(dtype_name, function);
+    if (dtype == NULL || parse_threads(threads_obj, function, &call->threads) < 0)
+        return -1;
+    call->hasher = parse_algorithm(version_obj, path_obj, function);
+    if (call->hasher == NULL)
+        return -1;
+    /* parse_algorithm accepted `path`: None, or a str naming a digest path, which
+     * names the statistics loop too (the portable one where it has none, e.g. neon). */
+    const char *path = NULL;
+    if (path_obj != NULL && path_obj != Py_None && (path = PyUnicode_AsUTF8(path_obj)) == NULL)
+        return -1;
+    int slot = summary_float_slot(dtype);
+    call->stats = (stats_pass){
+        .accumulate = summary_accumulator(dtype, path),
+        .absorb_with_stats = slot != SUMMARY_NOT_FLOAT && summary_path_supported(call->hasher->path)
+                                 ? call->hasher->absorb_with_stats[slot]
+                                 : NULL,
+        .element_size = summary_element_size(dtype),
+    };
+    if (summary_parse_state(state, dtype, function, &call->count, &call->total) < 0)
+        return -1;
+    if (get_contiguous_buffer(data, function, &call->view) < 0)
+        return -1;
+    if ((size_t)call->view.len % call->stats.element_size != 0) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s() data has %zd bytes, not a multiple of the %s element size %zu",
+                     function, call->view.len, dtype_name, call->stats.element_size);
+        PyBuffer_Release(&call->view);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *tp_digest_summary(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"dtype", "data", "threads", "version", "path", NULL};
+    const char *dtype_name;
+    PyObject *data;
+    PyObject *threads_obj = NULL, *version_obj = NULL, *path_obj = NULL;
+    fused_call call;
+    unsigned char out[16];
+    digest_status status;
+    int join_error = 0;
+    (void)module;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|$OOO:digest_summary", keywords,
+                                     &dtype_name, &data, &threads_obj, &version_obj, &path_obj))
+        return NULL;
+    if (parse_fused_call("digest_summary", dtype_name, data, NULL, threads_obj, version_obj,
+                         path_obj, &call) < 0)
+        return NULL;
+    size_t data_len = (size_t)call.view.len;
+    Py_BEGIN_ALLOW_THREADS
+    status = digest_compute(call.hasher, &call.stats, call.view.buf, data_len, call.threads, out,
+                            &call.total, &join_error);
+    Py_END_ALLOW_THREADS
+    if (status == DIGEST_JOIN_FAILED) {
+        /* As in digest(): a thread that could not be joined may still read the data. */
+        PyErr_Format(PyExc_SystemError, "digest_summary(): pthread_join failed: %s",
+                     strerror(join_error));
+        return NULL;
+    }
+    PyBuffer_Release(&call.view);
+    if (status == DIGEST_OUT_OF_MEMORY)
+        return PyErr_NoMemory();
+    return Py_BuildValue("(y#N)", (const char *)out, (Py_ssize_t)sizeof out,
+                         summary_state_tuple(data_len / call.stats.element_size, &call.total));
+}
+
+static PyObject *tp_digest_summary_chunks(PyObject *module, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"dtype", "data", "state", "threads", "version", "path", NULL};
+    const char *dtype_name;
+    PyObject *data;
+    PyObject *state = NULL, *threads_obj = NULL, *version_obj = NULL, *path_obj = NULL;
+    fused_call call;
+    (void)module;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|O$OOO:digest_summary_chunks", keywords,
+                                     &dtype_name, &data, &state, &threads_obj, &version_obj,
+                                     &path_obj))
+        return NULL;
+    if (parse_fused_call("digest_summary_chunks", dtype_name, data, state, threads_obj,
+                         version_obj, path_obj, &call) < 0)
+        return NULL;
+    size_t data_len = (size_t)call.view.len;
+    /* The previous blocks ended on the chunk grid (summary_parse_state checked it). */
+    uint64_t first_chunk = call.count * call.stats.element_size / DIGEST_CHUNK_BYTES;
+    size_t chunk_count = data_len / DIGEST_CHUNK_BYTES + (data_len % DIGEST_CHUNK_BYTES != 0);
+    if (chunk_count > 0 && first_chunk > DIGEST_ROOT_TAG - chunk_count) {
+        PyBuffer_Release(&call.view);
+        PyErr_Format(PyExc_ValueError,
+                     "digest_summary_chunks() chunk %llu plus %zu chunks reaches the root tag",
+                     (unsigned long long)first_chunk, chunk_count);
+        return NULL;
+    }
+    size_t round_capacity = chunk_count < DIGEST_ROUND_CHUNKS ? chunk_count : DIGEST_ROUND_CHUNKS;
+    summary_stats *round_stats = NULL;
+    if (round_capacity > 0 && (round_stats = malloc(round_capacity * sizeof *round_stats)) == NULL) {
+        PyBuffer_Release(&call.view);
+        return PyErr_NoMemory();
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(16 * chunk_count));
+    if (out == NULL) {
+        free(round_stats);
+        PyBuffer_Release(&call.view);
+        return NULL;
+    }
+    unsigned char *digests = (unsigned char *)PyBytes_AS_STRING(out);
+    int join_error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t first = 0; first < chunk_count && join_error == 0; first += DIGEST_ROUND_CHUNKS) {
+        size_t count = chunk_count - first;
+        if (count > DIGEST_ROUND_CHUNKS)
+            count = DIGEST_ROUND_CHUNKS;
+        join_error = digest_round(call.hasher, &call.stats, call.view.buf, data_len, first, count,
+                                  call.threads, first_chunk, digests + 16 * first, round_stats);
+        if (join_error == 0)
+            fold_round_stats(&call.total, round_stats, count);
+    }
+    Py_END_ALLOW_THREADS
+    if (join_error != 0) {
+        /* As in digest_chunks(): the data, the output and the statistics stay alive (leaked). */
+        PyErr_Format(PyExc_SystemError, "digest_summary_chunks(): pthread_join failed: %s",
+                     strerror(join_error));
+        return NULL;
+    }
+    free(round_stats);
+    PyBuffer_Release(&call.view);
+    return Py_BuildValue(
+        "(NN)", out,
+        summary_state_tuple(call.count + data_len / call.stats.element_size, &call.total));
+}
+
+PyDoc_STRVAR(tp_digest_summary_doc,
+"digest_summary(dtype, data, *, threads=1, version=DIGEST_VERSION, path=None)\n"
+"    -> (digest, (count, sum, sum_squares, max_abs, nan_count, inf_count))\n"
+"\n"
+"digest(data) and summary(dtype, data) in one pass over the bytes: each chunk is\n"
+"hashed and summarised block by block while it is in cache. Both results are\n"
+"bit-identical to the separate functions' for every `threads`, alignment and path.\n"
+"`path` (one of DIGEST_PATHS) chooses the digest's implementation and the\n"
+"statistics loop of the same name (the portable loop for a path without one).");
+
+PyDoc_STRVAR(tp_digest_summary_chunks_doc,
+"digest_summary_chunks(dtype, data, state=None, *, threads=1, version=DIGEST_VERSION,\n"
+"                      path=None) -> (chunk_digests, state)\n"
+"\n"
+"The fused pass over one block of a streamed input: digest_chunks() of the block\n"
+"(tagged from the chunk where the previous blocks ended) and summary(dtype, data,\n"
+"state). Give every block but the last as whole chunks, each with the state the\n"
+"previous call returned; digest_root(all chunk digests, total length) is then the\n"
+"digest and the last state the summary.");
+
 PyMethodDef tp_digest_methods[] = {
     {"digest", (PyCFunction)(void (*)(void))tp_digest, METH_VARARGS | METH_KEYWORDS,
      tp_digest_doc},
@@ -524,6 +764,10 @@ PyMethodDef tp_digest_methods[] = {
      tp_digest_chunks_doc},
     {"digest_root", (PyCFunction)(void (*)(void))tp_digest_root, METH_VARARGS | METH_KEYWORDS,
      tp_digest_root_doc},
+    {"digest_summary", (PyCFunction)(void (*)(void))tp_digest_summary,
+     METH_VARARGS | METH_KEYWORDS, tp_digest_summary_doc},
+    {"digest_summary_chunks", (PyCFunction)(void (*)(void))tp_digest_summary_chunks,
+     METH_VARARGS | METH_KEYWORDS, tp_digest_summary_chunks_doc},
     {NULL, NULL, 0, NULL},
 };
 

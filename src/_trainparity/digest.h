@@ -16,6 +16,12 @@ typedef struct {
     uint64_t acc[DIGEST_MAX_LANES];
 } digest_lanes;
 
+/* A chunk's statistics lanes (summary.h), for the fused loops. */
+struct summary_lanes;
+/* The floating dtypes a fused loop may exist for, in summary.h's order
+ * (SUMMARY_FLOAT16, SUMMARY_BFLOAT16, SUMMARY_FLOAT32, SUMMARY_FLOAT64). */
+#define DIGEST_FUSED_DTYPES 4
+
 /* One implementation of one version's lane hash H(message, tag, length). The
  * implementations of a version differ only in speed, never in a bit. */
 typedef struct {
@@ -27,6 +33,13 @@ typedef struct {
     /* Folds the lanes, tag and length into the 16 output bytes. */
     void (*finish)(const digest_lanes *lanes, uint64_t tag, uint64_t length,
                    unsigned char out[16]);
+    /* absorb, and in the same loop add the stripes' elements of one floating dtype to
+     * a chunk's statistics (summary_simd.h's groups, so summary.c's bits), one stripe
+     * after the other; NULL where this implementation has none. Runs only where the
+     * statistics path of the same name is supported. */
+    void (*absorb_with_stats[DIGEST_FUSED_DTYPES])(digest_lanes *lanes,
+                                                   struct summary_lanes *sums,
+                                                   const unsigned char *p, size_t stripes);
 } digest_hasher;
 
 /* Version 1's one implementation. */

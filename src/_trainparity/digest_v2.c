@@ -1,12 +1,14 @@
 /* Digest version 2's lane hash: 8 lanes of 64-bit accumulators fed by 32x32->64-bit multiplies,
  * one stripe per step, so it vectorises (docs/design.md, "Digest version 2"). Four
  * implementations of one function: portable scalar, AVX2 and AVX-512 on x86-64 (chosen at run
- * time), NEON on arm64. They perform the same integer operations, so give the same bits. */
+ * time), NEON on arm64. They perform the same integer operations, so give the same bits.
+ * The x86 ones also have fused loops that summarise each stripe's floating elements right
+ * after hashing it (summary_simd.h), for digest_summary. */
+#include "summary_simd.h" /* first: it includes Python.h */
 #include "digest.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef SUMMARY_HAVE_X86 /* x86-64 with GCC or clang; immintrin.h is included */
 #define V2_HAVE_X86 1
-#include <immintrin.h>
 #endif
 #if defined(__aarch64__) && defined(__ARM_NEON) && defined(__BYTE_ORDER__) &&                    \
     __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -101,22 +103,68 @@ __attribute__((target("avx2"))) static inline __m256i v2_avx2_step(__m256i acc, 
     return _mm256_add_epi64(rotated, _mm256_add_epi64(neighbour, product));
 }
 
+/* The AVX2 loop's registers: accumulators and secrets. */
+typedef struct {
+    __m256i acc_low, acc_high, secret_low, secret_high;
+} v2_avx2_state;
+
+__attribute__((target("avx2"))) static inline v2_avx2_state v2_avx2_load(const digest_lanes *lanes)
+{
+    v2_avx2_state state = {
+        _mm256_loadu_si256((const __m256i *)(const void *)lanes->acc),
+        _mm256_loadu_si256((const __m256i *)(const void *)(lanes->acc + 4)),
+        _mm256_loadu_si256((const __m256i *)(const void *)v2_secret),
+        _mm256_loadu_si256((const __m256i *)(const void *)(v2_secret + 4)),
+    };
+    return state;
+}
+
+__attribute__((target("avx2"))) static inline void v2_avx2_stripe(v2_avx2_state *state,
+                                                                  const unsigned char *p)
+{
+    __m256i words_low = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i words_high = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+    state->acc_low = v2_avx2_step(state->acc_low, words_low, state->secret_low);
+    state->acc_high = v2_avx2_step(state->acc_high, words_high, state->secret_high);
+}
+
+__attribute__((target("avx2"))) static inline void v2_avx2_store(digest_lanes *lanes,
+                                                                 const v2_avx2_state *state)
+{
+    _mm256_storeu_si256((__m256i *)(void *)lanes->acc, state->acc_low);
+    _mm256_storeu_si256((__m256i *)(void *)(lanes->acc + 4), state->acc_high);
+}
+
 __attribute__((target("avx2"))) static void v2_absorb_avx2(digest_lanes *lanes,
                                                            const unsigned char *p, size_t stripes)
 {
-    __m256i acc_low = _mm256_loadu_si256((const __m256i *)(const void *)lanes->acc);
-    __m256i acc_high = _mm256_loadu_si256((const __m256i *)(const void *)(lanes->acc + 4));
-    const __m256i secret_low = _mm256_loadu_si256((const __m256i *)(const void *)v2_secret);
-    const __m256i secret_high = _mm256_loadu_si256((const __m256i *)(const void *)(v2_secret + 4));
-    for (size_t s = 0; s < stripes; s++, p += DIGEST_STRIPE_BYTES) {
-        __m256i words_low = _mm256_loadu_si256((const __m256i *)(const void *)p);
-        __m256i words_high = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
-        acc_low = v2_avx2_step(acc_low, words_low, secret_low);
-        acc_high = v2_avx2_step(acc_high, words_high, secret_high);
-    }
-    _mm256_storeu_si256((__m256i *)(void *)lanes->acc, acc_low);
-    _mm256_storeu_si256((__m256i *)(void *)(lanes->acc + 4), acc_high);
+    v2_avx2_state state = v2_avx2_load(lanes);
+    for (size_t s = 0; s < stripes; s++, p += DIGEST_STRIPE_BYTES)
+        v2_avx2_stripe(&state, p);
+    v2_avx2_store(lanes, &state);
 }
+
+/* Fused: each stripe hashed, then its 64 / ELEMENT_BYTES elements summarised in
+ * groups of 8, in order. */
+#define V2_AVX2_FUSED(NAME, ELEMENT_BYTES, GROUP)                                             \
+    SUMMARY_AVX2 static void NAME(digest_lanes *lanes, struct summary_lanes *sums,            \
+                                  const unsigned char *p, size_t stripes)                     \
+    {                                                                                         \
+        v2_avx2_state state = v2_avx2_load(lanes);                                            \
+        avx2_acc v = avx2_acc_load(sums);                                                     \
+        for (size_t s = 0; s < stripes; s++, p += DIGEST_STRIPE_BYTES) {                      \
+            v2_avx2_stripe(&state, p);                                                        \
+            for (size_t g = 0; g < DIGEST_STRIPE_BYTES / (8 * (ELEMENT_BYTES)); g++)          \
+                GROUP(&v, sums, p + g * 8 * (ELEMENT_BYTES));                                 \
+        }                                                                                     \
+        v2_avx2_store(lanes, &state);                                                         \
+        avx2_acc_store(sums, &v);                                                             \
+    }
+
+V2_AVX2_FUSED(v2_avx2_float16, 2, avx2_group_float16)
+V2_AVX2_FUSED(v2_avx2_bfloat16, 2, avx2_group_bfloat16)
+V2_AVX2_FUSED(v2_avx2_float32, 4, avx2_group_float32)
+V2_AVX2_FUSED(v2_avx2_float64, 8, avx2_group_float64)
 
 static int v2_avx2_supported(void)
 {
@@ -130,25 +178,53 @@ static const digest_hasher v2_avx2 = {
     .start = v2_start,
     .absorb = v2_absorb_avx2,
     .finish = v2_finish,
+    .absorb_with_stats = {v2_avx2_float16, v2_avx2_bfloat16, v2_avx2_float32, v2_avx2_float64},
 };
 
 /* One register holds all eight lanes of a stripe. */
+__attribute__((target("avx512f"))) static inline __m512i v2_avx512_stripe(__m512i acc,
+                                                                          __m512i secret,
+                                                                          const unsigned char *p)
+{
+    __m512i words = _mm512_loadu_si512((const void *)p);
+    __m512i x = _mm512_xor_si512(words, secret);
+    __m512i product = _mm512_mul_epu32(x, _mm512_srli_epi64(x, 32));
+    __m512i neighbour = _mm512_shuffle_epi32(words, (_MM_PERM_ENUM)_MM_SHUFFLE(1, 0, 3, 2));
+    return _mm512_add_epi64(_mm512_rol_epi64(acc, V2_ROTATION),
+                            _mm512_add_epi64(neighbour, product));
+}
+
 __attribute__((target("avx512f"))) static void v2_absorb_avx512(digest_lanes *lanes,
                                                                 const unsigned char *p,
                                                                 size_t stripes)
 {
     __m512i acc = _mm512_loadu_si512((const void *)lanes->acc);
     const __m512i secret = _mm512_loadu_si512((const void *)v2_secret);
-    for (size_t s = 0; s < stripes; s++, p += DIGEST_STRIPE_BYTES) {
-        __m512i words = _mm512_loadu_si512((const void *)p);
-        __m512i x = _mm512_xor_si512(words, secret);
-        __m512i product = _mm512_mul_epu32(x, _mm512_srli_epi64(x, 32));
-        __m512i neighbour = _mm512_shuffle_epi32(words, (_MM_PERM_ENUM)_MM_SHUFFLE(1, 0, 3, 2));
-        acc = _mm512_add_epi64(_mm512_rol_epi64(acc, V2_ROTATION),
-                               _mm512_add_epi64(neighbour, product));
-    }
+    for (size_t s = 0; s < stripes; s++, p += DIGEST_STRIPE_BYTES)
+        acc = v2_avx512_stripe(acc, secret, p);
     _mm512_storeu_si512((void *)lanes->acc, acc);
 }
+
+#define V2_AVX512_FUSED(NAME, ELEMENT_BYTES, GROUP)                                           \
+    SUMMARY_AVX512 static void NAME(digest_lanes *lanes, struct summary_lanes *sums,          \
+                                    const unsigned char *p, size_t stripes)                   \
+    {                                                                                         \
+        __m512i acc = _mm512_loadu_si512((const void *)lanes->acc);                           \
+        const __m512i secret = _mm512_loadu_si512((const void *)v2_secret);                   \
+        avx512_acc v = avx512_acc_load(sums);                                                 \
+        for (size_t s = 0; s < stripes; s++, p += DIGEST_STRIPE_BYTES) {                      \
+            acc = v2_avx512_stripe(acc, secret, p);                                           \
+            for (size_t g = 0; g < DIGEST_STRIPE_BYTES / (8 * (ELEMENT_BYTES)); g++)          \
+                GROUP(&v, sums, p + g * 8 * (ELEMENT_BYTES));                                 \
+        }                                                                                     \
+        _mm512_storeu_si512((void *)lanes->acc, acc);                                         \
+        avx512_acc_store(sums, &v);                                                           \
+    }
+
+V2_AVX512_FUSED(v2_avx512_float16, 2, avx512_group_float16)
+V2_AVX512_FUSED(v2_avx512_bfloat16, 2, avx512_group_bfloat16)
+V2_AVX512_FUSED(v2_avx512_float32, 4, avx512_group_float32)
+V2_AVX512_FUSED(v2_avx512_float64, 8, avx512_group_float64)
 
 static int v2_avx512_supported(void)
 {
@@ -162,6 +238,8 @@ static const digest_hasher v2_avx512 = {
     .start = v2_start,
     .absorb = v2_absorb_avx512,
     .finish = v2_finish,
+    .absorb_with_stats = {v2_avx512_float16, v2_avx512_bfloat16, v2_avx512_float32,
+                          v2_avx512_float64},
 };
 
 #endif /* V2_HAVE_X86 */

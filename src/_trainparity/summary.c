@@ -1,6 +1,7 @@
 /* summary part of the native core: a tensor's count, sum, sum of squares, max |x|
  * and NaN/Inf counts in one deterministic pass (docs/design.md, "Summaries"). */
-#include "tp.h"
+#include "summary.h"
+#include "summary_simd.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -15,12 +16,9 @@
 /* The input is cut on the digest's chunk grid (65536 bytes). Each chunk's
  * partial statistics are computed on their own and folded into the result in
  * chunk order, so the result never depends on the thread count or on how a
- * caller streams the bytes (blocks of whole chunks). A fused summary+digest
- * pass computes a chunk's digest D_i in the same loop over the same bytes. */
-#define SUMMARY_CHUNK_BYTES ((size_t)65536)
-/* Element k of a chunk goes to accumulator k % LANES: the compiler can keep the
- * lanes in vector registers without reassociating any addition. */
-#define LANES 8
+ * caller streams the bytes (blocks of whole chunks). The fused pass (digest.c,
+ * digest_summary) accumulates a chunk block by block while it hashes it. */
+#define LANES SUMMARY_LANES
 #define SUMMARY_MAX_THREADS 256
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -36,44 +34,13 @@
 #define HOT_LOOP
 #endif
 
-typedef struct {
-    double sum;
-    double sum_squares;
-    double max_abs;
-    uint64_t nan_count;
-    uint64_t inf_count;
-} stats;
 
-typedef enum {
-    KIND_BOOL,
-    KIND_UINT8,
-    KIND_INT8,
-    KIND_INT16,
-    KIND_UINT16,
-    KIND_INT32,
-    KIND_UINT32,
-    KIND_INT64,
-    KIND_UINT64,
-    KIND_FLOAT16,
-    KIND_BFLOAT16,
-    KIND_FLOAT32,
-    KIND_FLOAT64,
-} element_kind;
-
-typedef struct {
+struct summary_dtype {
     const char *name;
-    element_kind kind;
     size_t size;
-} dtype_entry;
-
-static const dtype_entry dtypes[] = {
-    {"bool", KIND_BOOL, 1},       {"uint8", KIND_UINT8, 1},       {"int8", KIND_INT8, 1},
-    {"int16", KIND_INT16, 2},     {"uint16", KIND_UINT16, 2},     {"int32", KIND_INT32, 4},
-    {"uint32", KIND_UINT32, 4},   {"int64", KIND_INT64, 8},       {"uint64", KIND_UINT64, 8},
-    {"float16", KIND_FLOAT16, 2}, {"bfloat16", KIND_BFLOAT16, 2}, {"float32", KIND_FLOAT32, 4},
-    {"float64", KIND_FLOAT64, 8},
+    summary_accumulate portable;
+    int float_slot; /* index into a path's loops, or SUMMARY_NOT_FLOAT */
 };
-#define DTYPE_COUNT (sizeof dtypes / sizeof dtypes[0])
 
 /* binary16 → binary32 without branches: shifted into place, the exponent is
  * rebased by a multiplication with 2^112 (exact, subnormals included); Inf and
@@ -92,38 +59,41 @@ static inline float half_to_float(uint16_t bits)
     return (bits & 0x8000u) ? -value : value;
 }
 
-/* One lane's accumulators; `finite` values enter the sums, the others are counted. */
-typedef struct {
-    double sum[LANES];
-    double squares[LANES];
-    double max_abs[LANES];
-    double nan_count[LANES]; /* exact: a chunk has at most 65536 elements */
-    double inf_count[LANES];
-} lanes;
+void summary_lanes_start(summary_lanes *lanes)
+{
+    memset(lanes, 0, sizeof *lanes);
+}
 
-static void lanes_fold(const lanes *acc, stats *out)
+void summary_lanes_fold(const summary_lanes *acc, summary_stats *out)
 {
     double sum = ((acc->sum[0] + acc->sum[1]) + (acc->sum[2] + acc->sum[3])) +
                  ((acc->sum[4] + acc->sum[5]) + (acc->sum[6] + acc->sum[7]));
     double squares = ((acc->squares[0] + acc->squares[1]) + (acc->squares[2] + acc->squares[3])) +
                      ((acc->squares[4] + acc->squares[5]) + (acc->squares[6] + acc->squares[7]));
     double max_abs = 0.0;
-    uint64_t nan_count = 0, inf_count = 0;
-    for (int lane = 0; lane < LANES; lane++) {
+    for (int lane = 0; lane < LANES; lane++)
         max_abs = acc->max_abs[lane] > max_abs ? acc->max_abs[lane] : max_abs;
-        nan_count += (uint64_t)acc->nan_count[lane];
-        inf_count += (uint64_t)acc->inf_count[lane];
-    }
     out->sum = sum;
     out->sum_squares = squares;
     out->max_abs = max_abs;
-    out->nan_count = nan_count;
-    out->inf_count = inf_count;
+    out->nan_count = acc->nan_count;
+    out->inf_count = acc->inf_count;
 }
 
-/* Element loops. VALUE_CODE turns element `index` into a double `value` and
- * sets `special` to 0 (finite), 1 (NaN) or 2 (±Inf); branch-free, so the lane
- * loop vectorises. */
+void summary_stats_fold(summary_stats *into, const summary_stats *chunk)
+{
+    into->sum += chunk->sum;
+    into->sum_squares += chunk->sum_squares;
+    into->max_abs = chunk->max_abs > into->max_abs ? chunk->max_abs : into->max_abs;
+    into->nan_count += chunk->nan_count;
+    into->inf_count += chunk->inf_count;
+}
+
+/* ---- portable loops (every dtype; the tail of the vector loops) ---- */
+
+/* VALUE_CODE turns element `index` into a double `value` and sets `special` to 0
+ * (finite), 1 (NaN) or 2 (±Inf); branch-free, so the lane loop vectorises.
+ * Non-finite elements add +0.0 to the sums. */
 #define ELEMENT_BODY(VALUE_CODE)                                                   \
     {                                                                              \
         double value;                                                              \
@@ -138,26 +108,32 @@ static void lanes_fold(const lanes *acc, stats *out)
         inf_count[lane] += special == 2 ? 1.0 : 0.0;                               \
     }
 
-#define ELEMENT_LOOP(NAME, VALUE_CODE)                                             \
-    static HOT_LOOP void NAME(const unsigned char *p, size_t count, lanes *acc)  \
-    {                                                                            \
-        double sum[LANES] = {0}, squares[LANES] = {0}, max_abs[LANES] = {0};     \
-        double nan_count[LANES] = {0}, inf_count[LANES] = {0};                   \
-        size_t k = 0;                                                            \
-        for (; k + LANES <= count; k += LANES)                                   \
-            for (size_t lane = 0; lane < LANES; lane++) {                        \
-                size_t index = k + lane;                                         \
-                ELEMENT_BODY(VALUE_CODE)                                         \
-            }                                                                    \
-        for (size_t lane = 0; k + lane < count; lane++) {                        \
-            size_t index = k + lane;                                             \
-            ELEMENT_BODY(VALUE_CODE)                                             \
-        }                                                                        \
-        memcpy(acc->sum, sum, sizeof sum);                                       \
-        memcpy(acc->squares, squares, sizeof squares);                           \
-        memcpy(acc->max_abs, max_abs, sizeof max_abs);                           \
-        memcpy(acc->nan_count, nan_count, sizeof nan_count);                     \
-        memcpy(acc->inf_count, inf_count, sizeof inf_count);                     \
+/* The counts are kept as doubles per lane (exact: a call holds at most a chunk). */
+#define ELEMENT_LOOP(NAME, VALUE_CODE)                                                 \
+    static HOT_LOOP void NAME(summary_lanes *acc, const unsigned char *p, size_t count) \
+    {                                                                                  \
+        double sum[LANES], squares[LANES], max_abs[LANES];                             \
+        double nan_count[LANES] = {0}, inf_count[LANES] = {0};                         \
+        memcpy(sum, acc->sum, sizeof sum);                                             \
+        memcpy(squares, acc->squares, sizeof squares);                                 \
+        memcpy(max_abs, acc->max_abs, sizeof max_abs);                                 \
+        size_t k = 0;                                                                  \
+        for (; k + LANES <= count; k += LANES)                                         \
+            for (size_t lane = 0; lane < LANES; lane++) {                              \
+                size_t index = k + lane;                                               \
+                ELEMENT_BODY(VALUE_CODE)                                               \
+            }                                                                          \
+        for (size_t lane = 0; k + lane < count; lane++) {                              \
+            size_t index = k + lane;                                                   \
+            ELEMENT_BODY(VALUE_CODE)                                                   \
+        }                                                                              \
+        memcpy(acc->sum, sum, sizeof sum);                                             \
+        memcpy(acc->squares, squares, sizeof squares);                                 \
+        memcpy(acc->max_abs, max_abs, sizeof max_abs);                                 \
+        for (int lane = 0; lane < LANES; lane++) {                                     \
+            acc->nan_count += (uint64_t)nan_count[lane];                               \
+            acc->inf_count += (uint64_t)inf_count[lane];                               \
+        }                                                                              \
     }
 
 #define LOAD(TYPE, OFFSET_BYTES) \
@@ -204,56 +180,197 @@ ELEMENT_LOOP(loop_float64, {
               : (magnitude_bits == 0x7ff0000000000000u ? 2u : 0u);
 })
 
-static void chunk_stats(element_kind kind, const unsigned char *p, size_t count, stats *out)
+static const struct summary_dtype dtypes[] = {
+    {"bool", 1, loop_bool, SUMMARY_NOT_FLOAT},
+    {"uint8", 1, loop_uint8, SUMMARY_NOT_FLOAT},
+    {"int8", 1, loop_int8, SUMMARY_NOT_FLOAT},
+    {"int16", 2, loop_int16, SUMMARY_NOT_FLOAT},
+    {"uint16", 2, loop_uint16, SUMMARY_NOT_FLOAT},
+    {"int32", 4, loop_int32, SUMMARY_NOT_FLOAT},
+    {"uint32", 4, loop_uint32, SUMMARY_NOT_FLOAT},
+    {"int64", 8, loop_int64, SUMMARY_NOT_FLOAT},
+    {"uint64", 8, loop_uint64, SUMMARY_NOT_FLOAT},
+    {"float16", 2, loop_float16, SUMMARY_FLOAT16},
+    {"bfloat16", 2, loop_bfloat16, SUMMARY_BFLOAT16},
+    {"float32", 4, loop_float32, SUMMARY_FLOAT32},
+    {"float64", 8, loop_float64, SUMMARY_FLOAT64},
+};
+#define DTYPE_COUNT (sizeof dtypes / sizeof dtypes[0])
+
+/* ---- vector loops of the floating dtypes (the groups are in summary_simd.h) ----
+ *
+ * Eight elements at a time; the last count % 8 go through the portable loop. */
+
+typedef struct {
+    const char *path; /* "scalar", "avx2", "avx512" */
+    int (*supported)(void);
+    summary_accumulate loops[SUMMARY_FLOAT_SLOTS];
+} float_loops;
+
+static int always_supported(void)
 {
-    lanes acc;
-    memset(&acc, 0, sizeof acc);
-    switch (kind) {
-    case KIND_BOOL: loop_bool(p, count, &acc); break;
-    case KIND_UINT8: loop_uint8(p, count, &acc); break;
-    case KIND_INT8: loop_int8(p, count, &acc); break;
-    case KIND_INT16: loop_int16(p, count, &acc); break;
-    case KIND_UINT16: loop_uint16(p, count, &acc); break;
-    case KIND_INT32: loop_int32(p, count, &acc); break;
-    case KIND_UINT32: loop_uint32(p, count, &acc); break;
-    case KIND_INT64: loop_int64(p, count, &acc); break;
-    case KIND_UINT64: loop_uint64(p, count, &acc); break;
-    case KIND_FLOAT16: loop_float16(p, count, &acc); break;
-    case KIND_BFLOAT16: loop_bfloat16(p, count, &acc); break;
-    case KIND_FLOAT32: loop_float32(p, count, &acc); break;
-    case KIND_FLOAT64: loop_float64(p, count, &acc); break;
-    }
-    lanes_fold(&acc, out);
+    return 1;
 }
 
-static void stats_fold(stats *into, const stats *chunk)
+static const float_loops scalar_loops = {
+    .path = "scalar",
+    .supported = always_supported,
+    .loops = {loop_float16, loop_bfloat16, loop_float32, loop_float64},
+};
+
+#ifdef SUMMARY_HAVE_X86
+
+#define AVX2_LOOP(NAME, ELEMENT_BYTES, GROUP, PORTABLE)                                     \
+    SUMMARY_AVX2 static void NAME(summary_lanes *acc, const unsigned char *p, size_t count) \
+    {                                                                                      \
+        avx2_acc v = avx2_acc_load(acc);                                                   \
+        for (size_t g = 0; g < count / LANES; g++, p += LANES * (ELEMENT_BYTES))           \
+            GROUP(&v, acc, p);                                                             \
+        avx2_acc_store(acc, &v);                                                           \
+        PORTABLE(acc, p, count % LANES);                                                   \
+    }
+
+AVX2_LOOP(avx2_float16, 2, avx2_group_float16, loop_float16)
+AVX2_LOOP(avx2_bfloat16, 2, avx2_group_bfloat16, loop_bfloat16)
+AVX2_LOOP(avx2_float32, 4, avx2_group_float32, loop_float32)
+AVX2_LOOP(avx2_float64, 8, avx2_group_float64, loop_float64)
+
+static int avx2_supported(void)
 {
-    into->sum += chunk->sum;
-    into->sum_squares += chunk->sum_squares;
-    into->max_abs = chunk->max_abs > into->max_abs ? chunk->max_abs : into->max_abs;
-    into->nan_count += chunk->nan_count;
-    into->inf_count += chunk->inf_count;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+
+static const float_loops avx2_loops = {
+    .path = "avx2",
+    .supported = avx2_supported,
+    .loops = {avx2_float16, avx2_bfloat16, avx2_float32, avx2_float64},
+};
+
+#define AVX512_LOOP(NAME, ELEMENT_BYTES, GROUP, PORTABLE)                                   \
+    SUMMARY_AVX512 static void NAME(summary_lanes *acc, const unsigned char *p, size_t count) \
+    {                                                                                        \
+        avx512_acc v = avx512_acc_load(acc);                                                 \
+        for (size_t g = 0; g < count / LANES; g++, p += LANES * (ELEMENT_BYTES))             \
+            GROUP(&v, acc, p);                                                               \
+        avx512_acc_store(acc, &v);                                                           \
+        PORTABLE(acc, p, count % LANES);                                                     \
+    }
+
+AVX512_LOOP(avx512_float16, 2, avx512_group_float16, loop_float16)
+AVX512_LOOP(avx512_bfloat16, 2, avx512_group_bfloat16, loop_bfloat16)
+AVX512_LOOP(avx512_float32, 4, avx512_group_float32, loop_float32)
+AVX512_LOOP(avx512_float64, 8, avx512_group_float64, loop_float64)
+
+static int avx512_supported(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+           avx2_supported();
+}
+
+static const float_loops avx512_loops = {
+    .path = "avx512",
+    .supported = avx512_supported,
+    .loops = {avx512_float16, avx512_bfloat16, avx512_float32, avx512_float64},
+};
+
+#endif /* SUMMARY_HAVE_X86 */
+
+/* The paths compiled in, portable first, then faster ones; NULL-terminated. */
+static const float_loops *const float_paths[] = {
+    &scalar_loops,
+#ifdef SUMMARY_HAVE_X86
+    &avx2_loops,
+    &avx512_loops,
+#endif
+    NULL,
+};
+
+/* The fastest path this machine runs; set by tp_summary_init. */
+static const float_loops *default_loops = &scalar_loops;
+
+static const float_loops *find_loops(const char *path)
+{
+    for (const float_loops *const *l = float_paths; *l != NULL; l++)
+        if (strcmp((*l)->path, path) == 0 && (*l)->supported())
+            return *l;
+    return NULL;
+}
+
+const summary_dtype *summary_parse_dtype(const char *name, const char *function)
+{
+    for (size_t i = 0; i < DTYPE_COUNT; i++)
+        if (strcmp(dtypes[i].name, name) == 0)
+            return &dtypes[i];
+    PyErr_Format(PyExc_ValueError,
+                 "%s() does not support dtype '%s'; supported: bool, uint8, int8, int16, "
+                 "uint16, int32, uint32, int64, uint64, float16, bfloat16, float32, float64",
+                 function, name);
+    return NULL;
+}
+
+size_t summary_element_size(const summary_dtype *dtype)
+{
+    return dtype->size;
+}
+
+int summary_float_slot(const summary_dtype *dtype)
+{
+    return dtype->float_slot;
+}
+
+int summary_path_supported(const char *path)
+{
+    return find_loops(path) != NULL;
+}
+
+summary_accumulate summary_accumulator(const summary_dtype *dtype, const char *path)
+{
+    if (dtype->float_slot == SUMMARY_NOT_FLOAT)
+        return dtype->portable;
+    const float_loops *loops = default_loops;
+    if (path != NULL) {
+        loops = find_loops(path);
+        if (loops == NULL)
+            loops = &scalar_loops;
+    }
+    return loops->loops[dtype->float_slot];
+}
+
+/* ---- summary(): statistics only, chunks split over threads ---- */
+
+static void chunk_stats(summary_accumulate accumulate, const unsigned char *p, size_t count,
+                        summary_stats *out)
+{
+    summary_lanes acc;
+    summary_lanes_start(&acc);
+    accumulate(&acc, p, count);
+    summary_lanes_fold(&acc, out);
 }
 
 typedef struct {
-    element_kind kind;
+    summary_accumulate accumulate;
     size_t element_size;
     const unsigned char *data;
     size_t length;
     size_t first_chunk;
     size_t chunk_count;
-    stats *partials; /* one per chunk of the whole input */
+    summary_stats *partials; /* one per chunk of the whole input */
 } chunk_job;
+
+static void chunk_range(const chunk_job *job, size_t i, summary_stats *out)
+{
+    size_t begin = i * SUMMARY_CHUNK_BYTES;
+    size_t end = begin + SUMMARY_CHUNK_BYTES < job->length ? begin + SUMMARY_CHUNK_BYTES
+                                                           : job->length;
+    chunk_stats(job->accumulate, job->data + begin, (end - begin) / job->element_size, out);
+}
 
 static void run_chunk_job(const chunk_job *job)
 {
-    for (size_t i = job->first_chunk; i < job->first_chunk + job->chunk_count; i++) {
-        size_t begin = i * SUMMARY_CHUNK_BYTES;
-        size_t end = begin + SUMMARY_CHUNK_BYTES < job->length ? begin + SUMMARY_CHUNK_BYTES
-                                                               : job->length;
-        chunk_stats(job->kind, job->data + begin, (end - begin) / job->element_size,
-                    &job->partials[i]);
-    }
+    for (size_t i = job->first_chunk; i < job->first_chunk + job->chunk_count; i++)
+        chunk_range(job, i, &job->partials[i]);
 }
 
 static void *chunk_job_thread(void *arg)
@@ -265,24 +382,23 @@ static void *chunk_job_thread(void *arg)
 typedef enum { SUMMARY_OK, SUMMARY_OUT_OF_MEMORY, SUMMARY_JOIN_FAILED } summary_status;
 
 /* Folds the statistics of `data` into `total`, chunk by chunk in order. */
-static summary_status summary_compute(const dtype_entry *entry, const unsigned char *data,
-                                      size_t length, size_t threads, stats *total,
-                                      int *join_error)
+static summary_status summary_compute(summary_accumulate accumulate, size_t element_size,
+                                      const unsigned char *data, size_t length, size_t threads,
+                                      summary_stats *total, int *join_error)
 {
     size_t chunks = (length + SUMMARY_CHUNK_BYTES - 1) / SUMMARY_CHUNK_BYTES;
     if (threads > chunks)
         threads = chunks;
     if (threads <= 1) {
+        chunk_job whole = {accumulate, element_size, data, length, 0, chunks, NULL};
         for (size_t i = 0; i < chunks; i++) {
-            size_t begin = i * SUMMARY_CHUNK_BYTES;
-            size_t end = begin + SUMMARY_CHUNK_BYTES < length ? begin + SUMMARY_CHUNK_BYTES : length;
-            stats chunk;
-            chunk_stats(entry->kind, data + begin, (end - begin) / entry->size, &chunk);
-            stats_fold(total, &chunk);
+            summary_stats chunk;
+            chunk_range(&whole, i, &chunk);
+            summary_stats_fold(total, &chunk);
         }
         return SUMMARY_OK;
     }
-    stats *partials = malloc(chunks * sizeof *partials);
+    summary_stats *partials = malloc(chunks * sizeof *partials);
     chunk_job *jobs = malloc(threads * sizeof *jobs);
     pthread_t *handles = malloc(threads * sizeof *handles);
     int *started = calloc(threads, sizeof *started);
@@ -296,7 +412,7 @@ static summary_status summary_compute(const dtype_entry *entry, const unsigned c
     size_t per_thread = chunks / threads, extra = chunks % threads, next = 0;
     for (size_t t = 0; t < threads; t++) {
         size_t count = per_thread + (t < extra ? 1 : 0);
-        jobs[t] = (chunk_job){entry->kind, entry->size, data, length, next, count, partials};
+        jobs[t] = (chunk_job){accumulate, element_size, data, length, next, count, partials};
         next += count;
     }
     /* The calling thread takes the first range; a thread that cannot be started
@@ -318,7 +434,7 @@ static summary_status summary_compute(const dtype_entry *entry, const unsigned c
     }
     if (status == SUMMARY_OK)
         for (size_t i = 0; i < chunks; i++)
-            stats_fold(total, &partials[i]);
+            summary_stats_fold(total, &partials[i]);
     /* After a failed join a thread may still write its partials: leak them. */
     if (status == SUMMARY_OK)
         free(partials);
@@ -326,14 +442,6 @@ static summary_status summary_compute(const dtype_entry *entry, const unsigned c
     free(handles);
     free(started);
     return status;
-}
-
-static const dtype_entry *find_dtype(const char *name)
-{
-    for (size_t i = 0; i < DTYPE_COUNT; i++)
-        if (strcmp(dtypes[i].name, name) == 0)
-            return &dtypes[i];
-    return NULL;
 }
 
 static int parse_threads(PyObject *threads_obj, size_t *threads)
@@ -360,14 +468,63 @@ static int parse_threads(PyObject *threads_obj, size_t *threads)
     return 0;
 }
 
-/* state = (count, sum, sum_squares, max_abs, nan_count, inf_count) */
-static int parse_state(PyObject *state, const dtype_entry *entry, uint64_t *count, stats *total)
+/* Names of the statistics paths this machine runs, portable first, as a tuple. */
+static PyObject *supported_paths(void)
 {
+    PyObject *names = PyList_New(0);
+    if (names == NULL)
+        return NULL;
+    for (const float_loops *const *l = float_paths; *l != NULL; l++) {
+        if (!(*l)->supported())
+            continue;
+        PyObject *name = PyUnicode_FromString((*l)->path);
+        if (name == NULL || PyList_Append(names, name) < 0) {
+            Py_XDECREF(name);
+            Py_DECREF(names);
+            return NULL;
+        }
+        Py_DECREF(name);
+    }
+    PyObject *paths = PyList_AsTuple(names);
+    Py_DECREF(names);
+    return paths;
+}
+
+/* summary()'s `path`: None, or the name of a statistics path this machine runs. */
+static int parse_path(PyObject *path_obj, const char **path)
+{
+    *path = NULL;
+    if (path_obj == NULL || path_obj == Py_None)
+        return 0;
+    if (!PyUnicode_Check(path_obj)) {
+        PyErr_Format(PyExc_TypeError, "summary() path must be a str or None, not %.100s",
+                     Py_TYPE(path_obj)->tp_name);
+        return -1;
+    }
+    *path = PyUnicode_AsUTF8(path_obj);
+    if (*path == NULL)
+        return -1;
+    if (find_loops(*path) != NULL)
+        return 0;
+    PyObject *available = supported_paths();
+    if (available != NULL)
+        PyErr_Format(PyExc_ValueError,
+                     "summary() path %R is not available on this machine; available: %R",
+                     path_obj, available);
+    Py_XDECREF(available);
+    return -1;
+}
+
+int summary_parse_state(PyObject *state, const summary_dtype *dtype, const char *function,
+                        uint64_t *count, summary_stats *total)
+{
+    *count = 0;
+    *total = (summary_stats){0.0, 0.0, 0.0, 0, 0};
     if (state == NULL || state == Py_None)
         return 0;
     if (!PyTuple_Check(state) || PyTuple_GET_SIZE(state) != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "summary() state must be the 6-tuple a previous summary() returned");
+        PyErr_Format(PyExc_TypeError,
+                     "%s() state must be the 6-tuple a previous call returned", function);
         return -1;
     }
     PyObject *items[6];
@@ -376,8 +533,8 @@ static int parse_state(PyObject *state, const dtype_entry *entry, uint64_t *coun
         int integer = i == 0 || i >= 4;
         if (integer ? (!PyLong_Check(items[i]) || PyBool_Check(items[i]))
                     : !PyFloat_Check(items[i])) {
-            PyErr_SetString(PyExc_TypeError,
-                            "summary() state must be the 6-tuple a previous summary() returned");
+            PyErr_Format(PyExc_TypeError,
+                         "%s() state must be the 6-tuple a previous call returned", function);
             return -1;
         }
     }
@@ -389,11 +546,11 @@ static int parse_state(PyObject *state, const dtype_entry *entry, uint64_t *coun
             return -1;
     }
     *count = values[0];
-    if (((uint64_t)*count * entry->size) % SUMMARY_CHUNK_BYTES != 0) {
+    if (((uint64_t)*count * dtype->size) % SUMMARY_CHUNK_BYTES != 0) {
         PyErr_Format(PyExc_ValueError,
-                     "summary() can only continue after whole chunks of %zu bytes; the previous "
+                     "%s() can only continue after whole chunks of %zu bytes; the previous "
                      "blocks held %llu elements of %zu bytes",
-                     SUMMARY_CHUNK_BYTES, (unsigned long long)*count, entry->size);
+                     function, SUMMARY_CHUNK_BYTES, (unsigned long long)*count, dtype->size);
         return -1;
     }
     total->sum = PyFloat_AS_DOUBLE(items[1]);
@@ -404,31 +561,34 @@ static int parse_state(PyObject *state, const dtype_entry *entry, uint64_t *coun
     return 0;
 }
 
+PyObject *summary_state_tuple(uint64_t count, const summary_stats *total)
+{
+    return Py_BuildValue("(KdddKK)", (unsigned long long)count, total->sum, total->sum_squares,
+                         total->max_abs, (unsigned long long)total->nan_count,
+                         (unsigned long long)total->inf_count);
+}
+
 static PyObject *tp_summary(PyObject *module, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"dtype", "data", "state", "threads", NULL};
+    static char *keywords[] = {"dtype", "data", "state", "threads", "path", NULL};
     const char *dtype_name;
     PyObject *data;
     PyObject *state = NULL;
-    PyObject *threads_obj = NULL;
+    PyObject *threads_obj = NULL, *path_obj = NULL;
     size_t threads;
+    const char *path;
     (void)module;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|O$O:summary", keywords, &dtype_name, &data,
-                                     &state, &threads_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|O$OO:summary", keywords, &dtype_name,
+                                     &data, &state, &threads_obj, &path_obj))
         return NULL;
-    const dtype_entry *entry = find_dtype(dtype_name);
-    if (entry == NULL) {
-        PyErr_Format(PyExc_ValueError,
-                     "summary() does not support dtype '%s'; supported: bool, uint8, int8, int16, "
-                     "uint16, int32, uint32, int64, uint64, float16, bfloat16, float32, float64",
-                     dtype_name);
+    const summary_dtype *dtype = summary_parse_dtype(dtype_name, "summary");
+    if (dtype == NULL)
         return NULL;
-    }
-    if (parse_threads(threads_obj, &threads) < 0)
+    if (parse_threads(threads_obj, &threads) < 0 || parse_path(path_obj, &path) < 0)
         return NULL;
-    uint64_t count = 0;
-    stats total = {0.0, 0.0, 0.0, 0, 0};
-    if (parse_state(state, entry, &count, &total) < 0)
+    uint64_t count;
+    summary_stats total;
+    if (summary_parse_state(state, dtype, "summary", &count, &total) < 0)
         return NULL;
     if (!PyObject_CheckBuffer(data)) {
         PyErr_Format(PyExc_TypeError,
@@ -447,17 +607,19 @@ static PyObject *tp_summary(PyObject *module, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     size_t length = (size_t)view.len;
-    if (length % entry->size != 0) {
+    if (length % dtype->size != 0) {
         PyBuffer_Release(&view);
         PyErr_Format(PyExc_ValueError,
                      "summary() data has %zu bytes, not a multiple of the %s element size %zu",
-                     length, entry->name, entry->size);
+                     length, dtype->name, dtype->size);
         return NULL;
     }
+    summary_accumulate accumulate = summary_accumulator(dtype, path);
     summary_status status;
     int join_error = 0;
     Py_BEGIN_ALLOW_THREADS
-    status = summary_compute(entry, view.buf, length, threads, &total, &join_error);
+    status = summary_compute(accumulate, dtype->size, view.buf, length, threads, &total,
+                             &join_error);
     Py_END_ALLOW_THREADS
     if (status == SUMMARY_JOIN_FAILED) {
         /* A thread we could not join may still read the data: keep it exported. */
@@ -468,22 +630,21 @@ static PyObject *tp_summary(PyObject *module, PyObject *args, PyObject *kwargs)
     PyBuffer_Release(&view);
     if (status == SUMMARY_OUT_OF_MEMORY)
         return PyErr_NoMemory();
-    count += length / entry->size;
-    return Py_BuildValue("(KdddKK)", (unsigned long long)count, total.sum, total.sum_squares,
-                         total.max_abs, (unsigned long long)total.nan_count,
-                         (unsigned long long)total.inf_count);
+    return summary_state_tuple(count + length / dtype->size, &total);
 }
 
 PyDoc_STRVAR(tp_summary_doc,
-"summary(dtype, data, state=None, *, threads=1)\n"
+"summary(dtype, data, state=None, *, threads=1, path=None)\n"
 "    -> (count, sum, sum_squares, max_abs, nan_count, inf_count)\n"
 "\n"
 "Statistics of the elements of a C-contiguous little-endian buffer of one dtype\n"
 "(bool, integers, float16, bfloat16, float32, float64), in double precision:\n"
 "sum, sum of squares and max |x| over the finite elements, NaN and Inf counted.\n"
-"The same result for any `threads` and any alignment. To stream a large buffer,\n"
-"pass the previous result as `state` with the next block; every block but the\n"
-"last must hold whole chunks of SUMMARY_CHUNK_BYTES. See docs/design.md.");
+"The same result for any `threads`, any alignment and any `path` (one of\n"
+"SUMMARY_PATHS, default SUMMARY_PATH). To stream a large buffer, pass the previous\n"
+"result as `state` with the next block; every block but the last must hold whole\n"
+"chunks of SUMMARY_CHUNK_BYTES. digest_summary() computes the digest in the same\n"
+"pass. See docs/design.md.");
 
 PyMethodDef tp_summary_methods[] = {
     {"summary", (PyCFunction)(void (*)(void))tp_summary, METH_VARARGS | METH_KEYWORDS,
@@ -493,5 +654,15 @@ PyMethodDef tp_summary_methods[] = {
 
 int tp_summary_init(PyObject *module)
 {
+    for (const float_loops *const *l = float_paths; *l != NULL; l++)
+        if ((*l)->supported())
+            default_loops = *l;
+    PyObject *paths = supported_paths();
+    if (paths == NULL)
+        return -1;
+    int rc = PyModule_AddObjectRef(module, "SUMMARY_PATHS", paths);
+    Py_DECREF(paths);
+    if (rc < 0 || PyModule_AddStringConstant(module, "SUMMARY_PATH", default_loops->path) < 0)
+        return -1;
     return PyModule_AddIntConstant(module, "SUMMARY_CHUNK_BYTES", (long)SUMMARY_CHUNK_BYTES);
 }

@@ -7,6 +7,8 @@
  * chunks rescaled on overflow; counts and maxima in any order, sums in chunk
  * order. Digests (versions 1 and 2): per chunk, one chain per lane over its
  * block of each stripe, the finaliser, then the same over the chunk digests.
+ * Summaries: per chunk, 8 "threads" each add every 8th element in order, their
+ * lanes folded pairwise, then the chunks in order.
  * tests/test_cuda_backend.py checks the results against the C core.
  * What it cannot show (shuffles, shared memory, launch shapes) tests/gpu checks
  * on a GPU. */
@@ -16,6 +18,7 @@
 #include "compare_rules.cuh"
 #include "digest_rules.cuh"
 #include "launchers.h"
+#include "summary_rules.cuh"
 
 using namespace tp_rules;
 
@@ -240,4 +243,67 @@ extern "C" int tp_emulate_digest(int version, const void *data, size_t byte_coun
         return 0;
     }
     return -1;
+}
+
+namespace {
+
+/* The summary as the kernels compute it: chunk_summary_kernel's lanes, then fold_chunks_kernel. */
+template <class Dtype>
+void emulate_summary(const void *data, size_t element_count, tp_cuda_summary_result *result)
+{
+    namespace s = tp_summary;
+    const typename Dtype::raw *elements = static_cast<const typename Dtype::raw *>(data);
+    const size_t chunk_elements = s::CHUNK_BYTES / sizeof(typename Dtype::raw);
+    s::Stats total = s::empty_stats();
+    for (size_t begin = 0; begin < element_count; begin += chunk_elements) {
+        size_t end = element_count - begin < chunk_elements ? element_count : begin + chunk_elements;
+        s::Stats lanes[s::LANES];
+        for (int lane = 0; lane < s::LANES; lane++) {
+            lanes[lane] = s::empty_stats();
+            for (size_t i = begin + (size_t)lane; i < end; i += s::LANES)
+                s::add_element<Dtype>(lanes[lane], elements[i]);
+        }
+        s::fold_chunk(total, s::fold_lanes(lanes));
+    }
+    *result = tp_cuda_summary_result{element_count,   total.sum,       total.sum_squares,
+                                     total.max_abs,   total.nan_count, total.inf_count};
+}
+
+} /* namespace */
+
+/* 0 on success, -1 for a dtype the kernels do not handle. */
+extern "C" int tp_emulate_summary(const char *dtype, const void *data, size_t element_count,
+                                  tp_cuda_summary_result *result)
+{
+    const void *d = data;
+    size_t n = element_count;
+    if (strcmp(dtype, "bool") == 0)
+        emulate_summary<tp_summary::Bool>(d, n, result);
+    else if (strcmp(dtype, "uint8") == 0)
+        emulate_summary<IntegerType<uint8_t>>(d, n, result);
+    else if (strcmp(dtype, "int8") == 0)
+        emulate_summary<IntegerType<int8_t>>(d, n, result);
+    else if (strcmp(dtype, "int16") == 0)
+        emulate_summary<IntegerType<int16_t>>(d, n, result);
+    else if (strcmp(dtype, "uint16") == 0)
+        emulate_summary<IntegerType<uint16_t>>(d, n, result);
+    else if (strcmp(dtype, "int32") == 0)
+        emulate_summary<IntegerType<int32_t>>(d, n, result);
+    else if (strcmp(dtype, "uint32") == 0)
+        emulate_summary<IntegerType<uint32_t>>(d, n, result);
+    else if (strcmp(dtype, "int64") == 0)
+        emulate_summary<IntegerType<int64_t>>(d, n, result);
+    else if (strcmp(dtype, "uint64") == 0)
+        emulate_summary<IntegerType<uint64_t>>(d, n, result);
+    else if (strcmp(dtype, "float16") == 0)
+        emulate_summary<Float16>(d, n, result);
+    else if (strcmp(dtype, "bfloat16") == 0)
+        emulate_summary<BFloat16>(d, n, result);
+    else if (strcmp(dtype, "float32") == 0)
+        emulate_summary<Float32>(d, n, result);
+    else if (strcmp(dtype, "float64") == 0)
+        emulate_summary<Float64>(d, n, result);
+    else
+        return -1;
+    return 0;
 }

@@ -25,6 +25,7 @@ from trainparity.cuda_backend import (
     digest_buffer,
     kernel_unavailable_reason,
     kernels_available,
+    summary_buffer,
 )
 from trainparity.snapshot_file import read_snapshot, write_snapshot
 from trainparity.state import freeze
@@ -154,6 +155,23 @@ def test_kernel_digest_is_the_core_digest(version, length, offset):
     assert streamed == expected
     if version == core.DIGEST_VERSION:
         assert digest_buffer(device_bytes)[0] == expected
+
+
+def _summary_bits(state: tuple) -> tuple:
+    """A summary state with its floats as exact hex text (NaN sums compare equal)."""
+    return (state[0], *(value.hex() for value in state[1:4]), *state[4:])
+
+
+@pytest.mark.parametrize("name", KERNEL_DTYPES)
+@pytest.mark.parametrize("count", [0, 3, 5 * CHUNK_ELEMENTS + 11])
+def test_kernel_summary_is_the_core_digest_and_summary(name, count):
+    values, _ = random_pair(name, count, seed=count + 1)
+    host = tensor_bytes(values)
+    expected = (core.digest(host), _summary_bits(core.summary(name, host)))
+    device_bytes = on_gpu(values)
+    for shape in [(0, 0), (32, 1), (64, 7), (256, 3)]:
+        digest, state, backend = summary_buffer(name, device_bytes, launch_shape=shape)
+        assert (digest, _summary_bits(state), backend) == (*expected, KERNEL_BACKEND)
 
 
 def test_kernel_refuses_unknown_digest_versions():

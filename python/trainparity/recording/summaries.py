@@ -6,13 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from trainparity._native import core
-from trainparity.cuda_backend import (
-    DeviceTensorBytes,
-    core_threads,
-    digest_buffer,
-    iter_host_blocks,
-)
+from trainparity.cuda_backend import digest_buffer, summary_buffer
 from trainparity.dtypes import info_for_text
 
 # The dtypes the C core summarises; others (complex, float8) keep digest and count only.
@@ -56,23 +50,16 @@ class TensorSummary:
 def summarize_tensor(dtype: str, data: Any, *, with_statistics: bool = True) -> TensorSummary:
     """Digest and statistics of one frozen tensor's bytes (host buffer or DeviceTensorBytes).
 
-    The digest goes through `digest_buffer` (so it follows core.DIGEST_VERSION
-    and runs on the GPU where it can); the statistics are one pass of the C
-    core, or, for GPU bytes, host blocks of whole chunks streamed through it.
-    Until the C core fuses the two (digest version 2), they are two passes.
+    One fused pass (`summary_buffer`: the C core, host blocks of a GPU tensor,
+    or the CUDA kernel) gives the digest, which follows core.DIGEST_VERSION, and
+    the statistics together; without statistics, or for a dtype the core does
+    not summarise, the digest alone (`digest_buffer`).
     """
-    digest, _ = digest_buffer(data)
     count = len(data) // info_for_text(dtype).element_size
     short = dtype.removeprefix("torch.")
     if not with_statistics or short not in SUMMARISED_DTYPES:
+        digest, _ = digest_buffer(data)
         return TensorSummary(digest, count, math.nan, math.nan, math.nan, 0, 0)
-    if isinstance(data, DeviceTensorBytes):
-        state = None
-        for block in iter_host_blocks(data):
-            state = core.summary(short, block, state, threads=core_threads(len(block)))
-        if state is None:
-            state = core.summary(short, b"")
-    else:
-        state = core.summary(short, data, threads=core_threads(len(data)))
+    digest, state, _ = summary_buffer(short, data)
     _, total, squares, max_abs, nan_count, inf_count = state
     return TensorSummary(digest, count, total, math.sqrt(squares), max_abs, nan_count, inf_count)
