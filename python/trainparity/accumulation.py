@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from trainparity.accumulation_user_step import check_own_step_plan, has_train_step
 from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
 from trainparity.environment import environment_fingerprint
 from trainparity.error_text import error_text
@@ -316,6 +317,9 @@ class AccumulationRunner:
         try:
             loaded = load_accumulation_case(case)
             equivalence = declared_equivalence(loaded)
+            own_step = has_train_step(loaded)
+            if own_step:
+                check_own_step_plan(candidate)
         except Exception as error:  # importing runs the user's module: anything can fail
             return self._finish(_setup_error(case, policy_name, error), report_path)
         root, managed = run_root(work_dir, self.temporary_root, "trainparity-accum-")
@@ -333,6 +337,7 @@ class AccumulationRunner:
                 parallel=wants_parallel(self.parallel, device),
                 progress=self.progress,
                 policy=self.policy,
+                own_step=own_step,
             )
             verdict = execution.run()
         finally:
@@ -426,6 +431,7 @@ class _ChildReport:
     message: str
     loss_normalization_captured: bool = False
     observations: Snapshot | None = None
+    unobserved_phases: tuple[str, ...] = ()
 
 
 class _AccumulationExecution:
@@ -446,6 +452,7 @@ class _AccumulationExecution:
         parallel: bool,
         progress: ProgressReporter,
         policy: ExactComparison | ToleranceComparison,
+        own_step: bool = False,
     ) -> None:
         self.case_spec = case_spec
         self.plans = plans
@@ -459,6 +466,8 @@ class _AccumulationExecution:
         self.parallel = parallel
         self.progress = progress
         self.policy = policy
+        # The candidate of a case with its own train_step runs that step (accumulation_user_step).
+        self.own_step_children = {"candidate"} if own_step else set()
         self.group = ChildGroup(on_event=self._on_child_event)
         self.launch_errors: dict[str, str] = {}
         self.peak_bytes = 0
@@ -508,6 +517,8 @@ class _AccumulationExecution:
             "--observations",
             str(directory / OBSERVATIONS_FILE),
         ]
+        if name in self.own_step_children:
+            argv.append("--own-step")
         try:
             environment = dict(os.environ)
             environment.update(self.environment or {})
@@ -555,6 +566,9 @@ class _AccumulationExecution:
                 self._with_logs(name, f"worker did not publish a result ({name} {status})"),
             )
         report = self._read_result(name, result_path)
+        if report.outcome is Outcome.ERROR and name in self.own_step_children:
+            # The user's own step failed: its traceback is in the child's stderr.
+            raise _Verdict(report.outcome, self._with_logs(name, report.message))
         if report.outcome is not Outcome.PASS:
             raise _Verdict(report.outcome, report.message)
         return report
@@ -572,13 +586,16 @@ class _AccumulationExecution:
             captured = record["loss_normalization_captured"]
             if not isinstance(captured, bool):
                 raise TypeError("loss_normalization_captured must be a bool")
+            unobserved = tuple(record.get("unobserved_phases", ()))
+            if not set(unobserved) <= {"loss_accounting"}:
+                raise ValueError(f"unexpected unobserved phases {unobserved!r}")
             observations, _ = read_snapshot(path.parent / OBSERVATIONS_FILE)
         except (OSError, ValueError, KeyError, TypeError, SnapshotFileError) as error:
             raise _Verdict(
                 Outcome.ERROR,
                 self._with_logs(name, f"worker result was corrupt ({name}: {error_text(error)})"),
             ) from None
-        return _ChildReport(name, pid, outcome, message, captured, observations)
+        return _ChildReport(name, pid, outcome, message, captured, observations, unobserved)
 
     def _with_logs(self, name: str, message: str) -> str:
         if self.preserved:
@@ -608,6 +625,8 @@ class _AccumulationExecution:
         baseline_a, baseline_b, candidate = views
         self._judge_initial(baseline_a[INITIAL_KEY], baseline_b[INITIAL_KEY], candidate)
         for phase in PHASES:
+            if phase not in candidate:  # an own step that did not report its losses
+                continue
             differences = self.policy.compare_all(baseline_a[phase], baseline_b[phase])
             if differences:
                 raise _Verdict(
@@ -655,14 +674,15 @@ def _phase_views(report: _ChildReport) -> dict[str, Snapshot]:
     observations = report.observations
     assert observations is not None
     subtrees = observations.state.as_dict()
-    missing = [key for key in (INITIAL_KEY, *PHASES) if key not in subtrees]
+    observed = [phase for phase in PHASES if phase not in report.unobserved_phases]
+    missing = [key for key in (INITIAL_KEY, *observed) if key not in subtrees]
     if missing:
         raise _Verdict(
             Outcome.ERROR,
             f"worker result was corrupt ({report.name}: observations lack {', '.join(missing)})",
         )
     views = {INITIAL_KEY: Snapshot(0, subtrees[INITIAL_KEY], observations.backend)}
-    for phase in PHASES:
+    for phase in observed:
         views[phase] = Snapshot(observations.step, subtrees[phase], observations.backend)
     return views
 

@@ -5,8 +5,10 @@ Launched by check_accumulation as `python -m trainparity.accumulation_worker
 It follows CONTRACT §7.5 step by step: seed, build, capture the initial
 state, split the batch, compute every microbatch loss, account for them,
 backward (and whatever the plan says per microbatch), then observe the five
-phases. All observations go into one snapshot file (top-level keys `initial`
-and the phase names); a small JSON result says PASS, ABSTAIN or ERROR.
+phases. With `--own-step` the case's own `train_step` replaces the plan's
+loop and is observed from outside (accumulation_user_step). All observations
+go into one snapshot file (top-level keys `initial` and the phase names); a
+small JSON result says PASS, ABSTAIN or ERROR.
 The exit status is 0 whenever the result was written.
 """
 
@@ -31,7 +33,17 @@ from trainparity.accumulation import (
     UnsafeBatchSplit,
     split_for_case,
 )
+from trainparity.accumulation_user_step import (
+    TRAIN_STEP,
+    MixedAccounting,
+    StepObserver,
+    check_own_step_plan,
+    has_train_step,
+    returned_loss_record,
+    with_step_calls,
+)
 from trainparity.capture import (
+    CaptureResult,
     canonical_optimizer_state,
     capture_snapshot,
     capture_tree,
@@ -148,22 +160,45 @@ def _has(owner: object, method: str) -> bool:
 class _Boundary:
     """One plan executed for one optimizer-update boundary, with its observations."""
 
-    def __init__(self, case: Any, plan: AccumulationExecutionPlan, state: TrainingState) -> None:
+    def __init__(
+        self,
+        case: Any,
+        plan: AccumulationExecutionPlan,
+        state: TrainingState,
+        *,
+        count_steps: bool = False,
+    ) -> None:
         self.case = case
         self.plan = plan
         self.state = state
         self.observations: dict[str, FrozenMapping] = {}
+        self.unobserved: list[str] = []
         self.loss_normalization_captured = False
+        # In a check of a case with its own train_step every child counts step calls,
+        # so the reference's counts stand beside the user's.
+        self.counter = (
+            StepObserver(state.optimizer, state.scheduler, state.model, observe=False)
+            if count_steps
+            else None
+        )
 
     def run(self, device: str) -> None:
+        microbatches = self._begin(device)
+        if self.counter is None:
+            self._plan_loop(microbatches)
+            return
+        with self.counter:
+            self._plan_loop(microbatches)
+
+    def _begin(self, device: str) -> list[object]:
+        """Capture the initial state, then fetch and split the batch (CONTRACT §7.5 steps 3–4)."""
         state, plan = self.state, self.plan
-        scaler = state.scaler
         initial = capture_snapshot(
             state.model,
             step=0,
             optimizer=state.optimizer,
             scheduler=state.scheduler,
-            scaler=scaler,
+            scaler=state.scaler,
         )
         if initial.outcome is not Outcome.PASS:
             raise _Stop(initial.outcome, f"initial state capture failed: {initial.issue.detail}")  # type: ignore[union-attr]
@@ -174,6 +209,12 @@ class _Boundary:
             microbatches = microbatches[:-1]
         if not microbatches:
             raise _Stop(Outcome.ABSTAIN, "plan consumed no microbatches")
+        return microbatches
+
+    def _plan_loop(self, microbatches: list[object]) -> None:
+        """The declared plan's loop and its observations (CONTRACT §7.5 steps 5–16)."""
+        state, plan = self.state, self.plan
+        scaler = state.scaler
         state.optimizer.zero_grad(set_to_none=True)
         # Every loss is computed before any backward, as the original does (CONTRACT §7.5).
         terms = [self._loss(microbatch) for microbatch in microbatches]
@@ -204,18 +245,26 @@ class _Boundary:
             self._step_at_boundary()
         self._observe(
             "optimizer_state",
-            lambda: {"optimizer": canonical_optimizer_state(state.optimizer, state.model)},
+            lambda: {"optimizer": self._counted_optimizer_state()},
         )
         self._observe("parameter_update", lambda: parameter_and_buffer_trees(state.model))
         if state.scheduler is not None and not plan.scheduler_step_per_microbatch:
             state.scheduler.step()
-        self._observe(
-            "scheduler_state",
-            lambda: {
-                "scheduler": state_dict_or_none(state.scheduler),
-                "scaler": state_dict_or_none(scaler),
-            },
+        self._observe("scheduler_state", self._scheduler_and_scaler)
+
+    def _counted_optimizer_state(self) -> dict[str, object]:
+        canonical = canonical_optimizer_state(self.state.optimizer, self.state.model)
+        if self.counter is not None:
+            canonical["step_calls"] = self.counter.optimizer_step_calls
+        return canonical
+
+    def _scheduler_and_scaler(self) -> dict[str, object]:
+        scheduler = (
+            state_dict_or_none(self.state.scheduler)
+            if self.counter is None
+            else self.counter.counted_scheduler_state()
         )
+        return {"scheduler": scheduler, "scaler": state_dict_or_none(self.state.scaler)}
 
     def _loss(self, microbatch: object) -> LossAccounting:
         term = _call_case(self.case, "loss", self.state, microbatch)
@@ -258,7 +307,9 @@ class _Boundary:
             scaler.update(new_scale=scaler.get_scale())
 
     def _observe(self, phase: str, build: Callable[[], Mapping[str, object]]) -> None:
-        captured = capture_tree(build, step=OBSERVED_STEP)
+        self._keep(phase, capture_tree(build, step=OBSERVED_STEP))
+
+    def _keep(self, phase: str, captured: CaptureResult) -> None:
         if captured.outcome is Outcome.ABSTAIN:
             raise _Stop(Outcome.ABSTAIN, f"{phase} state capture failed: {captured.issue.detail}")  # type: ignore[union-attr]
         if captured.outcome is not Outcome.PASS:
@@ -267,27 +318,92 @@ class _Boundary:
 
     def write(self, path: Path) -> None:
         entries = tuple(sorted(self.observations.items()))
-        assert [key for key, _ in entries] == sorted((INITIAL_KEY, *PHASES))
+        observed = [phase for phase in PHASES if phase not in self.unobserved]
+        assert [key for key, _ in entries] == sorted((INITIAL_KEY, *observed))
         # Fingerprinted after the run, so flags the case set while building show.
         write_snapshot(
             path, FrozenMapping(entries), step=OBSERVED_STEP, environment=environment_fingerprint()
         )
 
 
+class _OwnStepBoundary(_Boundary):
+    """The case's own train_step for one optimizer-update boundary, observed from outside.
+
+    Phases: `loss_accounting` from what the step returned (unobserved when it
+    returned None), `gradient` when it first called `optimizer.step`,
+    `optimizer_state` when its last `optimizer.step` returned (both when it
+    returned, if it never stepped), `parameter_update` and `scheduler_state`
+    when it returned; the optimizer and scheduler observations carry their
+    `step_calls`.
+    """
+
+    def run(self, device: str) -> None:
+        microbatches = self._begin(device)
+        state = self.state
+        observer = self.counter = StepObserver(
+            state.optimizer, state.scheduler, state.model, observe=True
+        )
+        with observer:
+            returned = _call_case(self.case, TRAIN_STEP, state, microbatches)
+        try:
+            record = returned_loss_record(returned)
+        except MixedAccounting as error:
+            raise _Stop(Outcome.ABSTAIN, str(error)) from None
+        except TypeError as error:
+            raise _Stop(
+                Outcome.ERROR,
+                f"worker failed: {error_text(error)} (returned by case.{TRAIN_STEP}() in candidate)",
+            ) from None
+        if record is None:
+            self.unobserved.append("loss_accounting")
+        else:
+            self.loss_normalization_captured = bool(record["normalization_captured"])
+            self._observe("loss_accounting", lambda: {"loss_accounting": record})
+        # A step that never called optimizer.step is observed as it left things: its
+        # optimizer phase then shows step_calls 0 (a FAIL, not an ERROR).
+        self._keep("gradient", observer.gradient or observer.capture_gradient())
+        self._keep(
+            "optimizer_state", observer.optimizer_state or observer.capture_optimizer_state()
+        )
+        self.observations["optimizer_state"] = with_step_calls(
+            self.observations["optimizer_state"], "optimizer", observer.optimizer_step_calls
+        )
+        self._observe("parameter_update", lambda: parameter_and_buffer_trees(state.model))
+        self._observe("scheduler_state", self._scheduler_and_scaler)
+
+
 def execute(
-    case_spec: str, plan_text: str, device: str, seed: int, observations_path: Path
+    case_spec: str,
+    plan_text: str,
+    device: str,
+    seed: int,
+    observations_path: Path,
+    *,
+    own_step: bool = False,
 ) -> dict[str, Any]:
-    """Run one plan and return the result record (CONTRACT §4.7, accumulation child)."""
+    """Run one plan, or with `own_step` the case's train_step, and return the result record.
+
+    The record is CONTRACT §4.7's accumulation child result; a PASS of an own
+    step that returned no losses adds `unobserved_phases: ["loss_accounting"]`.
+    """
     record: dict[str, Any] = {"pid": os.getpid()}
+    where = " in candidate" if own_step else ""  # only the candidate runs the user's own step
     try:
         plan = AccumulationExecutionPlan.from_dict(json.loads(plan_text))
         seed_everything(seed, device)
         case = _load(case_spec)
         if isinstance(case.equivalence, str):
             record["equivalence"] = case.equivalence
+        counting = has_train_step(case)
+        if own_step and not counting:
+            raise TypeError("--own-step needs a case with a callable train_step")
+        if own_step:
+            check_own_step_plan(plan)
         state = _call_case(case, "build", seed, device)
         _check_state(state)
-        boundary = _Boundary(case, plan, state)
+        boundary = (_OwnStepBoundary if own_step else _Boundary)(
+            case, plan, state, count_steps=counting
+        )
         boundary.run(device)
         boundary.write(observations_path)
     except _Stop as stop:
@@ -301,7 +417,7 @@ def execute(
         error = failure.error
         record.update(
             outcome=Outcome.ERROR.value,
-            message=f"worker failed: {error_text(error)} (raised by case.{failure.method}())",
+            message=f"worker failed: {error_text(error)} (raised by case.{failure.method}(){where})",
         )
         return record
     except Exception as error:
@@ -313,6 +429,8 @@ def execute(
         message="boundary observed",
         loss_normalization_captured=boundary.loss_normalization_captured,
     )
+    if boundary.unobserved:
+        record["unobserved_phases"] = list(boundary.unobserved)
     return record
 
 
@@ -352,9 +470,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--result", type=Path, required=True)
     parser.add_argument("--observations", type=Path, required=True)
+    parser.add_argument(
+        "--own-step", action="store_true", help="call the case's train_step instead of the plan"
+    )
     arguments = parser.parse_args(argv)
     record = execute(
-        arguments.case, arguments.plan, arguments.device, arguments.seed, arguments.observations
+        arguments.case,
+        arguments.plan,
+        arguments.device,
+        arguments.seed,
+        arguments.observations,
+        own_step=arguments.own_step,
     )
     write_result(str(arguments.result), record)  # atomically: never half a file
     return 0
