@@ -27,6 +27,14 @@ from typing import Any
 
 import torch
 
+from trainparity.accumulation_ranks import (
+    RANK_FIELDS,
+    RANKS_KEY,
+    rank_differences,
+    rank_names,
+    rank_specs,
+    validate_ranks,
+)
 from trainparity.accumulation_user_step import check_own_step_plan, has_train_step
 from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
 from trainparity.environment import environment_fingerprint
@@ -86,6 +94,13 @@ class AccumulationExecutionPlan:
     clip_per_microbatch: bool = False
     amp_step_before_unscale: bool = False
     omit_final_microbatch: bool = False
+    # Several ranks (beyond CONTRACT §7.3; see accumulation_ranks): the candidate runs as
+    # `world_size` processes under DDP, each on its contiguous share of the microbatches.
+    world_size: int = 1
+    no_sync_backward_only: bool = False
+    sync_first_microbatch: bool = False
+    clip_before_sync: bool = False
+    per_rank_loss_normalization: bool = False
 
     def validate(self) -> None:
         """Raise ValueError for values no execution can honour, TypeError for wrong field types.
@@ -113,19 +128,28 @@ class AccumulationExecutionPlan:
         elif self.clip_per_microbatch:
             # Without a norm the flag would silently do nothing.
             raise ValueError("clip_per_microbatch needs clip_grad_norm")
+        validate_ranks(self)
 
     def to_dict(self) -> dict[str, Any]:
-        """The ten fields by name."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        """The ten fields of CONTRACT §7.3 by name, plus each multi-rank field not at its default.
+
+        A single-rank plan therefore has exactly the contract's ten keys.
+        """
+        return {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(self)
+            if field.name not in RANK_FIELDS or getattr(self, field.name) != field.default
+        }
 
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> AccumulationExecutionPlan:
-        """Rebuild and validate a plan from exactly the ten field names."""
+        """Rebuild and validate a plan from the ten field names (multi-rank fields optional)."""
         if not isinstance(mapping, Mapping):
             raise TypeError(f"plan must be a mapping, got {type(mapping).__name__}")
-        expected = {field.name for field in dataclasses.fields(cls)}
+        known = {field.name for field in dataclasses.fields(cls)}
+        expected = known - set(RANK_FIELDS)
         missing = sorted(expected - set(mapping))
-        unexpected = sorted(set(mapping) - expected, key=str)
+        unexpected = sorted(set(mapping) - known, key=str)
         if missing or unexpected:
             raise ValueError(
                 f"plan must have exactly the fields {sorted(expected)}; "
@@ -139,7 +163,7 @@ class AccumulationExecutionPlan:
 _FLAG_NAMES = tuple(
     field.name
     for field in dataclasses.fields(AccumulationExecutionPlan)
-    if field.name not in ("microbatch_count", "clip_grad_norm")
+    if field.name not in ("microbatch_count", "clip_grad_norm", "world_size")
 )
 
 
@@ -470,6 +494,7 @@ class _AccumulationExecution:
         self.own_step_children = {"candidate"} if own_step else set()
         self.group = ChildGroup(on_event=self._on_child_event)
         self.launch_errors: dict[str, str] = {}
+        self.rank_reports: list[_ChildReport] = []  # every rank's, for a multi-rank candidate
         self.peak_bytes = 0
         self.process_ids: list[int] = []
 
@@ -522,6 +547,18 @@ class _AccumulationExecution:
         try:
             environment = dict(os.environ)
             environment.update(self.environment or {})
+            world_size = self.plans[name].world_size
+            if world_size > 1:
+                for rank in rank_specs(
+                    name,
+                    argv,
+                    cwd=self.command_dir,
+                    environment=environment,
+                    directory=directory,
+                    world_size=world_size,
+                ):
+                    self.group.start(rank, timeout=self.timeout)
+                return
             spec = ChildSpec(
                 name=name,
                 argv=argv,
@@ -545,6 +582,8 @@ class _AccumulationExecution:
             self._start(name)
         if name in self.launch_errors:
             raise _Verdict(Outcome.ERROR, self.launch_errors[name])
+        if self.plans[name].world_size > 1:
+            return self._report_ranks(name)
         result = self.group.wait_for(name)
         assert result is not None  # wait_for without a timeout returns once reaped
         self.process_ids.append(result.pid)
@@ -573,6 +612,66 @@ class _AccumulationExecution:
             raise _Verdict(report.outcome, report.message)
         return report
 
+    def _report_ranks(self, name: str) -> _ChildReport:
+        """Wait for every rank of `name`; the first that fails stops the others (ERROR).
+
+        A rank that crashed leaves the others blocked in a collective until
+        their timeout, so they are terminated as soon as one rank has failed.
+        Returns rank 0's report; all ranks' reports are kept for the rank check.
+        """
+        names = rank_names(name, self.plans[name].world_size)
+        seen: set[str] = set()
+        failure: tuple[Outcome, str] | None = None
+        while failure is None:
+            for rank in names:
+                result = self.group.result(rank)
+                if result is None or rank in seen:
+                    continue
+                seen.add(rank)
+                self.process_ids.append(result.pid)
+                failure = self._rank_failure(rank, result)
+                if failure is not None:
+                    break
+            if failure is not None or len(seen) == len(names):
+                break
+            self.group.wait(None)
+        if failure is not None:
+            for rank in names:
+                self.group.terminate(rank)
+            raise _Verdict(*failure)
+        self.rank_reports = [self._read_result(rank, self._rank_result(rank)) for rank in names]
+        return dataclasses.replace(self.rank_reports[0], name=name)
+
+    def _rank_result(self, rank: str) -> Path:
+        return self.run_root / self._log_directory(rank) / RESULT_FILE
+
+    def _rank_failure(self, rank: str, result: ChildResult) -> tuple[Outcome, str] | None:
+        if result.timed_out:
+            return Outcome.ERROR, self._with_logs(
+                rank, f"worker timeout ({rank} ran past {self.timeout:g} s)"
+            )
+        path = self._rank_result(rank)
+        if result.exit_code != 0 or not path.is_file():
+            status = (
+                f"exited with status {result.exit_code}"
+                if result.exit_code is not None
+                else f"was killed by signal {result.signal}"
+            )
+            return Outcome.ERROR, self._with_logs(
+                rank, f"worker did not publish a result ({rank} {status})"
+            )
+        report = self._read_result(rank, path)
+        if report.outcome is Outcome.ERROR:
+            return Outcome.ERROR, self._with_logs(rank, f"{report.message} ({rank})")
+        if report.outcome is not Outcome.PASS:
+            return report.outcome, f"{report.message} ({rank})"
+        return None
+
+    def _log_directory(self, name: str) -> str:
+        """`candidate/rank1` for rank children, else the child's own name."""
+        owner, _, rank = name.partition(".")
+        return f"{owner}/{rank}" if rank else name
+
     def _read_result(self, name: str, path: Path) -> _ChildReport:
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
@@ -598,20 +697,25 @@ class _AccumulationExecution:
         return _ChildReport(name, pid, outcome, message, captured, observations, unobserved)
 
     def _with_logs(self, name: str, message: str) -> str:
+        directory = self._log_directory(name)
         if self.preserved:
-            return f"{message}; see {name}/stderr.log under the preserved work_dir"
-        tail = _last_line(self.run_root / name / "stderr.log")
+            return f"{message}; see {directory}/stderr.log under the preserved work_dir"
+        tail = _last_line(self.run_root / directory / "stderr.log")
         return f"{message}; last stderr line: {tail}" if tail else message
 
     # Decisions --------------------------------------------------------------------------
 
     def _decide(self, reports: list[_ChildReport]) -> dict[str, Any]:
-        if len({report.pid for report in reports}) != len(reports):
+        reports_with_ranks = [*reports[:-1], *(self.rank_reports or reports[-1:])]
+        if len({report.pid for report in reports_with_ranks}) != len(reports_with_ranks):
             raise _Verdict(Outcome.ERROR, "fresh executions did not have distinct process IDs")
         self.progress.event("comparison", "start")
         began = time.perf_counter()
         try:
-            self._compare([_phase_views(report) for report in reports])
+            self._compare(
+                [_phase_views(report) for report in reports],
+                [_phase_views(report) for report in self.rank_reports],
+            )
         finally:
             self.progress.event("comparison", "end", time.perf_counter() - began)
         return {
@@ -620,10 +724,22 @@ class _AccumulationExecution:
             "verified_equal_initial_state": True,
         }
 
-    def _compare(self, views: list[dict[str, Snapshot]]) -> None:
-        """Raise the first ABSTAIN or FAIL verdict in contract order; return when all agree."""
+    def _compare(
+        self, views: list[dict[str, Snapshot]], rank_views: list[dict[str, Snapshot]]
+    ) -> None:
+        """Raise the first ABSTAIN or FAIL verdict in contract order; return when all agree.
+
+        A multi-rank candidate's ranks must agree with each other (phase
+        `ranks`) before rank 0 is compared with the reference.
+        """
         baseline_a, baseline_b, candidate = views
         self._judge_initial(baseline_a[INITIAL_KEY], baseline_b[INITIAL_KEY], candidate)
+        disagreement = rank_differences(self.policy, rank_views) if rank_views else None
+        if disagreement is not None:
+            message, differences = disagreement
+            raise _Verdict(
+                Outcome.FAIL, message, **_differences("ranks", differences, verified=True)
+            )
         for phase in PHASES:
             if phase not in candidate:  # an own step that did not report its losses
                 continue
@@ -682,7 +798,7 @@ def _phase_views(report: _ChildReport) -> dict[str, Snapshot]:
             f"worker result was corrupt ({report.name}: observations lack {', '.join(missing)})",
         )
     views = {INITIAL_KEY: Snapshot(0, subtrees[INITIAL_KEY], observations.backend)}
-    for phase in observed:
+    for phase in (*observed, RANKS_KEY) if RANKS_KEY in subtrees else observed:
         views[phase] = Snapshot(observations.step, subtrees[phase], observations.backend)
     return views
 

@@ -49,6 +49,10 @@ DECLARATIVE_LOOP_FLAGS = (
     "clip_per_microbatch",
     "amp_step_before_unscale",
     "omit_final_microbatch",
+    "no_sync_backward_only",
+    "sync_first_microbatch",
+    "clip_before_sync",
+    "per_rank_loss_normalization",
 )
 """Plan fields that describe our model of a loop; a case with its own step makes them meaningless."""
 

@@ -15,6 +15,7 @@ The exit status is 0 whenever the result was written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -33,6 +34,7 @@ from trainparity.accumulation import (
     UnsafeBatchSplit,
     split_for_case,
 )
+from trainparity.accumulation_ranks import RANKS_KEY, RankContext, plan_train_step
 from trainparity.accumulation_user_step import (
     TRAIN_STEP,
     MixedAccounting,
@@ -319,7 +321,8 @@ class _Boundary:
     def write(self, path: Path) -> None:
         entries = tuple(sorted(self.observations.items()))
         observed = [phase for phase in PHASES if phase not in self.unobserved]
-        assert [key for key, _ in entries] == sorted((INITIAL_KEY, *observed))
+        extra = [RANKS_KEY] if RANKS_KEY in self.observations else []
+        assert [key for key, _ in entries] == sorted((INITIAL_KEY, *observed, *extra))
         # Fingerprinted after the run, so flags the case set while building show.
         write_snapshot(
             path, FrozenMapping(entries), step=OBSERVED_STEP, environment=environment_fingerprint()
@@ -339,12 +342,26 @@ class _OwnStepBoundary(_Boundary):
 
     def run(self, device: str) -> None:
         microbatches = self._begin(device)
-        state = self.state
+        self._run_step(
+            lambda state, parts: _call_case(self.case, TRAIN_STEP, state, parts),
+            self.state,
+            microbatches,
+            self.state.model,
+        )
+
+    def _run_step(
+        self,
+        step: Callable[[TrainingState, list[object]], object],
+        step_state: TrainingState,
+        microbatches: list[object],
+        named_model: torch.nn.Module,
+    ) -> None:
+        """Run `step` under the observer; `named_model` carries the reference's parameter names."""
         observer = self.counter = StepObserver(
-            state.optimizer, state.scheduler, state.model, observe=True
+            step_state.optimizer, step_state.scheduler, named_model, observe=True
         )
         with observer:
-            returned = _call_case(self.case, TRAIN_STEP, state, microbatches)
+            returned = step(step_state, microbatches)
         try:
             record = returned_loss_record(returned)
         except MixedAccounting as error:
@@ -354,6 +371,7 @@ class _OwnStepBoundary(_Boundary):
                 Outcome.ERROR,
                 f"worker failed: {error_text(error)} (returned by case.{TRAIN_STEP}() in candidate)",
             ) from None
+        record = self._combined(record)
         if record is None:
             self.unobserved.append("loss_accounting")
         else:
@@ -368,8 +386,44 @@ class _OwnStepBoundary(_Boundary):
         self.observations["optimizer_state"] = with_step_calls(
             self.observations["optimizer_state"], "optimizer", observer.optimizer_step_calls
         )
-        self._observe("parameter_update", lambda: parameter_and_buffer_trees(state.model))
+        self._observe("parameter_update", lambda: parameter_and_buffer_trees(named_model))
         self._observe("scheduler_state", self._scheduler_and_scaler)
+
+    def _combined(self, record: dict[str, object] | None) -> dict[str, object] | None:
+        return record
+
+
+class _RankBoundary(_OwnStepBoundary):
+    """One rank of a multi-rank candidate: its share of the microbatches, under DDP.
+
+    Runs the case's train_step (`own_step`) or our DDP loop with the plan's
+    multi-rank faults; the loss record is combined over all ranks, and the
+    rank's gradient synchronisations are observed under `ranks`.
+    """
+
+    def __init__(
+        self, *arguments: Any, own_step: bool, context: RankContext, **options: Any
+    ) -> None:
+        super().__init__(*arguments, **options)
+        self.own_step = own_step
+        self.context = context
+
+    def run(self, device: str) -> None:
+        context = self.context
+        microbatches = self._begin(context.device)
+        wrapped, named = context.wrap(self.state.model)
+        step_state = dataclasses.replace(self.state, model=wrapped)
+        step = (
+            (lambda state, parts: _call_case(self.case, TRAIN_STEP, state, parts))
+            if self.own_step
+            else plan_train_step(self.case, self.plan, context)
+        )
+        self._run_step(step, step_state, context.share(microbatches), named)
+        self._observe(RANKS_KEY, lambda: {"gradient_syncs": context.gradient_syncs})
+        context.close()
+
+    def _combined(self, record: dict[str, object] | None) -> dict[str, object] | None:
+        return self.context.combined_loss_record(record)
 
 
 def execute(
@@ -399,11 +453,20 @@ def execute(
             raise TypeError("--own-step needs a case with a callable train_step")
         if own_step:
             check_own_step_plan(plan)
+        # A rank joins its process group before build: a case may build its own DDP model.
+        context = RankContext(device) if plan.world_size > 1 else None
+        if context is not None:
+            device = context.device
         state = _call_case(case, "build", seed, device)
         _check_state(state)
-        boundary = (_OwnStepBoundary if own_step else _Boundary)(
-            case, plan, state, count_steps=counting
-        )
+        if context is not None:
+            boundary: _Boundary = _RankBoundary(
+                case, plan, state, count_steps=counting, own_step=own_step, context=context
+            )
+        else:
+            boundary = (_OwnStepBoundary if own_step else _Boundary)(
+                case, plan, state, count_steps=counting
+            )
         boundary.run(device)
         boundary.write(observations_path)
     except _Stop as stop:
