@@ -178,6 +178,7 @@ class _Boundary:
         self.loss_normalization_captured = False
         # In a check of a case with its own train_step every child counts step calls,
         # so the reference's counts stand beside the user's.
+        self.count_steps = count_steps
         self.counter = (
             StepObserver(state.optimizer, state.scheduler, state.model, observe=False)
             if count_steps
@@ -262,9 +263,9 @@ class _Boundary:
 
     def _scheduler_and_scaler(self) -> dict[str, object]:
         scheduler = (
-            state_dict_or_none(self.state.scheduler)
-            if self.counter is None
-            else self.counter.counted_scheduler_state()
+            self.counter.counted_scheduler_state()
+            if self.count_steps and self.counter is not None
+            else state_dict_or_none(self.state.scheduler)
         )
         return {"scheduler": scheduler, "scaler": state_dict_or_none(self.state.scaler)}
 
@@ -383,9 +384,10 @@ class _OwnStepBoundary(_Boundary):
         self._keep(
             "optimizer_state", observer.optimizer_state or observer.capture_optimizer_state()
         )
-        self.observations["optimizer_state"] = with_step_calls(
-            self.observations["optimizer_state"], "optimizer", observer.optimizer_step_calls
-        )
+        if self.count_steps:  # our DDP loop for a plan counts nothing the reference would not
+            self.observations["optimizer_state"] = with_step_calls(
+                self.observations["optimizer_state"], "optimizer", observer.optimizer_step_calls
+            )
         self._observe("parameter_update", lambda: parameter_and_buffer_trees(named_model))
         self._observe("scheduler_state", self._scheduler_and_scaler)
 
