@@ -495,6 +495,7 @@ class _AccumulationExecution:
         self.group = ChildGroup(on_event=self._on_child_event)
         self.launch_errors: dict[str, str] = {}
         self.rank_reports: list[_ChildReport] = []  # every rank's, for a multi-rank candidate
+        self.rank_pids: list[tuple[str, int]] = []
         self.peak_bytes = 0
         self.process_ids: list[int] = []
 
@@ -557,7 +558,7 @@ class _AccumulationExecution:
                     directory=directory,
                     world_size=world_size,
                 ):
-                    self.group.start(rank, timeout=self.timeout)
+                    self.rank_pids.append((rank.name, self.group.start(rank, timeout=self.timeout)))
                 return
             spec = ChildSpec(
                 name=name,
@@ -621,8 +622,8 @@ class _AccumulationExecution:
         """
         names = rank_names(name, self.plans[name].world_size)
         seen: set[str] = set()
-        failure: tuple[Outcome, str] | None = None
-        while failure is None:
+        while len(seen) < len(names):
+            failures = []
             for rank in names:
                 result = self.group.result(rank)
                 if result is None or rank in seen:
@@ -631,14 +632,17 @@ class _AccumulationExecution:
                 self.process_ids.append(result.pid)
                 failure = self._rank_failure(rank, result)
                 if failure is not None:
-                    break
-            if failure is not None or len(seen) == len(names):
-                break
-            self.group.wait(None)
-        if failure is not None:
-            for rank in names:
-                self.group.terminate(rank)
-            raise _Verdict(*failure)
+                    failures.append((result.succeeded, failure))
+            if failures:
+                for rank in names:
+                    self.group.terminate(rank)
+                # The terminated ranks ran too; list them, so nothing is hidden.
+                self.process_ids.extend(pid for rank, pid in self.rank_pids if rank not in seen)
+                # Ranks reaped together: a crash or timeout explains the others' errors
+                # (a peer that vanished mid-collective), not the other way round.
+                raise _Verdict(*min(failures, key=lambda failure: failure[0])[1])
+            if len(seen) < len(names):
+                self.group.wait(None)
         self.rank_reports = [self._read_result(rank, self._rank_result(rank)) for rank in names]
         return dataclasses.replace(self.rank_reports[0], name=name)
 
@@ -661,11 +665,12 @@ class _AccumulationExecution:
                 rank, f"worker did not publish a result ({rank} {status})"
             )
         report = self._read_result(rank, path)
+        if report.outcome is Outcome.PASS:
+            return None
+        message = report.message if rank in report.message else f"{report.message} ({rank})"
         if report.outcome is Outcome.ERROR:
-            return Outcome.ERROR, self._with_logs(rank, f"{report.message} ({rank})")
-        if report.outcome is not Outcome.PASS:
-            return report.outcome, f"{report.message} ({rank})"
-        return None
+            return Outcome.ERROR, self._with_logs(rank, message)
+        return report.outcome, message
 
     def _log_directory(self, name: str) -> str:
         """`candidate/rank1` for rank children, else the child's own name."""

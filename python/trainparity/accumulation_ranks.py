@@ -195,6 +195,12 @@ class RankContext:
         self.device = device
         if device.startswith("cuda"):
             local = int(os.environ.get("LOCAL_RANK", self.rank))
+            if device == "cuda" and local >= torch.cuda.device_count():
+                # nccl cannot put two ranks on one device.
+                raise RuntimeError(
+                    f"world_size {self.world_size} on CUDA needs one device per rank; "
+                    f"{torch.cuda.device_count()} visible"
+                )
             self.device = f"cuda:{local}" if device == "cuda" else device
             torch.cuda.set_device(self.device)
         dist.init_process_group(

@@ -179,6 +179,7 @@ class _Boundary:
         # In a check of a case with its own train_step every child counts step calls,
         # so the reference's counts stand beside the user's.
         self.count_steps = count_steps
+        self.where = ""
         self.counter = (
             StepObserver(state.optimizer, state.scheduler, state.model, observe=False)
             if count_steps
@@ -370,7 +371,7 @@ class _OwnStepBoundary(_Boundary):
         except TypeError as error:
             raise _Stop(
                 Outcome.ERROR,
-                f"worker failed: {error_text(error)} (returned by case.{TRAIN_STEP}() in candidate)",
+                f"worker failed: {error_text(error)} (returned by case.{TRAIN_STEP}(){self.where})",
             ) from None
         record = self._combined(record)
         if record is None:
@@ -443,9 +444,12 @@ def execute(
     step that returned no losses adds `unobserved_phases: ["loss_accounting"]`.
     """
     record: dict[str, Any] = {"pid": os.getpid()}
-    where = " in candidate" if own_step else ""  # only the candidate runs the user's own step
+    where = ""  # which child ran the user's step, for its messages
     try:
         plan = AccumulationExecutionPlan.from_dict(json.loads(plan_text))
+        if own_step:  # only the candidate runs the user's own step; a rank says which one it is
+            rank = f".rank{os.environ.get('RANK', '?')}" if plan.world_size > 1 else ""
+            where = f" in candidate{rank}"
         seed_everything(seed, device)
         case = _load(case_spec)
         if isinstance(case.equivalence, str):
@@ -469,6 +473,7 @@ def execute(
             boundary = (_OwnStepBoundary if own_step else _Boundary)(
                 case, plan, state, count_steps=counting
             )
+        boundary.where = where
         boundary.run(device)
         boundary.write(observations_path)
     except _Stop as stop:
