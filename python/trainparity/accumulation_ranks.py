@@ -30,6 +30,7 @@ from trainparity.protocols import LossAccounting
 __all__ = [
     "RANKS_KEY",
     "RANK_FIELDS",
+    "RankContext",
     "plan_train_step",
     "rank_differences",
     "rank_names",
