@@ -10,8 +10,12 @@ load on the machine hits them alike:
 - 2 ranks:     `OwnStepCase` with `AccumulationExecutionPlan(4, world_size=2)`.
 
 Each figure is the wall time of check_accumulation in this process (all its
-children included). Prints the medians and the ratios own step / declarative
-(target ≤ 1.1) and 2 ranks / 1 rank (target ≤ 1.5).
+children included), beside the CPU time (user + system) of the children it
+reaped, which says what a check costs whatever else runs on the machine.
+Prints the medians and the ratios own step / declarative (target ≤ 1.1) and
+2 ranks / 1 rank (target ≤ 1.5). Under torch 2.13 every rank pays for
+`DistributedDataParallel.__init__` importing `torch._dynamo` (about twice
+`import torch`), which no setting avoids.
 
     python benchmarks/bench_own_step.py [--runs 5]
 """
@@ -19,6 +23,7 @@ children included). Prints the medians and the ratios own step / declarative
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import sys
 import time
@@ -37,7 +42,9 @@ CHECKS = {
 }
 
 
-def timed(case: str, plan: AccumulationExecutionPlan) -> float:
+def timed(case: str, plan: AccumulationExecutionPlan) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the reaped children) of one check."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     result = check_accumulation(
         case,
@@ -47,9 +54,11 @@ def timed(case: str, plan: AccumulationExecutionPlan) -> float:
         environment={"OMP_NUM_THREADS": "1"},
     )
     elapsed = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.outcome != "PASS":
         sys.exit(f"{case} with {plan} did not PASS: {result.message}")
-    return elapsed
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
 
 
 def main() -> None:
@@ -58,13 +67,16 @@ def main() -> None:
     runs = parser.parse_args().runs
     sys.path.insert(0, str(HERE))  # the parent loads the case too
     timed(*CHECKS["2 ranks"])  # warm-up: file caches, the first gloo rendezvous
-    seconds: dict[str, list[float]] = {name: [] for name in CHECKS}
+    seconds: dict[str, list[tuple[float, float]]] = {name: [] for name in CHECKS}
     for _ in range(runs):
         for name, (case, plan) in CHECKS.items():
             seconds[name].append(timed(case, plan))
-    medians = {name: statistics.median(values) for name, values in seconds.items()}
-    for name, median in medians.items():
-        print(f"{name:12s} median {median:6.2f} s over {runs} runs")
+    medians = {
+        name: statistics.median(wall for wall, _ in values) for name, values in seconds.items()
+    }
+    for name, values in seconds.items():
+        cpu = statistics.median(cpu for _, cpu in values)
+        print(f"{name:12s} median {medians[name]:6.2f} s wall, {cpu:6.2f} s CPU over {runs} runs")
     print(
         f"own step / declarative: {medians['own step'] / medians['declarative']:.2f}  (target <= 1.1)"
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 
 import torch
-import torch.distributed as dist
 from trainparity.protocols import LossAccounting, TrainingState
 from trainparity.quickstarts.accumulation import Case
 
@@ -19,6 +18,10 @@ class OwnStepCase(Case):
     """The quickstart's model, optimizer, scheduler and loss, stepped by a user's loop."""
 
     def train_step(self, state: TrainingState, microbatches: list) -> list[LossAccounting]:
+        # Imported here, not at the top: the baselines never need it, and the benchmark
+        # measures trainparity's overhead, not this module's imports.
+        import torch.distributed as dist
+
         distributed = dist.is_available() and dist.is_initialized()
         world_size = dist.get_world_size() if distributed else 1
         count = torch.tensor([float(sum(len(inputs) for inputs, _ in microbatches))])
