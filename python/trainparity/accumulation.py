@@ -27,6 +27,7 @@ from trainparity.accumulation_plan import (
     split_for_case,
     split_tensor_tree,
 )
+from trainparity.accumulation_user_step import check_own_step_plan, has_train_step
 from trainparity.comparison import ExactComparison, ToleranceComparison
 from trainparity.environment import environment_fingerprint
 from trainparity.error_text import error_text
@@ -159,6 +160,9 @@ class AccumulationRunner:
         try:
             loaded = load_accumulation_case(case)
             equivalence = declared_equivalence(loaded)
+            own_step = has_train_step(loaded)
+            if own_step:
+                check_own_step_plan(candidate)
         except Exception as error:  # importing runs the user's module: anything can fail
             return self._finish(_setup_error(case, policy_name, error), report_path)
         # The children's complete environment: ours, with the caller's variables on top.
@@ -184,6 +188,7 @@ class AccumulationRunner:
                 seed=seed,
                 settings=settings,
                 policy=self.policy,
+                own_step=own_step,
             )
             verdict = execution.run()
         result = AccumulationResult(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.accumulation_plan import INITIAL_KEY, PHASES, AccumulationExecutionPlan
+from trainparity.accumulation_ranks import RANKS_KEY, rank_differences, rank_names, rank_specs
 from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
@@ -59,6 +61,7 @@ class _ChildReport:
     message: str
     loss_normalization_captured: bool = False
     observations: Snapshot | None = None
+    unobserved_phases: tuple[str, ...] = ()
 
 
 class AccumulationExecution:
@@ -73,6 +76,7 @@ class AccumulationExecution:
         seed: int,
         settings: RunSettings,
         policy: ExactComparison | ToleranceComparison,
+        own_step: bool = False,
     ) -> None:
         self.case_spec = case_spec
         self.plans = plans
@@ -80,8 +84,12 @@ class AccumulationExecution:
         self.seed = seed
         self.settings = settings
         self.policy = policy
+        # The candidate of a case with its own train_step runs that step (accumulation_user_step).
+        self.own_step_children = {"candidate"} if own_step else set()
         self.group = ChildGroup(on_event=self._on_child_event)
         self.launch_errors: dict[str, str] = {}
+        self.rank_reports: list[_ChildReport] = []  # every rank's, for a multi-rank candidate
+        self.rank_pids: list[tuple[str, int]] = []
         self.peak_bytes = 0
         self.process_ids: list[int] = []
 
@@ -129,7 +137,22 @@ class AccumulationExecution:
             "--observations",
             str(directory / OBSERVATIONS_FILE),
         ]
+        if name in self.own_step_children:
+            argv.append("--own-step")
         try:
+            world_size = self.plans[name].world_size
+            if world_size > 1:
+                for rank in rank_specs(
+                    name,
+                    argv,
+                    cwd=self.settings.command_dir,
+                    environment=self.settings.environment,
+                    directory=directory,
+                    world_size=world_size,
+                ):
+                    started = self.group.start(rank, timeout=self.settings.timeout)
+                    self.rank_pids.append((rank.name, started))
+                return
             spec = ChildSpec(
                 name=name,
                 argv=argv,
@@ -155,6 +178,8 @@ class AccumulationExecution:
             self._start(name)
         if name in self.launch_errors:
             raise _Verdict(Outcome.ERROR, self.launch_errors[name])
+        if self.plans[name].world_size > 1:
+            return self._report_ranks(name)
         result = self.group.wait_for(name)
         assert result is not None  # wait_for without a timeout returns once reaped
         self.process_ids.append(result.pid)
@@ -178,9 +203,76 @@ class AccumulationExecution:
                 self._with_logs(name, f"worker did not publish a result ({name} {status})"),
             )
         report = self._read_result(name, result_path)
+        if report.outcome is Outcome.ERROR and name in self.own_step_children:
+            # The user's own step failed: its traceback is in the child's stderr.
+            raise _Verdict(report.outcome, self._with_logs(name, report.message))
         if report.outcome is not Outcome.PASS:
             raise _Verdict(report.outcome, report.message)
         return report
+
+    def _report_ranks(self, name: str) -> _ChildReport:
+        """Wait for every rank of `name`; the first that fails stops the others (ERROR).
+
+        A rank that crashed leaves the others blocked in a collective until
+        their timeout, so they are terminated as soon as one rank has failed.
+        Returns rank 0's report; all ranks' reports are kept for the rank check.
+        """
+        names = rank_names(name, self.plans[name].world_size)
+        seen: set[str] = set()
+        while len(seen) < len(names):
+            failures = []
+            for rank in names:
+                result = self.group.result(rank)
+                if result is None or rank in seen:
+                    continue
+                seen.add(rank)
+                self.process_ids.append(result.pid)
+                failure = self._rank_failure(rank, result)
+                if failure is not None:
+                    failures.append((result.succeeded, failure))
+            if failures:
+                for rank in names:
+                    self.group.terminate(rank)
+                # The terminated ranks ran too; list them, so nothing is hidden.
+                self.process_ids.extend(pid for rank, pid in self.rank_pids if rank not in seen)
+                # Ranks reaped together: a crash or timeout explains the others' errors
+                # (a peer that vanished mid-collective), not the other way round.
+                raise _Verdict(*min(failures, key=lambda failure: failure[0])[1])
+            if len(seen) < len(names):
+                self.group.wait(None)
+        self.rank_reports = [self._read_result(rank, self._rank_result(rank)) for rank in names]
+        return dataclasses.replace(self.rank_reports[0], name=name)
+
+    def _rank_result(self, rank: str) -> Path:
+        return self.settings.run_root / self._log_directory(rank) / RESULT_FILE
+
+    def _rank_failure(self, rank: str, result: ChildResult) -> tuple[Outcome, str] | None:
+        if result.timed_out:
+            return Outcome.ERROR, self._with_logs(
+                rank, f"worker timeout ({rank} ran past {self.settings.timeout:g} s)"
+            )
+        path = self._rank_result(rank)
+        if result.exit_code != 0 or not path.is_file():
+            status = (
+                f"exited with status {result.exit_code}"
+                if result.exit_code is not None
+                else f"was killed by signal {result.signal}"
+            )
+            return Outcome.ERROR, self._with_logs(
+                rank, f"worker did not publish a result ({rank} {status})"
+            )
+        report = self._read_result(rank, path)
+        if report.outcome is Outcome.PASS:
+            return None
+        message = report.message if rank in report.message else f"{report.message} ({rank})"
+        if report.outcome is Outcome.ERROR:
+            return Outcome.ERROR, self._with_logs(rank, message)
+        return report.outcome, message
+
+    def _log_directory(self, name: str) -> str:
+        """`candidate/rank1` for rank children, else the child's own name."""
+        owner, _, rank = name.partition(".")
+        return f"{owner}/{rank}" if rank else name
 
     def _read_result(self, name: str, path: Path) -> _ChildReport:
         try:
@@ -195,29 +287,37 @@ class AccumulationExecution:
             captured = record["loss_normalization_captured"]
             if not isinstance(captured, bool):
                 raise TypeError("loss_normalization_captured must be a bool")
+            unobserved = tuple(record.get("unobserved_phases", ()))
+            if not set(unobserved) <= {"loss_accounting"}:
+                raise ValueError(f"unexpected unobserved phases {unobserved!r}")
             observations, _ = read_snapshot(path.parent / OBSERVATIONS_FILE)
         except (OSError, ValueError, KeyError, TypeError, SnapshotFileError) as error:
             raise _Verdict(
                 Outcome.ERROR,
                 self._with_logs(name, f"worker result was corrupt ({name}: {error_text(error)})"),
             ) from None
-        return _ChildReport(name, pid, outcome, message, captured, observations)
+        return _ChildReport(name, pid, outcome, message, captured, observations, unobserved)
 
     def _with_logs(self, name: str, message: str) -> str:
+        directory = self._log_directory(name)
         if self.settings.preserved:
-            return f"{message}; see {name}/stderr.log under the preserved work_dir"
-        tail = _last_line(self.settings.run_root / name / "stderr.log")
+            return f"{message}; see {directory}/stderr.log under the preserved work_dir"
+        tail = _last_line(self.settings.run_root / directory / "stderr.log")
         return f"{message}; last stderr line: {tail}" if tail else message
 
     # Decisions --------------------------------------------------------------------------
 
     def _decide(self, reports: list[_ChildReport]) -> dict[str, Any]:
-        if len({report.pid for report in reports}) != len(reports):
+        reports_with_ranks = [*reports[:-1], *(self.rank_reports or reports[-1:])]
+        if len({report.pid for report in reports_with_ranks}) != len(reports_with_ranks):
             raise _Verdict(Outcome.ERROR, "fresh executions did not have distinct process IDs")
         self.settings.progress.event("comparison", "start")
         began = time.perf_counter()
         try:
-            self._compare([_phase_views(report) for report in reports])
+            self._compare(
+                [_phase_views(report) for report in reports],
+                [_phase_views(report) for report in self.rank_reports],
+            )
         finally:
             self.settings.progress.event("comparison", "end", time.perf_counter() - began)
         return {
@@ -226,11 +326,25 @@ class AccumulationExecution:
             "verified_equal_initial_state": True,
         }
 
-    def _compare(self, views: list[dict[str, Snapshot]]) -> None:
-        """Raise the first ABSTAIN or FAIL verdict in contract order; return when all agree."""
+    def _compare(
+        self, views: list[dict[str, Snapshot]], rank_views: list[dict[str, Snapshot]]
+    ) -> None:
+        """Raise the first ABSTAIN or FAIL verdict in contract order; return when all agree.
+
+        A multi-rank candidate's ranks must agree with each other (phase
+        `ranks`) before rank 0 is compared with the reference.
+        """
         baseline_a, baseline_b, candidate = views
         self._judge_initial(baseline_a[INITIAL_KEY], baseline_b[INITIAL_KEY], candidate)
+        disagreement = rank_differences(self.policy, rank_views) if rank_views else None
+        if disagreement is not None:
+            message, differences = disagreement
+            raise _Verdict(
+                Outcome.FAIL, message, **_differences("ranks", differences, verified=True)
+            )
         for phase in PHASES:
+            if phase not in candidate:  # an own step that did not report its losses
+                continue
             differences = self.policy.compare_all(baseline_a[phase], baseline_b[phase])
             if differences:
                 raise _Verdict(
@@ -278,14 +392,15 @@ def _phase_views(report: _ChildReport) -> dict[str, Snapshot]:
     observations = report.observations
     assert observations is not None
     subtrees = observations.state.as_dict()
-    missing = [key for key in (INITIAL_KEY, *PHASES) if key not in subtrees]
+    observed = [phase for phase in PHASES if phase not in report.unobserved_phases]
+    missing = [key for key in (INITIAL_KEY, *observed) if key not in subtrees]
     if missing:
         raise _Verdict(
             Outcome.ERROR,
             f"worker result was corrupt ({report.name}: observations lack {', '.join(missing)})",
         )
     views = {INITIAL_KEY: Snapshot(0, subtrees[INITIAL_KEY], observations.backend)}
-    for phase in PHASES:
+    for phase in (*observed, RANKS_KEY) if RANKS_KEY in subtrees else observed:
         views[phase] = Snapshot(observations.step, subtrees[phase], observations.backend)
     return views
 

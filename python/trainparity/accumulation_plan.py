@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from trainparity.accumulation_ranks import RANK_FIELDS, validate_ranks
+
 __all__ = [
     "INITIAL_KEY",
     "PHASES",
@@ -47,6 +49,13 @@ class AccumulationExecutionPlan:
     clip_per_microbatch: bool = False
     amp_step_before_unscale: bool = False
     omit_final_microbatch: bool = False
+    # Several ranks (beyond CONTRACT §7.3; see accumulation_ranks): the candidate runs as
+    # `world_size` processes under DDP, each on its contiguous share of the microbatches.
+    world_size: int = 1
+    no_sync_backward_only: bool = False
+    sync_first_microbatch: bool = False
+    clip_before_sync: bool = False
+    per_rank_loss_normalization: bool = False
 
     def validate(self) -> None:
         """Raise ValueError for values no execution can honour, TypeError for wrong field types.
@@ -74,19 +83,28 @@ class AccumulationExecutionPlan:
         elif self.clip_per_microbatch:
             # Without a norm the flag would silently do nothing.
             raise ValueError("clip_per_microbatch needs clip_grad_norm")
+        validate_ranks(self)
 
     def to_dict(self) -> dict[str, Any]:
-        """The ten fields by name."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        """The ten fields of CONTRACT §7.3 by name, plus each multi-rank field not at its default.
+
+        A single-rank plan therefore has exactly the contract's ten keys.
+        """
+        return {
+            field.name: getattr(self, field.name)
+            for field in dataclasses.fields(self)
+            if field.name not in RANK_FIELDS or getattr(self, field.name) != field.default
+        }
 
     @classmethod
     def from_dict(cls, mapping: Mapping[str, Any]) -> AccumulationExecutionPlan:
-        """Rebuild and validate a plan from exactly the ten field names."""
+        """Rebuild and validate a plan from the ten field names (multi-rank fields optional)."""
         if not isinstance(mapping, Mapping):
             raise TypeError(f"plan must be a mapping, got {type(mapping).__name__}")
-        expected = {field.name for field in dataclasses.fields(cls)}
+        known = {field.name for field in dataclasses.fields(cls)}
+        expected = known - set(RANK_FIELDS)
         missing = sorted(expected - set(mapping))
-        unexpected = sorted(set(mapping) - expected, key=str)
+        unexpected = sorted(set(mapping) - known, key=str)
         if missing or unexpected:
             raise ValueError(
                 f"plan must have exactly the fields {sorted(expected)}; "
@@ -100,7 +118,7 @@ class AccumulationExecutionPlan:
 _FLAG_NAMES = tuple(
     field.name
     for field in dataclasses.fields(AccumulationExecutionPlan)
-    if field.name not in ("microbatch_count", "clip_grad_norm")
+    if field.name not in ("microbatch_count", "clip_grad_norm", "world_size")
 )
 
 

@@ -5,14 +5,17 @@ Launched by check_accumulation as `python -m trainparity.accumulation_worker
 It follows CONTRACT §7.5 step by step: seed, build, capture the initial
 state, split the batch, compute every microbatch loss, account for them,
 backward (and whatever the plan says per microbatch), then observe the five
-phases. All observations go into one snapshot file (top-level keys `initial`
-and the phase names); a small JSON result says PASS, ABSTAIN or ERROR.
+phases. With `--own-step` the case's own `train_step` replaces the plan's
+loop and is observed from outside (accumulation_user_step). All observations
+go into one snapshot file (top-level keys `initial` and the phase names); a
+small JSON result says PASS, ABSTAIN or ERROR.
 The exit status is 0 whenever the result was written.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -24,14 +27,25 @@ from typing import Any
 
 import torch
 
-from trainparity.accumulation import (
+from trainparity.accumulation_plan import (
     INITIAL_KEY,
     PHASES,
     AccumulationExecutionPlan,
     UnsafeBatchSplit,
     split_for_case,
 )
+from trainparity.accumulation_ranks import RANKS_KEY, RankContext, plan_train_step
+from trainparity.accumulation_user_step import (
+    TRAIN_STEP,
+    MixedAccounting,
+    StepObserver,
+    check_own_step_plan,
+    has_train_step,
+    returned_loss_record,
+    with_step_calls,
+)
 from trainparity.capture import (
+    CaptureResult,
     canonical_optimizer_state,
     capture_snapshot,
     capture_tree,
@@ -148,22 +162,47 @@ def _has(owner: object, method: str) -> bool:
 class _Boundary:
     """One plan executed for one optimizer-update boundary, with its observations."""
 
-    def __init__(self, case: Any, plan: AccumulationExecutionPlan, state: TrainingState) -> None:
+    def __init__(
+        self,
+        case: Any,
+        plan: AccumulationExecutionPlan,
+        state: TrainingState,
+        *,
+        count_steps: bool = False,
+    ) -> None:
         self.case = case
         self.plan = plan
         self.state = state
         self.observations: dict[str, FrozenMapping] = {}
+        self.unobserved: list[str] = []
         self.loss_normalization_captured = False
+        # In a check of a case with its own train_step every child counts step calls,
+        # so the reference's counts stand beside the user's.
+        self.count_steps = count_steps
+        self.where = ""
+        self.counter = (
+            StepObserver(state.optimizer, state.scheduler, state.model, observe=False)
+            if count_steps
+            else None
+        )
 
     def run(self, device: str) -> None:
+        microbatches = self._begin(device)
+        if self.counter is None:
+            self._plan_loop(microbatches)
+            return
+        with self.counter:
+            self._plan_loop(microbatches)
+
+    def _begin(self, device: str) -> list[object]:
+        """Capture the initial state, then fetch and split the batch (CONTRACT §7.5 steps 3–4)."""
         state, plan = self.state, self.plan
-        scaler = state.scaler
         initial = capture_snapshot(
             state.model,
             step=0,
             optimizer=state.optimizer,
             scheduler=state.scheduler,
-            scaler=scaler,
+            scaler=state.scaler,
         )
         if initial.outcome is not Outcome.PASS:
             raise _Stop(initial.outcome, f"initial state capture failed: {initial.issue.detail}")  # type: ignore[union-attr]
@@ -174,6 +213,12 @@ class _Boundary:
             microbatches = microbatches[:-1]
         if not microbatches:
             raise _Stop(Outcome.ABSTAIN, "plan consumed no microbatches")
+        return microbatches
+
+    def _plan_loop(self, microbatches: list[object]) -> None:
+        """The declared plan's loop and its observations (CONTRACT §7.5 steps 5–16)."""
+        state, plan = self.state, self.plan
+        scaler = state.scaler
         state.optimizer.zero_grad(set_to_none=True)
         # Every loss is computed before any backward, as the original does (CONTRACT §7.5).
         terms = [self._loss(microbatch) for microbatch in microbatches]
@@ -204,18 +249,26 @@ class _Boundary:
             self._step_at_boundary()
         self._observe(
             "optimizer_state",
-            lambda: {"optimizer": canonical_optimizer_state(state.optimizer, state.model)},
+            lambda: {"optimizer": self._counted_optimizer_state()},
         )
         self._observe("parameter_update", lambda: parameter_and_buffer_trees(state.model))
         if state.scheduler is not None and not plan.scheduler_step_per_microbatch:
             state.scheduler.step()
-        self._observe(
-            "scheduler_state",
-            lambda: {
-                "scheduler": state_dict_or_none(state.scheduler),
-                "scaler": state_dict_or_none(scaler),
-            },
+        self._observe("scheduler_state", self._scheduler_and_scaler)
+
+    def _counted_optimizer_state(self) -> dict[str, object]:
+        canonical = canonical_optimizer_state(self.state.optimizer, self.state.model)
+        if self.counter is not None:
+            canonical["step_calls"] = self.counter.optimizer_step_calls
+        return canonical
+
+    def _scheduler_and_scaler(self) -> dict[str, object]:
+        scheduler = (
+            self.counter.counted_scheduler_state()
+            if self.count_steps and self.counter is not None
+            else state_dict_or_none(self.state.scheduler)
         )
+        return {"scheduler": scheduler, "scaler": state_dict_or_none(self.state.scaler)}
 
     def _loss(self, microbatch: object) -> LossAccounting:
         term = _call_case(self.case, "loss", self.state, microbatch)
@@ -258,7 +311,9 @@ class _Boundary:
             scaler.update(new_scale=scaler.get_scale())
 
     def _observe(self, phase: str, build: Callable[[], Mapping[str, object]]) -> None:
-        captured = capture_tree(build, step=OBSERVED_STEP)
+        self._keep(phase, capture_tree(build, step=OBSERVED_STEP))
+
+    def _keep(self, phase: str, captured: CaptureResult) -> None:
         if captured.outcome is Outcome.ABSTAIN:
             raise _Stop(Outcome.ABSTAIN, f"{phase} state capture failed: {captured.issue.detail}")  # type: ignore[union-attr]
         if captured.outcome is not Outcome.PASS:
@@ -267,27 +322,158 @@ class _Boundary:
 
     def write(self, path: Path) -> None:
         entries = tuple(sorted(self.observations.items()))
-        assert [key for key, _ in entries] == sorted((INITIAL_KEY, *PHASES))
+        observed = [phase for phase in PHASES if phase not in self.unobserved]
+        extra = [RANKS_KEY] if RANKS_KEY in self.observations else []
+        assert [key for key, _ in entries] == sorted((INITIAL_KEY, *observed, *extra))
         # Fingerprinted after the run, so flags the case set while building show.
         write_snapshot(
             path, FrozenMapping(entries), step=OBSERVED_STEP, environment=environment_fingerprint()
         )
 
 
+class _OwnStepBoundary(_Boundary):
+    """The case's own train_step for one optimizer-update boundary, observed from outside.
+
+    Phases: `loss_accounting` from what the step returned (unobserved when it
+    returned None), `gradient` when it first called `optimizer.step`,
+    `optimizer_state` when its last `optimizer.step` returned (both when it
+    returned, if it never stepped), `parameter_update` and `scheduler_state`
+    when it returned; the optimizer and scheduler observations carry their
+    `step_calls`.
+    """
+
+    def run(self, device: str) -> None:
+        microbatches = self._begin(device)
+        self._run_step(
+            lambda state, parts: _call_case(self.case, TRAIN_STEP, state, parts),
+            self.state,
+            microbatches,
+            self.state.model,
+        )
+
+    def _run_step(
+        self,
+        step: Callable[[TrainingState, list[object]], object],
+        step_state: TrainingState,
+        microbatches: list[object],
+        named_model: torch.nn.Module,
+    ) -> None:
+        """Run `step` under the observer; `named_model` carries the reference's parameter names."""
+        observer = self.counter = StepObserver(
+            step_state.optimizer, step_state.scheduler, named_model, observe=True
+        )
+        with observer:
+            returned = step(step_state, microbatches)
+        try:
+            record = returned_loss_record(returned)
+        except MixedAccounting as error:
+            raise _Stop(Outcome.ABSTAIN, str(error)) from None
+        except TypeError as error:
+            raise _Stop(
+                Outcome.ERROR,
+                f"worker failed: {error_text(error)} (returned by case.{TRAIN_STEP}(){self.where})",
+            ) from None
+        record = self._combined(record)
+        if record is None:
+            self.unobserved.append("loss_accounting")
+        else:
+            self.loss_normalization_captured = bool(record["normalization_captured"])
+            self._observe("loss_accounting", lambda: {"loss_accounting": record})
+        # A step that never called optimizer.step is observed as it left things: its
+        # optimizer phase then shows step_calls 0 (a FAIL, not an ERROR).
+        self._keep("gradient", observer.gradient or observer.capture_gradient())
+        self._keep(
+            "optimizer_state", observer.optimizer_state or observer.capture_optimizer_state()
+        )
+        if self.count_steps:  # our DDP loop for a plan counts nothing the reference would not
+            self.observations["optimizer_state"] = with_step_calls(
+                self.observations["optimizer_state"], "optimizer", observer.optimizer_step_calls
+            )
+        self._observe("parameter_update", lambda: parameter_and_buffer_trees(named_model))
+        self._observe("scheduler_state", self._scheduler_and_scaler)
+
+    def _combined(self, record: dict[str, object] | None) -> dict[str, object] | None:
+        return record
+
+
+class _RankBoundary(_OwnStepBoundary):
+    """One rank of a multi-rank candidate: its share of the microbatches, under DDP.
+
+    Runs the case's train_step (`own_step`) or our DDP loop with the plan's
+    multi-rank faults; the loss record is combined over all ranks, and the
+    rank's gradient synchronisations are observed under `ranks`.
+    """
+
+    def __init__(
+        self, *arguments: Any, own_step: bool, context: RankContext, **options: Any
+    ) -> None:
+        super().__init__(*arguments, **options)
+        self.own_step = own_step
+        self.context = context
+
+    def run(self, device: str) -> None:
+        context = self.context
+        microbatches = self._begin(context.device)
+        wrapped, named = context.wrap(self.state.model)
+        step_state = dataclasses.replace(self.state, model=wrapped)
+        step = (
+            (lambda state, parts: _call_case(self.case, TRAIN_STEP, state, parts))
+            if self.own_step
+            else plan_train_step(self.case, self.plan, context)
+        )
+        self._run_step(step, step_state, context.share(microbatches), named)
+        self._observe(RANKS_KEY, lambda: {"gradient_syncs": context.gradient_syncs})
+        context.close()
+
+    def _combined(self, record: dict[str, object] | None) -> dict[str, object] | None:
+        return self.context.combined_loss_record(record)
+
+
 def execute(
-    case_spec: str, plan_text: str, device: str, seed: int, observations_path: Path
+    case_spec: str,
+    plan_text: str,
+    device: str,
+    seed: int,
+    observations_path: Path,
+    *,
+    own_step: bool = False,
 ) -> dict[str, Any]:
-    """Run one plan and return the result record (CONTRACT §4.7, accumulation child)."""
+    """Run one plan, or with `own_step` the case's train_step, and return the result record.
+
+    The record is CONTRACT §4.7's accumulation child result; a PASS of an own
+    step that returned no losses adds `unobserved_phases: ["loss_accounting"]`.
+    """
     record: dict[str, Any] = {"pid": os.getpid()}
+    where = ""  # which child ran the user's step, for its messages
     try:
         plan = AccumulationExecutionPlan.from_dict(json.loads(plan_text))
+        if own_step:  # only the candidate runs the user's own step; a rank says which one it is
+            rank = f".rank{os.environ.get('RANK', '?')}" if plan.world_size > 1 else ""
+            where = f" in candidate{rank}"
         seed_everything(seed, device)
         case = _load(case_spec)
         if isinstance(case.equivalence, str):
             record["equivalence"] = case.equivalence
+        counting = has_train_step(case)
+        if own_step and not counting:
+            raise TypeError("--own-step needs a case with a callable train_step")
+        if own_step:
+            check_own_step_plan(plan)
+        # A rank joins its process group before build: a case may build its own DDP model.
+        context = RankContext(device) if plan.world_size > 1 else None
+        if context is not None:
+            device = context.device
         state = _call_case(case, "build", seed, device)
         _check_state(state)
-        boundary = _Boundary(case, plan, state)
+        if context is not None:
+            boundary: _Boundary = _RankBoundary(
+                case, plan, state, count_steps=counting, own_step=own_step, context=context
+            )
+        else:
+            boundary = (_OwnStepBoundary if own_step else _Boundary)(
+                case, plan, state, count_steps=counting
+            )
+        boundary.where = where
         boundary.run(device)
         boundary.write(observations_path)
     except _Stop as stop:
@@ -301,7 +487,7 @@ def execute(
         error = failure.error
         record.update(
             outcome=Outcome.ERROR.value,
-            message=f"worker failed: {error_text(error)} (raised by case.{failure.method}())",
+            message=f"worker failed: {error_text(error)} (raised by case.{failure.method}(){where})",
         )
         return record
     except Exception as error:
@@ -313,6 +499,8 @@ def execute(
         message="boundary observed",
         loss_normalization_captured=boundary.loss_normalization_captured,
     )
+    if boundary.unobserved:
+        record["unobserved_phases"] = list(boundary.unobserved)
     return record
 
 
@@ -352,9 +540,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--result", type=Path, required=True)
     parser.add_argument("--observations", type=Path, required=True)
+    parser.add_argument(
+        "--own-step", action="store_true", help="call the case's train_step instead of the plan"
+    )
     arguments = parser.parse_args(argv)
     record = execute(
-        arguments.case, arguments.plan, arguments.device, arguments.seed, arguments.observations
+        arguments.case,
+        arguments.plan,
+        arguments.device,
+        arguments.seed,
+        arguments.observations,
+        own_step=arguments.own_step,
     )
     write_result(str(arguments.result), record)  # atomically: never half a file
     return 0

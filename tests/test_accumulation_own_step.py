@@ -1,0 +1,208 @@
+"""check_accumulation of a case's own train_step, end to end with real fresh processes.
+
+The candidate child calls the case's `train_step` on the microbatches the
+splitter produced; the two baselines run the full batch through the
+reference update. A correct loop PASSes; each bug real loops ship FAILs at
+the phase and path where it is first observed; a step that raises or
+returns the wrong thing is an ERROR that points at the child's stderr.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from trainparity.accumulation import AccumulationExecutionPlan, check_accumulation
+from trainparity.comparison import ToleranceComparison
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+TOLERANCE = ToleranceComparison(rtol=1e-5, atol=1e-6)
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+# Two of the loops step the scheduler before the optimizer, on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
+
+
+def check(case: str, plan: AccumulationExecutionPlan | None = None, **options):
+    options.setdefault("comparison", TOLERANCE)
+    options.setdefault("timeout", 240)
+    return check_accumulation(
+        f"tests.fixtures.own_step_cases:{case}",
+        candidate=plan or AccumulationExecutionPlan(2),
+        cwd=REPOSITORY,
+        environment=ONE_THREAD,
+        **options,
+    )
+
+
+def assert_three_fresh_children(result) -> None:
+    assert len(set(result.process_ids)) == 3 and os.getpid() not in result.process_ids
+    assert result.verified_equal_initial_state is True
+
+
+def test_a_correct_own_loop_passes_and_its_losses_are_compared():
+    result = check("TokenLoopCase")
+    assert result.outcome == "PASS", result.message
+    assert result.message == "declared executions are equivalent for one optimizer-update boundary"
+    assert result.loss_normalization_captured is True
+    assert_three_fresh_children(result)
+
+
+def test_a_correct_loop_that_reports_no_losses_passes_without_the_loss_phase():
+    result = check("SilentTokenLoopCase", AccumulationExecutionPlan(4))
+    assert result.outcome == "PASS", result.message
+    assert result.loss_normalization_captured is False  # nothing was reported to capture
+    assert_three_fresh_children(result)
+
+
+def test_clipping_once_after_the_window_passes_against_the_clipping_reference():
+    result = check("ClipOnceCase", AccumulationExecutionPlan(2, clip_grad_norm=0.5))
+    assert result.outcome == "PASS", result.message
+
+
+# The bugs: (case, plan, phase, primary path, every path of that phase) ---------------------
+
+
+OWN_LOOP_FAULTS = [
+    pytest.param(
+        "MicrobatchMeanCase",
+        AccumulationExecutionPlan(2),
+        "loss_accounting",
+        ["loss_accounting.effective_loss"],
+        id="token-mean-per-microbatch",
+    ),
+    pytest.param(
+        "SilentMicrobatchMeanCase",
+        AccumulationExecutionPlan(2),
+        "gradient",
+        ['gradient["0"].weight', 'gradient["1"].bias', 'gradient["1"].weight'],
+        id="token-mean-per-microbatch-unreported",
+    ),
+    pytest.param(
+        "SchedulerPerMicrobatchCase",
+        AccumulationExecutionPlan(4),
+        "optimizer_state",
+        ["optimizer.param_groups[0].lr"],
+        id="scheduler-per-microbatch",
+    ),
+    pytest.param(
+        "ZeroGradPerMicrobatchCase",
+        AccumulationExecutionPlan(2),
+        "gradient",
+        ['gradient["0"].weight', 'gradient["1"].bias', 'gradient["1"].weight'],
+        id="zero-grad-in-the-loop",
+    ),
+    pytest.param(
+        "ClipPerMicrobatchCase",
+        AccumulationExecutionPlan(2, clip_grad_norm=0.5),
+        "gradient",
+        ['gradient["0"].weight', 'gradient["1"].bias', 'gradient["1"].weight'],
+        id="clip-per-microbatch",
+    ),
+    pytest.param(
+        "OptimizerStepPerMicrobatchCase",
+        AccumulationExecutionPlan(4),
+        "gradient",
+        ['gradient["0"].weight', 'gradient["1"].bias', 'gradient["1"].weight'],
+        id="optimizer-step-per-microbatch",
+    ),
+    pytest.param(
+        "DoubleOptimizerStepCase",
+        AccumulationExecutionPlan(2),
+        "optimizer_state",
+        ["optimizer.step_calls"],
+        id="second-optimizer-step",
+    ),
+    pytest.param(
+        "DoubleSchedulerStepCase",
+        AccumulationExecutionPlan(2),
+        "scheduler_state",
+        [
+            "scheduler._last_lr[0]",
+            "scheduler._step_count",
+            "scheduler.last_epoch",
+            "scheduler.step_calls",
+        ],
+        id="second-scheduler-step",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "plan", "phase", "paths"), OWN_LOOP_FAULTS)
+def test_own_loop_bugs_fail_where_first_observed(case, plan, phase, paths):
+    result = check(case, plan)
+    assert result.outcome == "FAIL", result.message
+    assert result.first_observed_phase == phase
+    assert result.message == f"first observed divergence in {phase}; not a root-cause claim"
+    assert [difference.path for difference in result.all_differences] == paths
+    assert result.primary_difference == result.all_differences[0]
+    assert_three_fresh_children(result)
+    if case in STEP_CALLS:
+        counted = {d.path: (d.baseline, d.candidate) for d in result.all_differences}
+        assert counted[STEP_CALLS[case]] == ("1", "2")
+
+
+STEP_CALLS = {
+    "DoubleOptimizerStepCase": "optimizer.step_calls",
+    "DoubleSchedulerStepCase": "scheduler.step_calls",
+}
+
+
+def test_a_loop_that_never_steps_the_optimizer_fails_in_the_optimizer_phase():
+    result = check("NeverStepsCase")
+    assert result.outcome == "FAIL", result.message
+    assert result.first_observed_phase == "optimizer_state"
+    calls = {d.path: (d.baseline, d.candidate) for d in result.all_differences}
+    assert calls["optimizer.step_calls"] == ("1", "0")
+    assert calls['optimizer.state["1"].weight.momentum_buffer'][1] == "<missing>"
+
+
+# ERROR and setup errors -------------------------------------------------------------------
+
+
+def test_a_raising_step_is_an_error_naming_the_child_and_quoting_its_stderr(tmp_path):
+    result = check("RaisingStepCase", temporary_root=tmp_path)
+    assert result.outcome == "ERROR"
+    assert result.message == (
+        "worker failed: RuntimeError: train_step exploded on purpose "
+        "(raised by case.train_step() in candidate); "
+        "last stderr line: RuntimeError: train_step exploded on purpose"
+    )
+    assert result.first_observed_phase is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_raising_step_keeps_its_traceback_in_the_work_dir(tmp_path):
+    result = check("RaisingStepCase", work_dir=tmp_path)
+    assert result.message.endswith("; see candidate/stderr.log under the preserved work_dir")
+    log = (tmp_path / "candidate" / "stderr.log").read_text()
+    assert "in train_step" in log and "train_step exploded on purpose" in log
+
+
+@pytest.mark.parametrize(
+    ("case", "detail"),
+    [
+        (
+            "DictReturningStepCase",
+            "case.train_step() must return None or a sequence of LossAccounting "
+            "(one per microbatch it back-propagated), got dict",
+        ),
+    ],
+)
+def test_a_step_returning_the_wrong_type_is_an_error_saying_what_is_accepted(case, detail):
+    result = check(case)
+    assert result.outcome == "ERROR"
+    assert result.message.startswith(
+        f"worker failed: TypeError: {detail} (returned by case.train_step() in candidate)"
+    )
+
+
+def test_a_declarative_fault_flag_with_an_own_step_is_a_setup_error():
+    result = check("TokenLoopCase", AccumulationExecutionPlan(2, omit_final_microbatch=True))
+    assert result.outcome == "ERROR"
+    assert result.message == (
+        "case setup failed: ValueError: the case defines train_step, so the candidate runs "
+        "that step, not the plan's loop; leave omit_final_microbatch at the default"
+    )
+    assert result.process_ids == ()

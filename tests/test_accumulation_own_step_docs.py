@@ -1,0 +1,56 @@
+"""The own-step and DDP examples of docs/accumulation.md run and give the outcomes the guide states."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from trainparity.accumulation import AccumulationExecutionPlan, check_accumulation
+from trainparity.comparison import ToleranceComparison
+
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "accumulation.md"
+MODULES = ("own_step_example.py", "ddp_step_example.py")
+TOLERANCE = ToleranceComparison(rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def example_directory(tmp_path_factory) -> Path:
+    """A directory holding the guide's example modules, exactly as the guide prints them."""
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(encoding="utf-8"), flags=re.DOTALL)
+    directory = tmp_path_factory.mktemp("guide")
+    for name in MODULES:
+        (module,) = [block for block in blocks if block.startswith(f"# {name}\n")]
+        (directory / name).write_text(module, encoding="utf-8")
+    return directory
+
+
+@pytest.fixture
+def check(example_directory, monkeypatch):
+    monkeypatch.syspath_prepend(str(example_directory))  # the parent loads the case too
+
+    def run(case: str, plan: AccumulationExecutionPlan):
+        return check_accumulation(
+            case,
+            candidate=plan,
+            comparison=TOLERANCE,
+            cwd=example_directory,
+            environment={"OMP_NUM_THREADS": "1"},
+        )
+
+    return run
+
+
+def test_the_guides_own_step_passes_and_its_mean_of_means_fails(check):
+    fixed = check("own_step_example:TokenCase", AccumulationExecutionPlan(2))
+    assert fixed.outcome == "PASS", fixed.message
+    buggy = check("own_step_example:MeanOfMeansCase", AccumulationExecutionPlan(2))
+    assert buggy.outcome == "FAIL", buggy.message
+    assert buggy.first_observed_phase == "loss_accounting"
+    assert buggy.primary_difference.path == "loss_accounting.effective_loss"
+
+
+def test_the_guides_ddp_step_passes_on_two_ranks(check):
+    result = check("ddp_step_example:DDPTokenCase", AccumulationExecutionPlan(4, world_size=2))
+    assert result.outcome == "PASS", result.message
+    assert len(result.process_ids) == 4

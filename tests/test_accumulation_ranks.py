@@ -1,0 +1,192 @@
+"""check_accumulation with a multi-rank candidate: real 2-rank gloo processes against the one-process reference.
+
+The own DDP loops of tests/fixtures/own_step_cases.py and the plan's
+multi-rank faults each PASS or FAIL at the phase where they are first
+observed; a rank that crashes or hangs is an ERROR that leaves no process
+behind. Tiny models, one thread per process; each check starts four
+processes (two baselines, two ranks).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from trainparity.accumulation import AccumulationExecutionPlan, check_accumulation
+from trainparity.comparison import ToleranceComparison
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+TOLERANCE = ToleranceComparison(rtol=1e-5, atol=1e-6)
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+GRADIENT_PATHS = ['gradient["0"].weight', 'gradient["1"].bias', 'gradient["1"].weight']
+RANK_PARAMETERS = ['ranks.parameters["0"].weight', 'ranks.parameters["1"].bias']
+
+
+def check(case: str, plan: AccumulationExecutionPlan, **options):
+    options.setdefault("comparison", TOLERANCE)
+    options.setdefault("timeout", 240)
+    return check_accumulation(
+        f"tests.fixtures.own_step_cases:{case}",
+        candidate=plan,
+        cwd=REPOSITORY,
+        environment=ONE_THREAD,
+        **options,
+    )
+
+
+def two_ranks(**flags) -> AccumulationExecutionPlan:
+    return AccumulationExecutionPlan(4, world_size=2, **flags)
+
+
+def assert_no_process_left(process_ids) -> None:
+    for pid in process_ids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.parametrize(
+    ("case", "plan"),
+    [
+        pytest.param("DDPLoopCase", two_ranks(), id="own-no-sync-loop"),
+        pytest.param("ClipAfterSyncCase", two_ranks(clip_grad_norm=0.5), id="own-clip-after-sync"),
+        pytest.param("TokenReferenceCase", two_ranks(), id="plan-ddp-loop"),
+    ],
+)
+def test_correct_multi_rank_loops_pass(case, plan):
+    result = check(case, plan)
+    assert result.outcome == "PASS", result.message
+    assert len(set(result.process_ids)) == 4  # two baselines, two ranks
+    assert result.verified_equal_initial_state is True
+    assert result.loss_normalization_captured is True
+
+
+MULTI_RANK_FAULTS = [
+    # (case, plan, phase, primary path, message fragment)
+    pytest.param(
+        "NoSyncBackwardOnlyCase",
+        two_ranks(),
+        "ranks",
+        ["ranks.gradient_syncs"],
+        "rank 0 synchronised gradients 2 times in one update",
+        id="own-no-sync-around-backward-only",
+    ),
+    pytest.param(
+        "SyncFirstMicrobatchCase",
+        two_ranks(),
+        "ranks",
+        RANK_PARAMETERS,
+        "rank 0 and rank 1 hold different parameters after the update",
+        id="own-sync-first-microbatch",
+    ),
+    pytest.param(
+        "ClipBeforeSyncCase",
+        two_ranks(clip_grad_norm=0.5),
+        "gradient",
+        GRADIENT_PATHS,
+        "first observed divergence in gradient",
+        id="own-clip-before-sync",
+    ),
+    pytest.param(
+        "PerRankNormalizationCase",
+        two_ranks(),
+        "loss_accounting",
+        ["loss_accounting.effective_loss"],
+        "first observed divergence in loss_accounting",
+        id="own-per-rank-token-normalisation",
+    ),
+    pytest.param(
+        "TokenReferenceCase",
+        two_ranks(no_sync_backward_only=True),
+        "ranks",
+        ["ranks.gradient_syncs"],
+        "rank 0 synchronised gradients 2 times in one update",
+        id="plan-no-sync-backward-only",
+    ),
+    pytest.param(
+        "TokenReferenceCase",
+        two_ranks(sync_first_microbatch=True),
+        "ranks",
+        RANK_PARAMETERS,
+        "rank 0 and rank 1 hold different parameters after the update",
+        id="plan-sync-first-microbatch",
+    ),
+    pytest.param(
+        "TokenReferenceCase",
+        two_ranks(clip_grad_norm=0.5, clip_before_sync=True),
+        "gradient",
+        GRADIENT_PATHS,
+        "first observed divergence in gradient",
+        id="plan-clip-before-sync",
+    ),
+    pytest.param(
+        "TokenReferenceCase",
+        two_ranks(per_rank_loss_normalization=True),
+        "loss_accounting",
+        ["loss_accounting.effective_loss"],
+        "first observed divergence in loss_accounting",
+        id="plan-per-rank-loss-normalisation",
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "plan", "phase", "paths", "fragment"), MULTI_RANK_FAULTS)
+def test_multi_rank_mistakes_fail_where_first_observed(case, plan, phase, paths, fragment):
+    result = check(case, plan)
+    assert result.outcome == "FAIL", result.message
+    assert result.first_observed_phase == phase
+    assert fragment in result.message and result.message.endswith("not a root-cause claim")
+    assert [difference.path for difference in result.all_differences][: len(paths)] == paths
+    assert result.verified_equal_initial_state is True
+    if phase == "ranks" and paths == ["ranks.gradient_syncs"]:
+        syncs = result.primary_difference
+        assert (syncs.baseline, syncs.candidate) == ("1", "2")
+
+
+def test_a_crashing_rank_is_an_error_and_stops_the_other_ranks(tmp_path):
+    result = check("CrashingRankCase", two_ranks(), timeout=120, temporary_root=tmp_path)
+    assert result.outcome == "ERROR"
+    assert result.message.startswith(
+        "worker did not publish a result (candidate.rank1 exited with status 3)"
+    )
+    assert result.message.endswith("last stderr line: rank 1 crashing on purpose")
+    assert_no_process_left(result.process_ids)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_hanging_rank_is_a_timeout_error_that_leaves_no_process(tmp_path):
+    result = check("HangingRankCase", two_ranks(), timeout=90, work_dir=tmp_path)
+    assert result.outcome == "ERROR"
+    assert result.message.startswith("worker timeout (candidate.rank")
+    assert "ran past 90 s" in result.message
+    assert result.message.endswith("/stderr.log under the preserved work_dir")
+    assert_no_process_left(result.process_ids)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"world_size": 2, "microbatch_count": 3}, "must be a multiple of world_size"),
+        ({"microbatch_count": 2, "sync_first_microbatch": True}, "needs world_size > 1"),
+        (
+            {"world_size": 2, "microbatch_count": 2, "omit_final_microbatch": True},
+            "describes the single-rank loop",
+        ),
+        (
+            {"world_size": 2, "microbatch_count": 2, "clip_before_sync": True},
+            "clip_before_sync needs clip_grad_norm",
+        ),
+        ({"world_size": 0, "microbatch_count": 2}, "world_size must be positive"),
+    ],
+)
+def test_impossible_multi_rank_plans_are_rejected(flags, message):
+    with pytest.raises(ValueError, match=message):
+        AccumulationExecutionPlan(**flags).validate()
+
+
+def test_a_single_rank_plan_keeps_the_contract_fields_and_a_multi_rank_plan_round_trips():
+    assert len(AccumulationExecutionPlan(2).to_dict()) == 10
+    plan = two_ranks(sync_first_microbatch=True)
+    assert plan.to_dict()["world_size"] == 2 and plan.to_dict()["sync_first_microbatch"] is True
+    assert "clip_before_sync" not in plan.to_dict()
+    assert AccumulationExecutionPlan.from_dict(plan.to_dict()) == plan
