@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainparity.comparison import ExactComparison, ToleranceComparison
+from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
 from trainparity.observer_client import ObservationFailure, ObserverClient
 from trainparity.outcomes import Outcome
 from trainparity.processes import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
@@ -143,25 +143,16 @@ class ResumeExecution:
             )
         )
         total = self.case.total_step
-        if parted is not None:
+        step, first_differences = _first_divergence(parted, total, baseline_differences)
+        if first_differences:
+            at_step = f" at step {step}" if parted is not None else ""
             return self._result(
                 fields,
                 Outcome.ABSTAIN,
-                f"baseline self-consistency failed at step {parted.step}; resume attribution is unsafe",
-                first_divergent_step=parted.step,
-                primary_difference=parted.differences[0],
-                all_differences=parted.differences,
-                nondeterminism_hints=self._nondeterminism_hints(),
-                **trajectories.report_fields(baseline_differences),
-            )
-        if baseline_differences:
-            return self._result(
-                fields,
-                Outcome.ABSTAIN,
-                "baseline self-consistency failed; resume attribution is unsafe",
-                first_divergent_step=total,
-                primary_difference=baseline_differences[0],
-                all_differences=baseline_differences,
+                f"baseline self-consistency failed{at_step}; resume attribution is unsafe",
+                first_divergent_step=step,
+                primary_difference=first_differences[0],
+                all_differences=first_differences,
                 nondeterminism_hints=self._nondeterminism_hints(),
                 **trajectories.report_fields(baseline_differences),
             )
@@ -191,25 +182,15 @@ class ResumeExecution:
             )
         )
         recorded = trajectories.report_fields(differences)
-        if parted is not None:
+        step, first_differences = _first_divergence(parted, total, differences)
+        if first_differences:
             return self._result(
                 fields,
                 Outcome.FAIL,
-                f"first observed divergence at step {parted.step}: {parted.differences[0].path}",
-                first_divergent_step=parted.step,
-                primary_difference=parted.differences[0],
-                all_differences=parted.differences,
-                fresh_resume_processes_distinct=True,
-                **recorded,
-            )
-        if differences:
-            return self._result(
-                fields,
-                Outcome.FAIL,
-                f"first observed divergence at step {total}: {differences[0].path}",
-                first_divergent_step=total,
-                primary_difference=differences[0],
-                all_differences=differences,
+                f"first observed divergence at step {step}: {first_differences[0].path}",
+                first_divergent_step=step,
+                primary_difference=first_differences[0],
+                all_differences=first_differences,
                 fresh_resume_processes_distinct=True,
                 **recorded,
             )
@@ -427,6 +408,15 @@ class ResumeExecution:
             for variable, hint in _NONDETERMINISM_VARIABLES.items()
             if variable not in self.settings.environment
         )
+
+
+def _first_divergence(
+    parted: Any, total_step: int, final_differences: tuple[Difference, ...]
+) -> tuple[int, tuple[Difference, ...]]:
+    """(step, differences) of the first divergence: a recorded step's, else the final state's."""
+    if parted is not None:
+        return parted.step, parted.differences
+    return total_step, final_differences
 
 
 def _recorded(part: Callable[[], Any]) -> Any:
