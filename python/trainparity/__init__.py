@@ -11,6 +11,7 @@ from trainparity.api import (
     audit_sample_coverage,
     check_accumulation,
     check_resume,
+    check_runs,
     compare_states,
 )
 from trainparity.version import PACKAGE_VERSION as _PACKAGE_VERSION
@@ -29,5 +30,6 @@ __all__ = [
     "ToleranceComparison",
     "__version__",
     "check_resume",
+    "check_runs",
     "compare_states",
 ]

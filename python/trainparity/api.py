@@ -15,9 +15,12 @@ from trainparity.protocols import (
     LossAccounting,
     ProcessExecutionPlan,
     ProcessResumeCase,
+    RunsCase,
     TrainingState,
 )
 from trainparity.results import AccumulationResult, ProcessResumeResult
+from trainparity.runs import RunVariant, check_runs
+from trainparity.runs_result import RunsResult, VariantComparison
 from trainparity.sample_coverage import (
     AtLeastOnce,
     ExactlyOnce,
@@ -66,6 +69,11 @@ __all__ = [
     "TensorStatistics",
     "ToleranceComparison",
     "check_resume",
+    "check_runs",
+    "RunVariant",
+    "RunsCase",
+    "RunsResult",
+    "VariantComparison",
     "compare_states",
     "diff_snapshots",
     "environment_fingerprint",

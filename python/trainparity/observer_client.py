@@ -53,8 +53,10 @@ class ObserverClient:
         environment: dict[str, str],
         timeout: float,
         progress: ProgressReporter,
+        case_kind: str = "resume",
     ) -> None:
         self.group = group
+        self.case_kind = case_kind
         self.case_spec = case_spec
         self.snapshot_dir = snapshot_dir
         self.cwd = cwd
@@ -84,6 +86,8 @@ class ObserverClient:
                     self.case_spec,
                     "--requests",
                     str(requests),
+                    "--case-kind",
+                    self.case_kind,
                 ],
                 cwd=self.cwd,
                 env=self.environment,
