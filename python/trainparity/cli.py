@@ -85,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_diff,
         cli_env,
         cli_resume,
+        cli_runs,
         cli_snapshot,
     )
 
@@ -96,7 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     common = output_options()
-    for module in (cli_resume, cli_accumulation, cli_coverage, cli_snapshot, cli_diff, cli_env):
+    for module in (
+        cli_resume,
+        cli_runs,
+        cli_accumulation,
+        cli_coverage,
+        cli_snapshot,
+        cli_diff,
+        cli_env,
+    ):
         module.register(commands, common)
     return parser
 

@@ -13,4 +13,12 @@ class AccelerateResume(AccelerateCase):
 
 
 class AccelerateReseedingAfterLoad(AccelerateResume):
+    """Re-seeds every rank after load_state: the restored random states are lost."""
+
     script = [*AccelerateResume.script, "--reseed-after-load"]
+
+
+class AccelerateLoaderDrawingGlobalRNG(AccelerateResume):
+    """A DataLoader without its own generator: the resumed skip_first_batches draws once more."""
+
+    script = [*AccelerateResume.script, "--global-rng-loader"]

@@ -4,7 +4,8 @@ Runs on one CPU process or, under torchrun, on several (gloo). The step
 counter is registered for checkpointing; a resumed run skips the batches its
 epoch already used. `--reseed-after-load` re-seeds every rank after
 `load_state`, so the restored per-rank random states are thrown away: the
-mistake the tests inject.
+mistake the tests inject. `--global-rng-loader` leaves the DataLoader without
+a generator of its own, so each `iter()` of it draws from the global torch RNG.
 """
 
 import argparse
@@ -17,6 +18,7 @@ from trainparity.integrations import accelerate as tp_acc
 parser = argparse.ArgumentParser()
 parser.add_argument("--max-steps", type=int, default=8)
 parser.add_argument("--reseed-after-load", action="store_true")
+parser.add_argument("--global-rng-loader", action="store_true")
 options = parser.parse_args()
 
 
@@ -38,7 +40,12 @@ set_seed(0, device_specific=True)
 generator = torch.Generator().manual_seed(0)
 inputs = torch.randn(64, 6, generator=generator)
 targets = inputs.sum(dim=1, keepdim=True).sin()
-loader = torch.utils.data.DataLoader(list(zip(inputs, targets, strict=True)), batch_size=4)
+# Its own generator: starting an epoch (or skip_first_batches) then draws nothing from the
+# global torch RNG, which load_state restores and dropout uses.
+loader_generator = None if options.global_rng_loader else torch.Generator().manual_seed(0)
+loader = torch.utils.data.DataLoader(
+    list(zip(inputs, targets, strict=True)), batch_size=4, generator=loader_generator
+)
 model = torch.nn.Sequential(
     torch.nn.Linear(6, 16), torch.nn.Dropout(0.2), torch.nn.Tanh(), torch.nn.Linear(16, 1)
 )

@@ -2,8 +2,10 @@
 
 32 samples in batches of 4 (8 steps an epoch), AdamW with a step-wise
 OneCycle schedule over `--max-steps`, and a stateful callback that counts the
-samples seen. `--forget-callback-state` gives that callback a load_state_dict
-that restores nothing, the mistake the tests inject.
+samples seen. The DataLoader can say how far into its epoch it is
+(`state_dict`), so Lightning resumes it mid-epoch; `--plain-loader` uses a
+plain DataLoader instead. `--forget-callback-state` gives the callback a
+load_state_dict that restores nothing, the mistake the tests inject.
 """
 
 import argparse
@@ -15,6 +17,7 @@ from trainparity.integrations import lightning as tp_pl
 parser = argparse.ArgumentParser()
 parser.add_argument("--max-steps", type=int, default=12)
 parser.add_argument("--forget-callback-state", action="store_true")
+parser.add_argument("--plain-loader", action="store_true")
 options = parser.parse_args()
 
 
@@ -35,6 +38,29 @@ class Regression(L.LightningModule):
             optimizer, max_lr=5e-2, total_steps=options.max_steps
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+class ResumableLoader(torch.utils.data.DataLoader):
+    """Knows how many batches of its epoch it has yielded; after load_state_dict it skips them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.position = 0
+        self.resume_position = 0
+
+    def __iter__(self):
+        skip, self.resume_position = self.resume_position, 0
+        self.position = skip
+        for index, batch in enumerate(super().__iter__()):
+            if index >= skip:
+                self.position = index + 1
+                yield batch
+
+    def state_dict(self):
+        return {"position": self.position}
+
+    def load_state_dict(self, state):
+        self.resume_position = state["position"]
 
 
 class SamplesSeen(L.Callback):
@@ -58,7 +84,8 @@ L.seed_everything(0, verbose=False)
 generator = torch.Generator().manual_seed(0)
 inputs = torch.randn(32, 6, generator=generator)
 targets = inputs.sum(dim=1, keepdim=True).sin()
-loader = torch.utils.data.DataLoader(list(zip(inputs, targets, strict=True)), batch_size=4)
+loader_class = torch.utils.data.DataLoader if options.plain_loader else ResumableLoader
+loader = loader_class(list(zip(inputs, targets, strict=True)), batch_size=4)
 trainer = L.Trainer(
     max_steps=options.max_steps,
     default_root_dir=tp_pl.root_dir("runs"),

@@ -10,7 +10,9 @@ In the training script::
 
 Outside a check these are no-ops. Under one, the callback saves Lightning's
 own complete checkpoint (`trainer.save_checkpoint`) at the plan's end step
-and stops the run there, without changing `max_steps` or the schedule. It is
+and stops the run there, without changing `max_steps` or the schedule. It
+saves in `on_train_batch_end`, where `ModelCheckpoint(every_n_train_steps=...)`
+saves. It is
 a `Checkpoint` callback, so Lightning runs it after every other callback's
 `on_train_batch_end`, as it does for `ModelCheckpoint`.
 Works with `lightning` (`lightning.pytorch`) or the standalone `pytorch_lightning`.
