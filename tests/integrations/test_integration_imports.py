@@ -20,25 +20,26 @@ print("core only")
 """
 
 MISSING_LIBRARY = """
-import builtins, sys
-
-real_import = builtins.__import__
-
-
-def without_libraries(name, *args, **kwargs):
-    if name.split(".")[0] in {"transformers", "lightning", "pytorch_lightning", "accelerate"}:
-        raise ImportError(f"No module named {name!r}")
-    return real_import(name, *args, **kwargs)
-
-
-builtins.__import__ = without_libraries
 import importlib
+import importlib.abc
+import sys
 
-for module, extra in (("huggingface", "huggingface"), ("lightning", "lightning"), ("accelerate", "accelerate")):
+
+class WithoutLibraries(importlib.abc.MetaPathFinder):
+    \"\"\"As if the libraries were not installed.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"transformers", "lightning", "pytorch_lightning", "accelerate"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, WithoutLibraries())
+for module in ("huggingface", "lightning", "accelerate"):
     try:
         importlib.import_module(f"trainparity.integrations.{module}")
     except ImportError as error:
-        assert f"pip install 'trainparity[{extra}]'" in str(error), error
+        assert f"pip install 'trainparity[{module}]'" in str(error), error
     else:
         raise AssertionError(f"trainparity.integrations.{module} imported without its library")
 print("clear errors")
