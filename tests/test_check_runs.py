@@ -94,3 +94,13 @@ def test_cli_runs_the_cases_own_variants_and_exits_with_the_outcome(capsys, tmp_
     assert report["variants"] == ["unit", "unit_by_env"]
     assert report["message"] == "all 2 variants end exactly equal at step 5"
     assert (tmp_path / "snapshots" / "unit_by_env_b.safetensors").is_file()
+
+
+def test_a_reused_work_dir_is_observed_afresh(tmp_path):
+    first = check_runs(CASE, {"unit": {}, "double": {"env": {"TOY_SCALE": "2"}}}, work_dir=tmp_path)
+    assert first.outcome == Outcome.FAIL, first.message
+    # Same directory, now variants that agree: the last check's snapshots must not be reused.
+    second = check_runs(
+        CASE, {"unit": {}, "double": {"env": {"TOY_SCALE": "1"}}}, work_dir=tmp_path
+    )
+    assert second.outcome == Outcome.PASS, second.message
