@@ -13,8 +13,10 @@ $(VPY):
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q torch==2.13.0
 
+# The library integrations' extras come pinned (.ci/integrations-constraints.txt), torch included,
+# so pip never replaces the torch installed above.
 venv: $(VPY)
-	$(VPY) -m pip install -q ".[test]" ruff setuptools
+	$(VPY) -m pip install -q -c .ci/integrations-constraints.txt ".[test,integrations]" ruff setuptools
 
 quickstart: venv
 	$(VPY) -m trainparity.quickstarts.resume

@@ -55,6 +55,7 @@ setup(
         "trainparity",
         "trainparity.recording",
         "trainparity.forensics",
+        "trainparity.integrations",
         "trainparity.quickstarts",
     ],
     package_data={"trainparity": ["py.typed"]},

@@ -15,7 +15,7 @@ import torch
 from trainparity.cli import main
 from trainparity.snapshot_file import read_snapshot, write_snapshot
 
-COMMANDS = ("resume", "accumulation", "coverage", "snapshot", "diff", "env")
+COMMANDS = ("resume", "runs", "accumulation", "coverage", "snapshot", "diff", "env")
 
 
 def _run(capsys, *arguments: str) -> tuple[int, str, str]:
@@ -63,6 +63,8 @@ def test_every_command_has_help_with_an_example(capsys, command):
         ("diff", "a", "b", "--equal-nan"),
         ("resume", "cases:Case", "--timeout", "0"),
         ("resume", "cases:Case", "--env", "NO_EQUALS_SIGN"),
+        ("runs", "c:C", "--variant", "no-equals-sign"),
+        ("runs", "c:C", "--variant", "a=--x", "--variant-env", "b:KEY=1"),
         ("snapshot", "--output", "x.safetensors"),
         ("coverage", "--ids", "0=ids.npy", "--policy", "sometimes"),
         ("accumulation", "c:C", "--microbatches", "2", "--seed", "-1"),

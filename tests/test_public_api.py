@@ -50,7 +50,10 @@ def test_outcome_is_a_string_enum():
 
 def test_production_sources_name_no_framework():
     package = Path(trainparity.__file__).resolve().parent
+    integrations = package / "integrations"  # names its libraries by design; the core does not
     for source in package.rglob("*.py"):
+        if source.is_relative_to(integrations):
+            continue
         text = source.read_text(encoding="utf-8").lower()
         for word in ("nanogpt", "imagenet", "ignite", "lightning", "transformers", "deepspeed"):
             assert word not in text, f"{word} in {source.name}"

@@ -11,6 +11,7 @@ from trainparity.api import (
     audit_sample_coverage,
     check_accumulation,
     check_resume,
+    check_runs,
     compare_states,
 )
 from trainparity.forensics.tracing import trace
@@ -31,6 +32,7 @@ __all__ = [
     "ToleranceComparison",
     "__version__",
     "check_resume",
+    "check_runs",
     "compare_states",
     "record",
     "trace",

@@ -17,10 +17,13 @@ from trainparity.protocols import (
     LossAccounting,
     ProcessExecutionPlan,
     ProcessResumeCase,
+    RunsCase,
     TrainingState,
 )
 from trainparity.recording import RecordingDiff, diff_recordings, record, recording_to
 from trainparity.results import AccumulationResult, ProcessResumeResult
+from trainparity.runs import RunVariant, check_runs
+from trainparity.runs_result import RunsResult, VariantComparison
 from trainparity.sample_coverage import (
     AtLeastOnce,
     ExactlyOnce,
@@ -69,6 +72,11 @@ __all__ = [
     "TensorStatistics",
     "ToleranceComparison",
     "check_resume",
+    "check_runs",
+    "RunVariant",
+    "RunsCase",
+    "RunsResult",
+    "VariantComparison",
     "compare_states",
     "diff_snapshots",
     "RecordingDiff",

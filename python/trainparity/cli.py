@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_diff,
         cli_env,
         cli_resume,
+        cli_runs,
         cli_snapshot,
         cli_trace,
     )
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = output_options()
     for module in (
         cli_resume,
+        cli_runs,
         cli_accumulation,
         cli_coverage,
         cli_snapshot,

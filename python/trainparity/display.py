@@ -44,6 +44,9 @@ _CONTEXT_KEYS = (
     ("candidate", "candidate"),
     ("compared_by", "compared by"),
     ("integrity", "integrity"),
+    ("variants", "variants"),
+    ("reference_variant", "reference variant"),
+    ("divergent_variant", "divergent variant"),
     ("first_divergent_step", "first divergent step"),
     ("first_step_beyond_tolerance", "first step beyond tolerance"),
     ("first_observed_phase", "first observed phase"),
@@ -106,6 +109,7 @@ def report_sections(
         _first_divergent_op,
         _first_violation,
         _coverage_counts,
+        _variant_comparisons,
         _phases,
         _timings,
         _worst_tensors,
@@ -227,6 +231,28 @@ def _coverage_counts(report: Mapping[str, Any]) -> Section | None:
         if report.get(key) is not None
     )
     return Section("Counts", rows) if rows else None
+
+
+def _variant_comparisons(report: Mapping[str, Any]) -> Section | None:
+    comparisons = report.get("variant_comparisons")
+    if not comparisons:
+        return None
+    rows = tuple(
+        (
+            "its two runs" if item["variant"] == item["reference"] else f"vs {item['reference']}",
+            str(item["variant"]),
+            str(item["outcome"]),
+            str(item["difference_count"]),
+            _text(item.get("first_path")),
+            _number(item.get("max_abs_error")),
+        )
+        for item in comparisons
+    )
+    return Section(
+        "Variants",
+        rows,
+        ("compared", "variant", "outcome", "differences", "first path", "max abs error"),
+    )
 
 
 def _phases(report: Mapping[str, Any]) -> Section | None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import importlib
 
-from trainparity.protocols import AccumulationCase, ProcessResumeCase
+from trainparity.protocols import AccumulationCase, ProcessResumeCase, RunsCase
 
-__all__ = ["CaseImportError", "load_accumulation_case", "load_process_case"]
+__all__ = ["CaseImportError", "load_accumulation_case", "load_process_case", "load_runs_case"]
 
 
 class CaseImportError(ValueError):
@@ -21,6 +21,11 @@ def load_process_case(spec: str) -> ProcessResumeCase:
 def load_accumulation_case(spec: str) -> AccumulationCase:
     """Import, instantiate and protocol-check an accumulation case."""
     return _load(spec, AccumulationCase, "AccumulationCase")
+
+
+def load_runs_case(spec: str) -> RunsCase:
+    """Import, instantiate and protocol-check a check_runs case (a resume case qualifies)."""
+    return _load(spec, RunsCase, "RunsCase")
 
 
 def case_module_name(spec: str) -> str:

@@ -84,13 +84,13 @@ def write_result(path: str, record: dict[str, Any]) -> None:
     os.replace(temporary, path)
 
 
-def serve(case_spec: str, requests_path: str) -> None:
-    from trainparity.importing import load_process_case
+def serve(case_spec: str, requests_path: str, case_kind: str = "resume") -> None:
+    from trainparity.importing import load_process_case, load_runs_case
 
     case: Any = None
     load_error: BaseException | None = None
     try:
-        case = load_process_case(case_spec)
+        case = (load_runs_case if case_kind == "runs" else load_process_case)(case_spec)
     except Exception as error:
         load_error = error
     with open(requests_path, encoding="utf-8") as requests:
@@ -104,9 +104,10 @@ def serve(case_spec: str, requests_path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainparity.observer", description=__doc__)
     parser.add_argument("--case", required=True)
+    parser.add_argument("--case-kind", choices=("resume", "runs"), default="resume")
     parser.add_argument("--requests", required=True)
     arguments = parser.parse_args(argv)
-    serve(arguments.case, arguments.requests)
+    serve(arguments.case, arguments.requests, arguments.case_kind)
     return 0
 
 

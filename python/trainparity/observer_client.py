@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -53,8 +54,10 @@ class ObserverClient:
         environment: dict[str, str],
         timeout: float,
         progress: ProgressReporter,
+        case_kind: str = "resume",
     ) -> None:
         self.group = group
+        self.case_kind = case_kind
         self.case_spec = case_spec
         self.snapshot_dir = snapshot_dir
         self.cwd = cwd
@@ -71,6 +74,9 @@ class ObserverClient:
         self.snapshot_dir.mkdir(parents=True, exist_ok=True)
         requests = self.snapshot_dir / "requests.fifo"
         try:
+            # A preserved work_dir that is reused still holds the last check's FIFO.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(requests)
             os.mkfifo(requests)
             # O_RDWR never blocks on a FIFO (Linux), and keeps it open for the reader.
             self.requests_fd = os.open(requests, os.O_RDWR | os.O_CLOEXEC)
@@ -84,6 +90,8 @@ class ObserverClient:
                     self.case_spec,
                     "--requests",
                     str(requests),
+                    "--case-kind",
+                    self.case_kind,
                 ],
                 cwd=self.cwd,
                 env=self.environment,
@@ -111,6 +119,11 @@ class ObserverClient:
             "snapshot": str(snapshot_path),
             "result": str(result_path),
         }
+        # A reused work_dir holds the last check's files: waiting for the result file
+        # must not find (and trust) one this request did not produce.
+        for stale in (result_path, snapshot_path):
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
         self._send(request)
         self._await_file(phase, result_path, began + self.timeout)
         record = self._read_record(phase, result_path)

@@ -11,16 +11,15 @@ comparison part of the report is the same either way.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from trainparity.child_environment import child_environment
 from trainparity.comparison import ExactComparison, ToleranceComparison
 from trainparity.environment import environment_fingerprint
-from trainparity.importing import case_module_name, load_process_case
+from trainparity.importing import load_process_case
 from trainparity.outcomes import Outcome
 from trainparity.progress import ProgressCallback, ProgressReporter
 from trainparity.protocols import ProcessResumeCase
@@ -182,18 +181,4 @@ def _setup(
             raise TypeError(f"split_step and total_step must be ints, got {value!r}")
     if not 0 < split < total:
         raise ValueError(f"need 0 < split_step < total_step, got {split} and {total}")
-    child_environment = dict(os.environ)
-    for key, value in dict(environment or {}).items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"environment keys and values must be str, got {key!r}: {value!r}")
-        if not key or "=" in key or "\0" in key or "\0" in value:
-            raise ValueError(f"invalid environment variable name or value: {key!r}")
-        child_environment[key] = value
-    module_file = getattr(sys.modules.get(case_module_name(spec)), "__file__", None)
-    if module_file:
-        case_directory = str(Path(module_file).resolve().parent)
-        existing = child_environment.get("PYTHONPATH")
-        child_environment["PYTHONPATH"] = case_directory + (
-            os.pathsep + existing if existing else ""
-        )
-    return case, child_environment
+    return case, child_environment(spec, environment)

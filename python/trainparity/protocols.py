@@ -12,6 +12,7 @@ __all__ = [
     "LossAccounting",
     "ProcessExecutionPlan",
     "ProcessResumeCase",
+    "RunsCase",
     "TrainingState",
 ]
 
@@ -35,6 +36,23 @@ class ProcessResumeCase(Protocol):
 
     name: str
     split_step: int
+    total_step: int
+
+    def command(self, plan: ProcessExecutionPlan) -> Sequence[str]: ...
+
+    def checkpoint_path(self, run_dir: Path) -> Path: ...
+
+    def observe_checkpoint(self, path: Path) -> Mapping[str, object]: ...
+
+
+@runtime_checkable
+class RunsCase(Protocol):
+    """A training script wrapped for `check_runs`: a resume case without the split step.
+
+    Optional, duck-typed: `variants`, the variants checked when check_runs is given none.
+    """
+
+    name: str
     total_step: int
 
     def command(self, plan: ProcessExecutionPlan) -> Sequence[str]: ...

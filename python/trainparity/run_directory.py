@@ -42,6 +42,7 @@ __all__ = [
     "ACCUMULATION_PREFIX",
     "OWNER_FILE",
     "PROCESS_RESUME_PREFIX",
+    "RUNS_PREFIX",
     "RUN_DIRECTORY_PREFIXES",
     "ProcessIdentity",
     "remove_stale_run_directories",
@@ -50,7 +51,8 @@ __all__ = [
 
 PROCESS_RESUME_PREFIX = "trainparity-process-"
 ACCUMULATION_PREFIX = "trainparity-accum-"
-RUN_DIRECTORY_PREFIXES = (PROCESS_RESUME_PREFIX, ACCUMULATION_PREFIX)
+RUNS_PREFIX = "trainparity-runs-"
+RUN_DIRECTORY_PREFIXES = (PROCESS_RESUME_PREFIX, ACCUMULATION_PREFIX, RUNS_PREFIX)
 OWNER_FILE = ".trainparity-owner"
 OWNER_FORMAT = "trainparity-run-owner/1"
 

@@ -1,0 +1,93 @@
+"""check_resume and check_runs on the real Hugging Face Trainer (transformers 5.x), tiny GPT-2."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from trainparity import Outcome, ToleranceComparison, check_resume, check_runs  # noqa: E402
+from trainparity.api import diff_snapshots  # noqa: E402
+
+from tests.integrations.conftest import CHILD_ENVIRONMENT  # noqa: E402
+
+# HF's gradient accumulation (4 x 2 vs 1 x 8) agrees within float rounding, not bitwise.
+ACCUMULATION_TOLERANCE = ToleranceComparison(rtol=1e-4, atol=1e-5)
+
+
+def _resume(project, case, tmp_path):
+    return check_resume(
+        f"hf_cases:{case}", cwd=project, environment=CHILD_ENVIRONMENT, temporary_root=tmp_path
+    )
+
+
+def test_clean_trainer_resume_passes(project, tmp_path):
+    result = _resume(project, "TrainerResume", tmp_path)
+    assert result.outcome == Outcome.PASS, result.message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ignore_data_skip_fails_at_the_first_step_after_the_split(project, tmp_path):
+    result = _resume(project, "TrainerIgnoringDataSkip", tmp_path)
+    assert result.outcome == Outcome.FAIL, result.message
+    # log_history sorts before the model: entry 4 is step 5, the first step after the split
+    # at 4, where the resumed run replays the epoch's first batches (its epoch counter restarts).
+    assert result.primary_difference.path == "log_history[4].epoch"
+    paths = {difference.path for difference in result.all_differences}
+    assert "log_history[4].loss" in paths
+    assert not any(path.startswith("log_history[3]") for path in paths)
+    assert any(path.startswith("model[") for path in paths)
+
+
+def test_save_only_model_checkpoints_resume_with_a_fresh_optimizer_and_schedule(project, tmp_path):
+    result = _resume(project, "TrainerSavingOnlyTheModel", tmp_path)
+    assert result.outcome == Outcome.FAIL, result.message
+    assert result.primary_difference.path == "log_history[4].grad_norm"
+    paths = {difference.path for difference in result.all_differences}
+    # Step 5 already runs at another learning rate: the schedule restarted from its warm-up.
+    assert "log_history[4].learning_rate" in paths
+    assert any(path.startswith("model[") for path in paths)
+    # Every phase saved the model only: no optimizer, scheduler or RNG file to compare.
+    assert not any(path.startswith(("optimizer", "scheduler", "rng")) for path in paths)
+
+
+def test_accumulation_4x2_and_1x8_differ_only_by_rounding(project, tmp_path):
+    result = check_runs(
+        "hf_cases:TrainerAccumulation",
+        cwd=project,
+        environment=CHILD_ENVIRONMENT,
+        work_dir=tmp_path,
+    )
+    assert result.outcome == Outcome.FAIL, result.message
+    assert result.divergent_variant == "accum1x8"
+    assert result.primary_difference.path == "log_history[0].loss"
+    tensor_errors = [d.max_abs_error for d in result.all_differences if d.max_abs_error is not None]
+    assert tensor_errors and max(tensor_errors) < 1e-5
+    # The same two recorded runs agree under a tolerance (the snapshot files stay in work_dir).
+    snapshots = tmp_path / "snapshots"
+    tolerant = diff_snapshots(
+        snapshots / "accum4x2_a.safetensors",
+        snapshots / "accum1x8_a.safetensors",
+        comparison=ACCUMULATION_TOLERANCE,
+    )
+    assert tolerant.outcome == Outcome.PASS, tolerant.message
+
+
+def test_a_loss_that_ignores_num_items_in_batch_breaks_accumulation(project, tmp_path):
+    own_loss = ["--own-loss"]
+    result = check_runs(
+        "hf_cases:TrainerAccumulation",
+        {
+            "own_loss_accum1x8": {"args": ["--accum", "1", "--batch", "8", *own_loss]},
+            "own_loss_accum4x2": {"args": ["--accum", "4", "--batch", "2", *own_loss]},
+        },
+        comparison=ACCUMULATION_TOLERANCE,
+        cwd=project,
+        environment=CHILD_ENVIRONMENT,
+        temporary_root=tmp_path,
+    )
+    assert result.outcome == Outcome.FAIL, result.message
+    assert result.primary_difference.path == "log_history[0].grad_norm"
+    # No division by the 4 accumulation steps: the first gradient is about 4 times as large.
+    ratio = float(result.primary_difference.candidate) / float(result.primary_difference.baseline)
+    assert 3.0 < ratio < 5.0
