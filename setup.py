@@ -51,7 +51,12 @@ native_core = Extension(
 
 setup(
     package_dir={"trainparity": "python/trainparity", "trainparity.quickstarts": "quickstarts"},
-    packages=["trainparity", "trainparity.quickstarts"],
+    packages=[
+        "trainparity",
+        "trainparity.quickstarts",
+        "trainparity.distributed",
+        "trainparity.checkpoints",
+    ],
     package_data={"trainparity": ["py.typed"]},
     ext_modules=[native_core],
     cmdclass={"build_py": build_py_with_cuda_sources},

@@ -13,6 +13,7 @@ from trainparity.api import (
     check_resume,
     compare_states,
 )
+from trainparity.distributed.record_ids import record_ids
 from trainparity.version import PACKAGE_VERSION as _PACKAGE_VERSION
 
 __version__ = _PACKAGE_VERSION
@@ -30,4 +31,5 @@ __all__ = [
     "__version__",
     "check_resume",
     "compare_states",
+    "record_ids",
 ]

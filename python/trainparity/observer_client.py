@@ -71,6 +71,7 @@ class ObserverClient:
         self.snapshot_dir.mkdir(parents=True, exist_ok=True)
         requests = self.snapshot_dir / "requests.fifo"
         try:
+            requests.unlink(missing_ok=True)  # left by an earlier check in the same work_dir
             os.mkfifo(requests)
             # O_RDWR never blocks on a FIFO (Linux), and keeps it open for the reader.
             self.requests_fd = os.open(requests, os.O_RDWR | os.O_CLOEXEC)
@@ -111,6 +112,9 @@ class ObserverClient:
             "snapshot": str(snapshot_path),
             "result": str(result_path),
         }
+        result_path.unlink(
+            missing_ok=True
+        )  # an earlier check's result must not be read as this one's
         self._send(request)
         self._await_file(phase, result_path, began + self.timeout)
         record = self._read_record(phase, result_path)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.comparison import ExactComparison, ToleranceComparison
+from trainparity.distributed import phases as multirank
 from trainparity.environment import environment_fingerprint
 from trainparity.importing import case_module_name, load_process_case
 from trainparity.observer_client import ObservationFailure, ObserverClient
@@ -226,6 +227,7 @@ class _Phase:
     resume_from: Path | None = None
     run_dir: Path | None = None
     started: bool = False
+    tag: str | None = None  # in the phase's environment; what multirank.sweep kills
     result: ChildResult | None = None
     error: _PhaseError | None = None
 
@@ -292,6 +294,8 @@ class _ResumeExecution:
                 result = self._decide(fields)
             except _PhaseError as failure:
                 result = self._result(fields, failure.outcome, failure.message)
+            finally:
+                self._sweep_all()
             self.observer.stop()
         timing = dict(self.timings)
         timing["total_wall"] = time.perf_counter() - started
@@ -437,12 +441,19 @@ class _ResumeExecution:
                 f"{phase.name} command callback or validation failed: {type(error).__name__}",
             )
             return
+        problem = self.parallel and multirank.concurrency_problem(
+            phase.name, argv, self.environment
+        )
+        if problem:
+            phase.error = _PhaseError(Outcome.ERROR, problem)
+            return
+        environment, phase.tag = multirank.phase_environment(argv, self.environment, phase.run_dir)
         try:
             spec = ChildSpec(
                 name=phase.name,
                 argv=argv,
                 cwd=self.command_dir,
-                env=self.environment,
+                env=environment,
                 stdout_path=phase.run_dir / "stdout.log",
                 stderr_path=phase.run_dir / "stderr.log",
             )
@@ -458,6 +469,12 @@ class _ResumeExecution:
         self.progress.event(name, kind, result.wall_seconds if result is not None else None)
         if kind == "end":
             self.phases[name].result = result
+            multirank.sweep(self.phases[name].tag)  # ranks that left the child's process group
+
+    def _sweep_all(self) -> None:
+        for phase in self.phases.values():
+            if phase.tag is not None:
+                multirank.sweep(phase.tag)
 
     def _account(self, phase: _Phase) -> None:
         """Record how a finished child ended, when the decision sequence reaches it.
@@ -488,9 +505,11 @@ class _ResumeExecution:
         )
         if returncode != 0:
             self.timings[name] = result.wall_seconds
-            phase.error = _PhaseError(
-                Outcome.ERROR, self._hinted(name, f"{name} child exited with status {returncode}")
-            )
+            message = f"{name} child exited with status {returncode}"
+            rank_detail = multirank.rank_failure(phase.run_dir / "stderr.log", phase.run_dir)
+            if rank_detail:
+                message += f": {rank_detail}"
+            phase.error = _PhaseError(Outcome.ERROR, self._hinted(name, message))
             return
         key = {
             "candidate_split": "candidate_save_exit",
