@@ -1,8 +1,12 @@
 """Stress: many concurrent 2-rank torchrun jobs on loopback; counts the jobs that hang or fail.
 
 Each job is `python -m torch.distributed.run --nnodes=1 --nproc-per-node=2`
-running a tiny gloo program (init_process_group, all_reduce, a DCP save and
-load, barrier, destroy). Jobs run `--concurrency` at a time, `--jobs` in all,
+running either a tiny gloo program (`--program tiny`: init_process_group,
+all_reduce, a DCP save and load, barrier, destroy) or the distributed guide's
+train.py up to its split step (`--program example`: DDP, DistributedSampler,
+DCP save, per-rank RNG files, record_ids). Every rank dumps all its threads'
+stacks to its stderr if it is still running after `--dump-after` seconds, so
+a hang shows where it waits. Jobs run `--concurrency` at a time, `--jobs` in all,
 each in its own process group (trainparity's ChildGroup), killed with every
 rank after `--timeout` seconds: a killed job is a hang. Modes:
 
@@ -25,12 +29,24 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from trainparity.distributed import torchrun_command
+from trainparity.distributed.phases import PHASE_TAG_VARIABLE, sweep
 from trainparity.processes import ChildGroup, ChildSpec
 
-WORKER = """
+EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "distributed_project"
+
+# Runs the program with a delayed stack dump armed (all threads, to stderr).
+RUNNER = """
+import faulthandler, runpy, sys
+faulthandler.dump_traceback_later(float(sys.argv[1]), exit=False)
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+TINY = """
 import os, sys, torch, torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 dist.init_process_group("gloo")
@@ -47,18 +63,30 @@ dist.destroy_process_group()
 """
 
 
-def job_argv(mode: str, script: Path, checkpoint: Path) -> list[str]:
-    if mode == "standalone":
+def job_argv(arguments: argparse.Namespace, runner: Path, program: list[str]) -> list[str]:
+    script = [str(runner), str(arguments.dump_after), *program]
+    if arguments.mode == "standalone":
         return [
             sys.executable,
             "-m",
             "torch.distributed.run",
             "--standalone",
             "--nproc-per-node=2",
-            str(script),
-            str(checkpoint),
+            *script,
         ]
-    return torchrun_command([str(script), str(checkpoint)], nproc_per_node=2)
+    return torchrun_command(script, nproc_per_node=2)
+
+
+def program_argv(arguments: argparse.Namespace, scratch: Path, job_dir: Path) -> list[str]:
+    if arguments.program == "tiny":
+        return [str(scratch / "tiny.py"), str(job_dir / "checkpoint")]
+    return [
+        str(EXAMPLE / "train.py"),
+        "--checkpoint",
+        str(job_dir / "checkpoint"),
+        "--end-step",
+        "1",
+    ]
 
 
 def main() -> int:
@@ -66,15 +94,25 @@ def main() -> int:
     parser.add_argument("--mode", choices=("standalone", "ours"), default="standalone")
     parser.add_argument("--jobs", type=int, default=24)
     parser.add_argument("--concurrency", type=int, default=6)
-    parser.add_argument("--timeout", type=float, default=90.0)
+    parser.add_argument("--program", choices=("tiny", "example"), default="example")
+    parser.add_argument("--timeout", type=float, default=150.0)
+    parser.add_argument("--dump-after", type=float, default=100.0)
     arguments = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="trainparity-stress-"))
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", "LOGLEVEL": "WARNING"}
+    # torchrun without --log-dir leaves a mkdtemp directory per job: keep them in scratch.
+    environment = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "LOGLEVEL": "WARNING",
+        "TMPDIR": str(scratch),
+    }
+    tag = uuid.uuid4().hex
     began = time.perf_counter()
     hangs, failures, walls = [], [], []
     try:
-        script = scratch / "worker.py"
-        script.write_text(WORKER)
+        runner = scratch / "runner.py"
+        runner.write_text(RUNNER)
+        (scratch / "tiny.py").write_text(TINY)
         launched = 0
         with ChildGroup(grace=2.0) as group:
             while launched < arguments.jobs or group.running_names():
@@ -86,18 +124,23 @@ def main() -> int:
                     job_dir.mkdir()
                     spec = ChildSpec(
                         name=name,
-                        argv=job_argv(arguments.mode, script, job_dir / "checkpoint"),
+                        argv=job_argv(arguments, runner, program_argv(arguments, scratch, job_dir)),
                         cwd=scratch,
-                        env=environment,
+                        env={**environment, PHASE_TAG_VARIABLE: f"{tag}-{name}"},
                         stdout_path=job_dir / "stdout.log",
                         stderr_path=job_dir / "stderr.log",
                     )
                     group.start(spec, timeout=arguments.timeout)
                     launched += 1
                 for result in group.wait(None):
+                    sweep(f"{tag}-{result.name}")  # ranks live in their own sessions
                     walls.append(result.wall_seconds)
                     tail = (scratch / result.name / "stderr.log").read_text(errors="replace")
-                    record = {"job": result.name, "stderr_tail": tail.splitlines()[-6:]}
+                    record = {
+                        "job": result.name,
+                        "seconds": round(result.wall_seconds, 1),
+                        "stderr_tail": tail.splitlines()[-80:],
+                    }
                     if result.timed_out:
                         hangs.append(record)
                     elif result.exit_code != 0:
@@ -109,6 +152,7 @@ def main() -> int:
         json.dumps(
             {
                 "mode": arguments.mode,
+                "program": arguments.program,
                 "runs": arguments.jobs,
                 "concurrency": arguments.concurrency,
                 "hangs": len(hangs),

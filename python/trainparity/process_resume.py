@@ -22,6 +22,7 @@ from typing import Any
 
 from trainparity.comparison import ExactComparison, ToleranceComparison
 from trainparity.distributed import phases as multirank
+from trainparity.distributed.resume_coverage import resume_coverage_differences
 from trainparity.environment import environment_fingerprint
 from trainparity.importing import case_module_name, load_process_case
 from trainparity.observer_client import ObservationFailure, ObserverClient
@@ -344,6 +345,8 @@ class _ResumeExecution:
         snapshot_resume = self._observed("candidate_resume", resumed_checkpoint)
         began = time.perf_counter()
         differences = self.policy.compare_all(snapshot_a, snapshot_resume)
+        # Sample order first: a resume that repeats or skips samples explains the states.
+        differences = resume_coverage_differences(self.run_root) + differences
         self.timings["candidate_comparison"] = time.perf_counter() - began
         self.timings["comparison"] = (
             self.timings["baseline_comparison"] + self.timings["candidate_comparison"]

@@ -126,6 +126,7 @@ def rank_failure(stderr_path: Path, rank_log_root: Path) -> str | None:
 
 
 def _last_rank_line(text: str, rank: int, rank_log_root: Path, local_rank: str) -> str | None:
+    prefix = f"[rank{rank}]:"  # torchrun's --tee prefix, also written into the rank's own log
     candidates = sorted(rank_log_root.glob(f"**/attempt_*/{local_rank}/stderr.log"))
     for path in reversed(candidates):
         try:
@@ -133,8 +134,8 @@ def _last_rank_line(text: str, rank: int, rank_log_root: Path, local_rank: str) 
         except OSError:
             continue
         if lines:
-            return lines[-1].strip()[:500]
-    prefix = f"[rank{rank}]:"
+            last = lines[-1]
+            return (last[len(prefix) :] if last.startswith(prefix) else last).strip()[:500]
     tee_lines = [line[len(prefix) :] for line in text.splitlines() if line.startswith(prefix)]
     tee_lines = [line for line in tee_lines if line.strip()]
     return tee_lines[-1].strip()[:500] if tee_lines else None

@@ -28,6 +28,7 @@ __all__ = [
     "read_recorded_ids",
     "record_ids",
     "recorded_epochs",
+    "recorded_ids",
 ]
 
 IDS_DIR_VARIABLE = "TRAINPARITY_IDS_DIR"
@@ -46,14 +47,14 @@ def ids_file_name(rank: int, epoch: int) -> str:
 class _Writer:
     """The buffered appender of one (directory, rank, epoch) file."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, epoch: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self.descriptor = os.open(
-            path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
-        )
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        self.descriptor = os.open(path, flags, 0o644)
+        self.epoch = epoch
         self.buffer = bytearray()
 
-    def append(self, data: bytes | memoryview) -> None:
+    def append(self, data: memoryview) -> None:
         self.buffer += data
         if len(self.buffer) >= 8 * FLUSH_IDS:
             self.flush()
@@ -72,13 +73,18 @@ class _Writer:
             os.close(self.descriptor)
 
 
-_writers: dict[tuple[Path, int], tuple[int, _Writer]] = {}
+_writers: dict[tuple[str, int], _Writer] = {}
+_initialised_rank: int | None = None  # torch.distributed's rank, once it has one
 
 
 def _default_rank() -> int:
+    global _initialised_rank
+    if _initialised_rank is not None:
+        return _initialised_rank
     distributed = sys.modules.get("torch.distributed")
     if distributed is not None and distributed.is_available() and distributed.is_initialized():
-        return int(distributed.get_rank())
+        _initialised_rank = int(distributed.get_rank())
+        return _initialised_rank
     return int(os.environ.get("RANK", "0"))
 
 
@@ -86,10 +92,11 @@ def _as_int64_bytes(ids: Any) -> memoryview:
     """Little-endian int64 bytes of a tensor, NumPy array, buffer or iterable of ints."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(ids, torch.Tensor):
-        ids = ids.detach()
-        if ids.device.type != "cpu":
-            ids = ids.cpu()
-        ids = ids.reshape(-1).to(torch.int64).numpy()
+        if ids.dtype is not torch.int64 or ids.device.type != "cpu" or not ids.is_contiguous():
+            ids = ids.detach().to(device="cpu", dtype=torch.int64).contiguous()
+        if sys.byteorder == "little":
+            return memoryview(ids.numpy()).cast("B")
+        ids = ids.tolist()
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         array = numpy.ascontiguousarray(numpy.asarray(ids).reshape(-1), dtype="<i8")
@@ -117,35 +124,42 @@ def record_ids(
     torch.distributed's rank when a process group is initialised, else $RANK,
     else 0.
     """
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-        raise ValueError(f"epoch must be a non-negative int, not {epoch!r}")
     if directory is None:
         directory = os.environ.get(IDS_DIR_VARIABLE)
         if not directory:
             return
-    rank = _default_rank() if rank is None else rank
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+    key = (os.fspath(directory), _default_rank() if rank is None else rank)
+    writer = _writers.get(key)
+    if writer is None or writer.epoch != epoch or type(epoch) is not int:
+        writer = _opened(key, epoch)
+    writer.append(_as_int64_bytes(ids))
+
+
+def _opened(key: tuple[str, int], epoch: object) -> _Writer:
+    """The writer for (directory, rank) switched to `epoch` (the previous epoch's file closed)."""
+    directory, rank = key
+    if type(epoch) is not int or epoch < 0:
+        raise ValueError(f"epoch must be a non-negative int, not {epoch!r}")
+    if type(rank) is not int or rank < 0:
         raise ValueError(f"rank must be a non-negative int, not {rank!r}")
-    key = (Path(directory), rank)
-    current = _writers.get(key)
-    if current is None or current[0] != epoch:
-        if current is not None:
-            current[1].close()
-        current = (epoch, _Writer(key[0] / ids_file_name(rank, epoch)))
-        _writers[key] = current
-    current[1].append(_as_int64_bytes(ids))
+    previous = _writers.pop(key, None)
+    if previous is not None:
+        previous.close()
+    writer = _Writer(Path(directory) / ids_file_name(rank, epoch), epoch)
+    _writers[key] = writer
+    return writer
 
 
 def flush_ids() -> None:
     """Write every buffered ID now (done automatically at exit and when an epoch changes)."""
-    for _epoch, writer in _writers.values():
+    for writer in _writers.values():
         writer.flush()
 
 
 @atexit.register
 def _close_all() -> None:
     while _writers:
-        _key, (_epoch, writer) = _writers.popitem()
+        _key, writer = _writers.popitem()
         writer.close()
 
 
@@ -169,3 +183,11 @@ def read_recorded_ids(path: str | os.PathLike[str]) -> memoryview:
             return memoryview(b"")
         mapped = mmap.mmap(handle.fileno(), whole, access=mmap.ACCESS_READ)
     return memoryview(mapped)
+
+
+def recorded_ids(directory: str | os.PathLike[str], epoch: int) -> dict[int, memoryview]:
+    """{rank: int64 IDs} of one epoch's records, ready for `audit_rank_arrays` (memory-mapped)."""
+    return {
+        rank: read_recorded_ids(path)
+        for rank, path in recorded_epochs(directory).get(epoch, {}).items()
+    }
