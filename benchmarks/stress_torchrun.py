@@ -38,11 +38,27 @@ from trainparity.processes import ChildGroup, ChildSpec
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "distributed_project"
 
-# Runs the program with a delayed stack dump armed (all threads, to stderr).
+# Runs the program with two watchdogs: all Python stacks after --dump-after
+# seconds, and, for the example, Python and native (gdb) stacks of a rank still
+# alive 20 s after it wrote its RNG file, i.e. after it finished its work.
 RUNNER = """
-import faulthandler, runpy, sys
+import faulthandler, os, runpy, subprocess, sys, threading, time
 faulthandler.dump_traceback_later(float(sys.argv[1]), exit=False)
 sys.argv = sys.argv[2:]
+
+def watch(done_file):
+    while not os.path.exists(done_file):
+        time.sleep(0.5)
+    time.sleep(20)
+    sys.stderr.write(f"rank {os.environ['RANK']} alive 20 s after {done_file}\\n")
+    faulthandler.dump_traceback(all_threads=True)
+    subprocess.run(["gdb", "-p", str(os.getpid()), "-batch", "-ex", "thread apply all bt"],
+                   stdout=sys.stderr, stderr=subprocess.STDOUT, timeout=120)
+
+if "--checkpoint" in sys.argv:
+    checkpoint = sys.argv[sys.argv.index("--checkpoint") + 1]
+    done = os.path.join(checkpoint, f"rng-rank{os.environ['RANK']}.pt")
+    threading.Thread(target=watch, args=(done,), daemon=True).start()
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 

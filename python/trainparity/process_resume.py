@@ -346,7 +346,7 @@ class _ResumeExecution:
         began = time.perf_counter()
         differences = self.policy.compare_all(snapshot_a, snapshot_resume)
         # Sample order first: a resume that repeats or skips samples explains the states.
-        differences = resume_coverage_differences(self.run_root) + differences
+        differences = (*resume_coverage_differences(self.run_root), *differences)
         self.timings["candidate_comparison"] = time.perf_counter() - began
         self.timings["comparison"] = (
             self.timings["baseline_comparison"] + self.timings["candidate_comparison"]

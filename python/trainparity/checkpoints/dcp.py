@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,9 @@ def load_dcp(
         else:
             flat[key] = None  # filled from its bytes by the planner
     planner = _BytesPlanner(weights_only=weights_only)
-    dcp.load(flat, storage_reader=reader, planner=planner, no_dist=True)
+    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(flat, storage_reader=reader, planner=planner, no_dist=True)
     nested: dict[str, Any] = {}
     for key, value in flat.items():
         _set(nested, tuple(nesting.get(key, (key,))), value)
