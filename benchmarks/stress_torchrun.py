@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,32 +34,16 @@ import uuid
 from pathlib import Path
 
 from trainparity.distributed import torchrun_command
-from trainparity.distributed.phases import PHASE_TAG_VARIABLE, sweep
+from trainparity.distributed.phases import PHASE_TAG_VARIABLE, sweep, tagged_processes
 from trainparity.processes import ChildGroup, ChildSpec
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "distributed_project"
 
-# Runs the program with two watchdogs: all Python stacks after --dump-after
-# seconds, and, for the example, Python and native (gdb) stacks of a rank still
-# alive 20 s after it wrote its RNG file, i.e. after it finished its work.
+# Runs the program with all Python stacks dumped after --dump-after seconds.
 RUNNER = """
-import faulthandler, os, runpy, subprocess, sys, threading, time
+import faulthandler, runpy, sys
 faulthandler.dump_traceback_later(float(sys.argv[1]), exit=False)
 sys.argv = sys.argv[2:]
-
-def watch(done_file):
-    while not os.path.exists(done_file):
-        time.sleep(0.5)
-    time.sleep(20)
-    sys.stderr.write(f"rank {os.environ['RANK']} alive 20 s after {done_file}\\n")
-    faulthandler.dump_traceback(all_threads=True)
-    subprocess.run(["gdb", "-p", str(os.getpid()), "-batch", "-ex", "thread apply all bt"],
-                   stdout=sys.stderr, stderr=subprocess.STDOUT, timeout=120)
-
-if "--checkpoint" in sys.argv:
-    checkpoint = sys.argv[sys.argv.index("--checkpoint") + 1]
-    done = os.path.join(checkpoint, f"rng-rank{os.environ['RANK']}.pt")
-    threading.Thread(target=watch, args=(done,), daemon=True).start()
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
@@ -105,6 +90,36 @@ def program_argv(arguments: argparse.Namespace, scratch: Path, job_dir: Path) ->
     ]
 
 
+def _native_stacks_of_lingering_ranks(scratch: Path, tag_prefix: str, running: list[str]) -> None:
+    """gdb backtraces (all threads) of ranks still alive 20 s after writing their RNG file.
+
+    Such a rank has done all its work; a rank hung while holding the GIL cannot
+    run a Python watchdog, so its stacks are taken from outside, once per job.
+    """
+    for name in running:
+        job_dir = scratch / name
+        if list(job_dir.glob("gdb-*.txt")):
+            continue
+        done = [path.stat().st_mtime for path in (job_dir / "checkpoint").glob("rng-rank*.pt")]
+        if not done or time.time() - max(done) < 20:
+            continue
+        for pid in tagged_processes(tag_prefix + name):
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"train.py" not in command:
+                continue
+            with open(job_dir / f"gdb-{pid}.txt", "w") as out:
+                subprocess.run(
+                    ["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=120,
+                    check=False,
+                )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=("standalone", "ours"), default="standalone")
@@ -113,6 +128,9 @@ def main() -> int:
     parser.add_argument("--program", choices=("tiny", "example"), default="example")
     parser.add_argument("--timeout", type=float, default=150.0)
     parser.add_argument("--dump-after", type=float, default=100.0)
+    parser.add_argument(
+        "--keep-bad", type=Path, metavar="DIR", help="copy the directories of bad jobs here"
+    )
     arguments = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="trainparity-stress-"))
     # torchrun without --log-dir leaves a mkdtemp directory per job: keep them in scratch.
@@ -148,19 +166,22 @@ def main() -> int:
                     )
                     group.start(spec, timeout=arguments.timeout)
                     launched += 1
-                for result in group.wait(None):
+                _native_stacks_of_lingering_ranks(scratch, f"{tag}-", group.running_names())
+                for result in group.wait(5.0):
                     sweep(f"{tag}-{result.name}")  # ranks live in their own sessions
                     walls.append(result.wall_seconds)
                     tail = (scratch / result.name / "stderr.log").read_text(errors="replace")
                     record = {
                         "job": result.name,
                         "seconds": round(result.wall_seconds, 1),
-                        "stderr_tail": tail.splitlines()[-80:],
+                        "stderr_tail": tail.splitlines()[-12:],
                     }
                     if result.timed_out:
                         hangs.append(record)
                     elif result.exit_code != 0:
                         failures.append(record)
+                    if arguments.keep_bad and (result.timed_out or result.exit_code != 0):
+                        shutil.copytree(scratch / result.name, arguments.keep_bad / result.name)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     walls.sort()

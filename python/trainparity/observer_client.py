@@ -112,9 +112,8 @@ class ObserverClient:
             "snapshot": str(snapshot_path),
             "result": str(result_path),
         }
-        result_path.unlink(
-            missing_ok=True
-        )  # an earlier check's result must not be read as this one's
+        # An earlier check's result in the same work_dir must not be read as this one's.
+        result_path.unlink(missing_ok=True)
         self._send(request)
         self._await_file(phase, result_path, began + self.timeout)
         record = self._read_record(phase, result_path)

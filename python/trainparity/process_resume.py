@@ -286,7 +286,8 @@ class _ResumeExecution:
     # The decision sequence ----------------------------------------------------------
 
     def run(self, fields: dict[str, Any], started: float) -> ProcessResumeResult:
-        with self.group:
+        # After the group is closed, whatever still carries a phase tag (ranks) is killed.
+        with multirank.swept(self._phase_tags), self.group:
             try:
                 if self.parallel:
                     self.observer.start()
@@ -295,8 +296,6 @@ class _ResumeExecution:
                 result = self._decide(fields)
             except _PhaseError as failure:
                 result = self._result(fields, failure.outcome, failure.message)
-            finally:
-                self._sweep_all()
             self.observer.stop()
         timing = dict(self.timings)
         timing["total_wall"] = time.perf_counter() - started
@@ -474,10 +473,8 @@ class _ResumeExecution:
             self.phases[name].result = result
             multirank.sweep(self.phases[name].tag)  # ranks that left the child's process group
 
-    def _sweep_all(self) -> None:
-        for phase in self.phases.values():
-            if phase.tag is not None:
-                multirank.sweep(phase.tag)
+    def _phase_tags(self) -> list[str]:
+        return [phase.tag for phase in self.phases.values() if phase.tag is not None]
 
     def _account(self, phase: _Phase) -> None:
         """Record how a finished child ended, when the decision sequence reaches it.

@@ -12,11 +12,13 @@ stderr) and that rank's last stderr line (from the per-rank logs of
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from trainparity.distributed.launch import fixed_port_problem, is_torchrun
@@ -28,6 +30,7 @@ __all__ = [
     "phase_environment",
     "rank_failure",
     "sweep",
+    "swept",
 ]
 
 PHASE_TAG_VARIABLE = "TRAINPARITY_PHASE_TAG"
@@ -55,7 +58,7 @@ def phase_environment(
     return phase_env, tag
 
 
-def _tagged_processes(tag: str) -> list[int]:
+def tagged_processes(tag: str) -> list[int]:
     needle = f"{PHASE_TAG_VARIABLE}={tag}".encode()
     found = []
     for entry in os.scandir("/proc"):
@@ -79,7 +82,7 @@ def sweep(tag: str | None) -> int:
     killed: set[int] = set()
     deadline = time.monotonic() + _SWEEP_SECONDS
     while time.monotonic() < deadline:
-        survivors = [pid for pid in _tagged_processes(tag) if pid != os.getpid()]
+        survivors = [pid for pid in tagged_processes(tag) if pid != os.getpid()]
         if not survivors:
             break
         for pid in survivors:
@@ -93,6 +96,16 @@ def sweep(tag: str | None) -> int:
             killed.add(pid)
         time.sleep(0.02)  # let them die (init reaps them; zombies keep no environ)
     return len(killed)
+
+
+@contextlib.contextmanager
+def swept(tags: Callable[[], list[str]]) -> Iterator[None]:
+    """On leaving the block, however it is left, sweep every tag that `tags()` then returns."""
+    try:
+        yield
+    finally:
+        for tag in tags():
+            sweep(tag)
 
 
 def concurrency_problem(phase: str, argv: list[str], environment: dict[str, str]) -> str | None:
