@@ -56,6 +56,8 @@ setup(
         "trainparity.recording",
         "trainparity.forensics",
         "trainparity.integrations",
+        "trainparity.distributed",
+        "trainparity.checkpoints",
         "trainparity.quickstarts",
     ],
     package_data={"trainparity": ["py.typed"]},

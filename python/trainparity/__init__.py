@@ -14,6 +14,7 @@ from trainparity.api import (
     check_runs,
     compare_states,
 )
+from trainparity.distributed.record_ids import record_ids
 from trainparity.forensics.tracing import trace
 from trainparity.recording.recorder import record
 from trainparity.version import PACKAGE_VERSION as _PACKAGE_VERSION
@@ -36,4 +37,5 @@ __all__ = [
     "compare_states",
     "record",
     "trace",
+    "record_ids",
 ]

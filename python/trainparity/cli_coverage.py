@@ -27,13 +27,20 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         example=EXAMPLE,
         run=run,
     )
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--ids",
         action="append",
-        required=True,
         metavar="RANK=PATH",
         help="a rank's IDs in consumption order: a 1-D int64 .npy file or raw little-endian "
         "int64 (repeat per rank)",
+    )
+    source.add_argument(
+        "--ids-dir",
+        type=Path,
+        metavar="DIR",
+        help="a directory written by trainparity.record_ids: every recorded epoch is audited "
+        "against the policy on its own (or only --epoch)",
     )
     parser.add_argument("--policy", choices=_POLICIES, required=True, help="the coverage policy")
     universe = parser.add_mutually_exclusive_group()
@@ -50,7 +57,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         help="declared repetitions (needed by --policy expected_padding)",
     )
     parser.add_argument(
-        "--epoch", type=cli.non_negative_int, default=0, help="epoch of every ID (default: 0)"
+        "--epoch",
+        type=cli.non_negative_int,
+        help="epoch of every ID of --ids (default: 0); with --ids-dir, the one epoch to audit",
     )
     parser.add_argument(
         "--max-examples",
@@ -67,16 +76,42 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 def run(arguments: argparse.Namespace) -> cli.CommandOutput:
     from trainparity.sample_coverage import audit_rank_arrays
 
-    rank_files = _rank_files(arguments.ids)
     policy = _policy(arguments, _universe(arguments))
+    if arguments.ids_dir is not None:
+        return _audit_directory(arguments, policy)
+    rank_files = _rank_files(arguments.ids)
     result = audit_rank_arrays(
         rank_files,
         policy=policy,
-        epoch=arguments.epoch,
+        epoch=arguments.epoch or 0,
         max_examples=arguments.max_examples,
         evidence_path=arguments.evidence,
     )
     return cli.result_output(result, report_written=False)
+
+
+def _audit_directory(arguments: argparse.Namespace, policy: CoveragePolicy) -> cli.CommandOutput:
+    """Each epoch on its own; the report is the first epoch not to PASS (else the last one's)."""
+    from trainparity.distributed.ids_audit import audit_recorded_ids
+    from trainparity.outcomes import Outcome
+
+    if not arguments.ids_dir.is_dir():
+        raise cli.UsageError(f"--ids-dir {arguments.ids_dir}: not a directory")
+    if arguments.evidence is not None:
+        raise cli.UsageError("--evidence applies to --ids; --ids-dir audits several epochs")
+    epochs = None if arguments.epoch is None else [arguments.epoch]
+    results = audit_recorded_ids(
+        arguments.ids_dir, policy=policy, epochs=epochs, max_examples=arguments.max_examples
+    )
+    if not results:
+        raise cli.UsageError(f"--ids-dir {arguments.ids_dir}: no rank*.epoch*.ids records")
+    failing = [result for result in results.values() if result.outcome != Outcome.PASS]
+    chosen = failing[0] if failing else list(results.values())[-1]
+    output = cli.result_output(chosen, report_written=False)
+    output.report["epochs"] = {
+        str(epoch): Outcome(result.outcome).value for epoch, result in results.items()
+    }
+    return output
 
 
 def _rank_files(items: list[str]) -> dict[int, Path]:

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
+from trainparity.distributed import phases as multirank
+from trainparity.distributed.resume_coverage import resume_coverage_differences
 from trainparity.observer_client import ObservationFailure, ObserverClient
 from trainparity.outcomes import Outcome
 from trainparity.processes import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
@@ -59,6 +61,7 @@ class _Phase:
     resume_from: Path | None = None
     run_dir: Path | None = None
     started: bool = False
+    tag: str | None = None  # in the phase's environment; what multirank.sweep kills
     result: ChildResult | None = None
     error: _PhaseError | None = None
 
@@ -104,7 +107,8 @@ class ResumeExecution:
     # The decision sequence ----------------------------------------------------------
 
     def run(self, fields: dict[str, Any], started: float) -> ProcessResumeResult:
-        with self.group:
+        # After the group is closed, whatever still carries a phase tag (ranks) is killed.
+        with multirank.swept(self._phase_tags), self.group:
             try:
                 if self.settings.parallel:
                     self.observer.start()
@@ -169,6 +173,8 @@ class ResumeExecution:
         parted = _recorded(trajectories.candidates_part)
         began = time.perf_counter()
         differences = self.policy.compare_all(snapshot_a, snapshot_resume)
+        # Sample order first: a resume that repeats or skips samples explains the states.
+        differences = (*resume_coverage_differences(self.settings.run_root), *differences)
         self.timings["candidate_comparison"] = time.perf_counter() - began
         self.timings["comparison"] = (
             self.timings["baseline_comparison"] + self.timings["candidate_comparison"]
@@ -270,17 +276,28 @@ class ResumeExecution:
                 f"{phase.name} command callback or validation failed: {type(error).__name__}",
             )
             return
+        problem = self.settings.parallel and multirank.concurrency_problem(
+            phase.name, argv, self.settings.environment
+        )
+        if problem:
+            phase.error = _PhaseError(Outcome.ERROR, problem)
+            return
+        environment, phase.tag = multirank.phase_environment(
+            argv,
+            {
+                **self.settings.environment,
+                **phase_recording_environment(
+                    self.settings.run_root, phase.name, self.case.split_step
+                ),
+            },
+            phase.run_dir,
+        )
         try:
             spec = ChildSpec(
                 name=phase.name,
                 argv=argv,
                 cwd=self.settings.command_dir,
-                env={
-                    **self.settings.environment,
-                    **phase_recording_environment(
-                        self.settings.run_root, phase.name, self.case.split_step
-                    ),
-                },
+                env=environment,
                 stdout_path=phase.run_dir / "stdout.log",
                 stderr_path=phase.run_dir / "stderr.log",
             )
@@ -298,6 +315,10 @@ class ResumeExecution:
         )
         if kind == "end":
             self.phases[name].result = result
+            multirank.sweep(self.phases[name].tag)  # ranks that left the child's process group
+
+    def _phase_tags(self) -> list[str]:
+        return [phase.tag for phase in self.phases.values() if phase.tag is not None]
 
     def _account(self, phase: _Phase) -> None:
         """Record how a finished child ended, when the decision sequence reaches it.
@@ -328,9 +349,11 @@ class ResumeExecution:
         )
         if returncode != 0:
             self.timings[name] = result.wall_seconds
-            phase.error = _PhaseError(
-                Outcome.ERROR, self._hinted(name, f"{name} child exited with status {returncode}")
-            )
+            message = f"{name} child exited with status {returncode}"
+            rank_detail = multirank.rank_failure(phase.run_dir / "stderr.log", phase.run_dir)
+            if rank_detail:
+                message += f": {rank_detail}"
+            phase.error = _PhaseError(Outcome.ERROR, self._hinted(name, message))
             return
         key = {
             "candidate_split": "candidate_save_exit",

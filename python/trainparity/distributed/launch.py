@@ -1,0 +1,130 @@
+"""torchrun command lines for resume phases: a private rendezvous per phase, logs inside its run dir.
+
+`torchrun_command` builds the argv of one phase. Its rendezvous store and the
+workers' bootstrap store listen on ports the kernel assigns at bind time
+(endpoint `127.0.0.1:0`), on loopback only, so any number of phases and other
+jobs can run at once without sharing or racing for a port. `--log-dir` puts
+torchrun's per-rank logs (and the directory it would otherwise create with
+`mkdtemp` under /tmp and never remove) inside the phase's own directory.
+
+`fixed_port_problem` reads a user's own torchrun argv with torchrun's own
+parser and says when it would bind a fixed port (static rendezvous on
+`--master-port`, default 29500, or a `--rdzv-endpoint` with a port): two such
+phases running concurrently would collide on it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["fixed_port_problem", "is_torchrun", "torchrun_command"]
+
+_RUN_MODULE = "torch.distributed.run"
+_DEFAULT_MASTER_PORT = 29500  # torchrun's default for the static rendezvous
+_DEFAULT_RDZV_PORT = 29400  # torch.distributed.elastic's default for a c10d endpoint without port
+
+
+def torchrun_command(
+    script: Sequence[str],
+    *,
+    nproc_per_node: int,
+    log_dir: str | os.PathLike[str] | None = None,
+    python: str | None = None,
+    torchrun_options: Sequence[str] = (),
+) -> list[str]:
+    """The argv that runs `script` (a script path and its arguments) on `nproc_per_node` local ranks.
+
+    `python` defaults to this interpreter. `log_dir` (give the phase's
+    `plan.run_dir / "ranks"`) receives every rank's stdout/stderr and error
+    file (torchrun `--redirects=3 --tee=3`: also echoed, prefixed `[rankN]:`,
+    on torchrun's own output), which the check uses to name the rank that
+    failed. Without `log_dir` torchrun creates a directory under the
+    temporary root and never removes it. `torchrun_options` are added before
+    the script (e.g. `["--module"]` to run `script[0]` as a module).
+    """
+    if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int):
+        raise TypeError(f"nproc_per_node must be an int, not {nproc_per_node!r}")
+    if nproc_per_node < 1:
+        raise ValueError(f"nproc_per_node must be at least 1, not {nproc_per_node}")
+    if isinstance(script, (str, bytes)) or not script:
+        raise TypeError(
+            "script must be a non-empty sequence such as ['train.py', '--steps', '4'], not one string"
+        )
+    argv = [
+        python or sys.executable,
+        "-m",
+        _RUN_MODULE,
+        "--nnodes=1",
+        f"--nproc-per-node={nproc_per_node}",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:0",
+        f"--rdzv-id={uuid.uuid4().hex}",
+        "--local-addr=127.0.0.1",
+        "--max-restarts=0",
+    ]
+    if log_dir is not None:
+        argv += [f"--log-dir={Path(log_dir)}", "--redirects=3", "--tee=3"]
+    return [*argv, *torchrun_options, *map(str, script)]
+
+
+def is_torchrun(argv: Sequence[str]) -> bool:
+    """Whether argv launches torchrun: `torchrun …` or `python -m torch.distributed.run …`."""
+    if not argv:
+        return False
+    if Path(argv[0]).name == "torchrun":
+        return True
+    return any(
+        argv[index] == "-m" and argv[index + 1] == _RUN_MODULE for index in range(len(argv) - 1)
+    )
+
+
+def _torchrun_arguments(argv: Sequence[str]) -> list[str]:
+    if Path(argv[0]).name == "torchrun":
+        return list(argv[1:])
+    index = next(i for i in range(len(argv) - 1) if argv[i] == "-m" and argv[i + 1] == _RUN_MODULE)
+    return list(argv[index + 2 :])
+
+
+def fixed_port_problem(argv: Sequence[str], environment: dict[str, str]) -> str | None:
+    """Why concurrent copies of this torchrun argv would collide on a port, or None.
+
+    Parsed by torchrun's own argument parser (so every spelling and the
+    `PET_*` environment defaults count as torchrun counts them).
+    """
+    if not is_torchrun(argv):
+        return None
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+    from torch.distributed.run import get_args_parser
+
+    saved = {key: os.environ.get(key) for key in environment if key.startswith("PET_")}
+    saved.update({key: os.environ.get(key) for key in os.environ if key.startswith("PET_")})
+    try:  # torchrun reads PET_* defaults from os.environ while parsing
+        for key in saved:
+            os.environ.pop(key, None)
+        os.environ.update({k: v for k, v in environment.items() if k.startswith("PET_")})
+        try:
+            arguments = get_args_parser().parse_args(_torchrun_arguments(argv))
+        except SystemExit:
+            return None  # torchrun itself will reject the command and the phase will say so
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    if arguments.standalone:
+        return None
+    if arguments.rdzv_backend == "static":
+        port = arguments.master_port if arguments.master_port is not None else _DEFAULT_MASTER_PORT
+        return (
+            f"torchrun's static rendezvous binds the fixed port {port} (--master-port, default "
+            f"{_DEFAULT_MASTER_PORT})"
+        )
+    _host, port = parse_rendezvous_endpoint(arguments.rdzv_endpoint, _DEFAULT_RDZV_PORT)
+    if port != 0:
+        return f"torchrun's rendezvous endpoint binds the fixed port {port} (--rdzv-endpoint)"
+    return None

@@ -1,0 +1,154 @@
+"""What check_resume adds around a phase that may be a multi-rank job: environment, sweep, failure text.
+
+torchrun starts its ranks with `start_new_session=True`: they leave the
+process group that check_resume kills on timeout, and a rank outlives a
+SIGKILLed agent. Every phase therefore carries a tag in its environment
+(inherited by the agent, its ranks and their workers); after the phase ends,
+`sweep` kills whatever still carries the tag. When a phase fails,
+`rank_failure` reads torchrun's own account (the "Root Cause" block on its
+stderr) and that rank's last stderr line (from the per-rank logs of
+`torchrun_command(log_dir=...)`, or the `[rankN]:` lines of `--tee`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from trainparity.distributed.launch import fixed_port_problem, is_torchrun
+from trainparity.distributed.record_ids import IDS_DIR_VARIABLE
+
+__all__ = [
+    "PHASE_TAG_VARIABLE",
+    "concurrency_problem",
+    "phase_environment",
+    "rank_failure",
+    "sweep",
+    "swept",
+]
+
+PHASE_TAG_VARIABLE = "TRAINPARITY_PHASE_TAG"
+
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\).*?"
+    r"exitcode\s*:\s*(-?\d+)",
+    re.DOTALL,
+)
+_SWEEP_SECONDS = 2.0
+
+
+def phase_environment(
+    argv: list[str], environment: dict[str, str], run_dir: Path
+) -> tuple[dict[str, str], str]:
+    """The phase's environment (with its sweep tag and ID record directory) and the tag."""
+    tag = uuid.uuid4().hex
+    phase_env = {**environment, PHASE_TAG_VARIABLE: tag, IDS_DIR_VARIABLE: str(run_dir / "ids")}
+    if is_torchrun(argv):
+        # torchrun's mkdtemp(prefix="torchelastic_") for its logs, and anything the
+        # ranks put in the temporary root, then go away with the run directory.
+        temporary = run_dir / "tmp"
+        temporary.mkdir(parents=True, exist_ok=True)
+        phase_env["TMPDIR"] = str(temporary)
+    return phase_env, tag
+
+
+def tagged_processes(tag: str) -> list[int]:
+    needle = f"{PHASE_TAG_VARIABLE}={tag}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as handle:
+                variables = handle.read().split(b"\0")
+        except OSError:  # gone, or another user's
+            continue
+        if needle in variables:
+            found.append(int(entry.name))
+    return found
+
+
+def sweep(tag: str | None) -> int:
+    """SIGKILL every process still carrying `tag` (and its group); returns how many were found."""
+    if not tag or not os.path.isdir("/proc"):
+        return 0
+    own_group = os.getpgrp()
+    killed: set[int] = set()
+    deadline = time.monotonic() + _SWEEP_SECONDS
+    while time.monotonic() < deadline:
+        survivors = [pid for pid in tagged_processes(tag) if pid != os.getpid()]
+        if not survivors:
+            break
+        for pid in survivors:
+            try:
+                group = os.getpgid(pid)
+                if group != own_group:
+                    os.killpg(group, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            killed.add(pid)
+        time.sleep(0.02)  # let them die (init reaps them; zombies keep no environ)
+    return len(killed)
+
+
+@contextlib.contextmanager
+def swept(tags: Callable[[], list[str]]) -> Iterator[None]:
+    """On leaving the block, however it is left, sweep every tag that `tags()` then returns."""
+    try:
+        yield
+    finally:
+        for tag in tags():
+            sweep(tag)
+
+
+def concurrency_problem(phase: str, argv: list[str], environment: dict[str, str]) -> str | None:
+    """The ERROR message for a torchrun phase that cannot run concurrently with its siblings."""
+    problem = fixed_port_problem(argv, environment)
+    if problem is None:
+        return None
+    return (
+        f"{phase} command cannot run concurrently with the other phases: {problem}, so two "
+        "phases would collide on it (or join each other's job); launch with "
+        "trainparity.distributed.torchrun_command, add --standalone, or pass parallel=False"
+    )
+
+
+def rank_failure(stderr_path: Path, rank_log_root: Path) -> str | None:
+    """'rank R exited with code C; its last stderr line: ...' from torchrun's report, or None."""
+    try:
+        text = stderr_path.read_text(errors="replace")
+    except OSError:
+        return None
+    match = _ROOT_CAUSE.search(text)
+    if match is None:
+        return None
+    rank, local_rank, code = int(match.group(1)), match.group(2), int(match.group(3))
+    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    detail = f"rank {rank} {how}"
+    line = _last_rank_line(text, rank, rank_log_root, local_rank)
+    if line:
+        detail += f"; its last stderr line: {line}"
+    return detail
+
+
+def _last_rank_line(text: str, rank: int, rank_log_root: Path, local_rank: str) -> str | None:
+    prefix = f"[rank{rank}]:"  # torchrun's --tee prefix, also written into the rank's own log
+    candidates = sorted(rank_log_root.glob(f"**/attempt_*/{local_rank}/stderr.log"))
+    for path in reversed(candidates):
+        try:
+            lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        except OSError:
+            continue
+        if lines:
+            last = lines[-1]
+            return (last[len(prefix) :] if last.startswith(prefix) else last).strip()[:500]
+    tee_lines = [line[len(prefix) :] for line in text.splitlines() if line.startswith(prefix)]
+    tee_lines = [line for line in tee_lines if line.strip()]
+    return tee_lines[-1].strip()[:500] if tee_lines else None

@@ -1,0 +1,193 @@
+"""record_ids: every rank appends the sample IDs it consumes to its own int64 file, per epoch.
+
+A directory of records holds one file per rank and epoch,
+`rank{R}.epoch{E}.ids`: the IDs as raw little-endian int64, in consumption
+order, nothing else. IDs are buffered in memory and appended with one
+`write` per flush (when the buffer holds `FLUSH_IDS` IDs, when the epoch
+changes, on `flush_ids()` and at interpreter exit), so a killed process
+leaves every flushed ID readable; the only possible torn tail is part of one
+8-byte value, which readers drop. Several processes (a split run and its
+resume) may append to the same directory one after the other.
+"""
+
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "FLUSH_IDS",
+    "IDS_DIR_VARIABLE",
+    "flush_ids",
+    "ids_file_name",
+    "read_recorded_ids",
+    "record_ids",
+    "recorded_epochs",
+    "recorded_ids",
+]
+
+IDS_DIR_VARIABLE = "TRAINPARITY_IDS_DIR"
+"""Where record_ids writes when no directory is given (check_resume sets it per phase)."""
+
+FLUSH_IDS = 1 << 16
+"""IDs buffered per file before they are written (512 KiB)."""
+
+_FILE_PATTERN = re.compile(r"^rank(\d+)\.epoch(\d+)\.ids$")
+
+
+def ids_file_name(rank: int, epoch: int) -> str:
+    return f"rank{rank}.epoch{epoch}.ids"
+
+
+class _Writer:
+    """The buffered appender of one (directory, rank, epoch) file."""
+
+    def __init__(self, path: Path, epoch: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        self.descriptor = os.open(path, flags, 0o644)
+        self.epoch = epoch
+        self.buffer = bytearray()
+
+    def append(self, data: memoryview) -> None:
+        self.buffer += data
+        if len(self.buffer) >= 8 * FLUSH_IDS:
+            self.flush()
+
+    def flush(self) -> None:
+        with memoryview(self.buffer) as view:
+            offset = 0
+            while offset < len(view):
+                offset += os.write(self.descriptor, view[offset:])
+        self.buffer.clear()
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            os.close(self.descriptor)
+
+
+_writers: dict[tuple[str, int], _Writer] = {}
+_initialised_rank: int | None = None  # torch.distributed's rank, once it has one
+
+
+def _default_rank() -> int:
+    global _initialised_rank
+    if _initialised_rank is not None:
+        return _initialised_rank
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        _initialised_rank = int(distributed.get_rank())
+        return _initialised_rank
+    return int(os.environ.get("RANK", "0"))
+
+
+def _as_int64_bytes(ids: Any) -> memoryview:
+    """Little-endian int64 bytes of a tensor, NumPy array, buffer or iterable of ints."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(ids, torch.Tensor):
+        if ids.dtype is not torch.int64 or ids.device.type != "cpu" or not ids.is_contiguous():
+            ids = ids.detach().to(device="cpu", dtype=torch.int64).contiguous()
+        if sys.byteorder == "little":
+            return memoryview(ids.numpy()).cast("B")
+        ids = ids.tolist()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        array = numpy.ascontiguousarray(numpy.asarray(ids).reshape(-1), dtype="<i8")
+        return memoryview(array).cast("B")
+    import array
+
+    values = array.array("q", [int(value) for value in ids])
+    if sys.byteorder != "little":
+        values.byteswap()
+    return memoryview(values).cast("B")
+
+
+def record_ids(
+    ids: Any,
+    *,
+    epoch: int,
+    directory: str | os.PathLike[str] | None = None,
+    rank: int | None = None,
+) -> None:
+    """Append the IDs this rank just consumed (a batch, in order) to its file for `epoch`.
+
+    `ids`: a tensor, NumPy array or iterable of ints (int64). `directory`
+    defaults to $TRAINPARITY_IDS_DIR; when neither is set nothing is recorded,
+    so a script can call this unconditionally. `rank` defaults to
+    torch.distributed's rank when a process group is initialised, else $RANK,
+    else 0.
+    """
+    if directory is None:
+        directory = os.environ.get(IDS_DIR_VARIABLE)
+        if not directory:
+            return
+    key = (os.fspath(directory), _default_rank() if rank is None else rank)
+    writer = _writers.get(key)
+    if writer is None or writer.epoch != epoch or type(epoch) is not int:
+        writer = _opened(key, epoch)
+    writer.append(_as_int64_bytes(ids))
+
+
+def _opened(key: tuple[str, int], epoch: object) -> _Writer:
+    """The writer for (directory, rank) switched to `epoch` (the previous epoch's file closed)."""
+    directory, rank = key
+    if type(epoch) is not int or epoch < 0:
+        raise ValueError(f"epoch must be a non-negative int, not {epoch!r}")
+    if type(rank) is not int or rank < 0:
+        raise ValueError(f"rank must be a non-negative int, not {rank!r}")
+    previous = _writers.pop(key, None)
+    if previous is not None:
+        previous.close()
+    writer = _Writer(Path(directory) / ids_file_name(rank, epoch), epoch)
+    _writers[key] = writer
+    return writer
+
+
+def flush_ids() -> None:
+    """Write every buffered ID now (done automatically at exit and when an epoch changes)."""
+    for writer in _writers.values():
+        writer.flush()
+
+
+@atexit.register
+def _close_all() -> None:
+    while _writers:
+        _key, writer = _writers.popitem()
+        writer.close()
+
+
+def recorded_epochs(directory: str | os.PathLike[str]) -> dict[int, dict[int, Path]]:
+    """{epoch: {rank: file}} of the records in `directory`, epochs and ranks ascending."""
+    found: dict[int, dict[int, Path]] = {}
+    for entry in sorted(Path(directory).iterdir()):
+        match = _FILE_PATTERN.match(entry.name)
+        if match and entry.is_file():
+            rank, epoch = int(match.group(1)), int(match.group(2))
+            found.setdefault(epoch, {})[rank] = entry
+    return {epoch: dict(sorted(found[epoch].items())) for epoch in sorted(found)}
+
+
+def read_recorded_ids(path: str | os.PathLike[str]) -> memoryview:
+    """The whole int64 values of one record file, memory-mapped; a torn last value is dropped."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        whole = size - size % 8
+        if not whole:
+            return memoryview(b"")
+        mapped = mmap.mmap(handle.fileno(), whole, access=mmap.ACCESS_READ)
+    return memoryview(mapped)
+
+
+def recorded_ids(directory: str | os.PathLike[str], epoch: int) -> dict[int, memoryview]:
+    """{rank: int64 IDs} of one epoch's records, ready for `audit_rank_arrays` (memory-mapped)."""
+    return {
+        rank: read_recorded_ids(path)
+        for rank, path in recorded_epochs(directory).get(epoch, {}).items()
+    }

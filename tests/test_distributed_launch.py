@@ -1,0 +1,114 @@
+"""Multi-rank phases: torchrun argv, fixed-port detection, crashing and hanging ranks (real torchrun)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from trainparity import Outcome, check_resume
+from trainparity.distributed import torchrun_command
+from trainparity.distributed.launch import fixed_port_problem, is_torchrun
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = "tests.fixtures.distributed.cases"
+RUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _tagged(marker: str) -> list[int]:
+    """Live (non-zombie) processes whose environment holds `marker`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            variables = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in variables and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _check(case: str, tmp_path: Path, **options):
+    markers = tmp_path / "markers"
+    marker = f"MULTIRANK_MARKERS={markers}"
+    roots = tmp_path / "roots"
+    result = check_resume(
+        f"{CASES}:{case}",
+        cwd=REPO,
+        temporary_root=roots,
+        environment={"OMP_NUM_THREADS": "1", "MULTIRANK_MARKERS": str(markers)},
+        **options,
+    )
+    deadline = time.monotonic() + 5
+    while (alive := _tagged(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return result, alive, roots, markers
+
+
+def test_torchrun_command_has_a_private_loopback_rendezvous(tmp_path):
+    first = torchrun_command(["train.py", "--x"], nproc_per_node=2, log_dir=tmp_path)
+    second = torchrun_command(["train.py", "--x"], nproc_per_node=2, log_dir=tmp_path)
+    assert first[:3] == RUN and first[-2:] == ["train.py", "--x"]
+    assert "--rdzv-endpoint=127.0.0.1:0" in first and "--local-addr=127.0.0.1" in first
+    assert f"--log-dir={tmp_path}" in first and "--tee=3" in first
+    ids = {argument for argument in first + second if argument.startswith("--rdzv-id=")}
+    assert len(ids) == 2  # every phase its own rendezvous
+    assert fixed_port_problem(first, {}) is None
+    with pytest.raises(TypeError, match="not one string"):
+        torchrun_command("train.py", nproc_per_node=2)
+    with pytest.raises(ValueError, match="at least 1"):
+        torchrun_command(["train.py"], nproc_per_node=0)
+
+
+@pytest.mark.parametrize(
+    ("options", "environment", "port"),
+    [
+        (["--nproc-per-node=2"], {}, 29500),
+        (["--master_port", "29611"], {}, 29611),
+        ([], {"PET_MASTER_PORT": "29612"}, 29612),
+        (["--rdzv-backend=c10d", "--rdzv-endpoint=localhost:29613"], {}, 29613),
+        (["--rdzv-backend=c10d", "--rdzv-endpoint=localhost"], {}, 29400),
+        (["--standalone", "--master-port=29614"], {}, None),
+        (["--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0"], {}, None),
+    ],
+)
+def test_fixed_ports_are_read_as_torchrun_reads_them(options, environment, port):
+    problem = fixed_port_problem([*RUN, *options, "train.py", "--master-port=1"], environment)
+    assert (problem is None) == (port is None)
+    if port is not None:
+        assert f"fixed port {port}" in problem
+    assert not is_torchrun([sys.executable, "train.py"])
+    assert is_torchrun(["/usr/bin/torchrun", "train.py"])
+
+
+def test_fixed_master_port_with_concurrent_phases_is_an_error_before_anything_runs(tmp_path):
+    result, _alive, roots, _markers = _check("FixedMasterPortCase", tmp_path, parallel=True)
+    assert result.outcome is Outcome.ERROR
+    assert result.message.startswith("baseline_a command cannot run concurrently")
+    assert "fixed port 29533" in result.message and "parallel=False" in result.message
+    assert result.processes == ()  # no training child was started
+    assert list(roots.iterdir()) == []
+
+
+def test_crashing_rank_is_an_error_naming_phase_rank_and_its_last_stderr_line(tmp_path):
+    result, alive, roots, _markers = _check("CrashingRankCase", tmp_path, timeout=240)
+    assert result.outcome is Outcome.ERROR, result.message
+    assert result.message.startswith("baseline_a child exited with status 1: rank 1 exited")
+    assert "its last stderr line: RuntimeError: rank one fails here on purpose" in result.message
+    assert alive == []
+    assert list(roots.iterdir()) == []
+
+
+def test_hanging_rank_is_killed_with_the_agent_and_every_other_rank(tmp_path):
+    # Rank 1 ignores SIGTERM: torchrun's own shutdown cannot stop it, and it is
+    # in another session than the agent, so killing the agent's group misses it.
+    result, alive, roots, markers = _check("HangingRankCase", tmp_path, timeout=45, parallel=False)
+    assert result.outcome is Outcome.ERROR
+    assert result.message == "baseline_a child exceeded timeout"
+    assert len(list(markers.iterdir())) == 1  # rank 1 really was asleep when the timeout hit
+    assert alive == []
+    assert list(roots.iterdir()) == []
