@@ -133,7 +133,7 @@ class _RunsRunner:
         parallel: bool | None,
         progress: bool | ProgressCallback | None,
     ) -> None:
-        self.settings.timeout = checked_timeout(timeout)
+        self.timeout = checked_timeout(timeout)
         checked_parallel(parallel)
         if comparison is not None and not isinstance(
             comparison, (ExactComparison, ToleranceComparison)
@@ -141,8 +141,8 @@ class _RunsRunner:
             raise TypeError("comparison must be explicit ExactComparison or ToleranceComparison")
         self.policy = comparison if comparison is not None else ExactComparison()
         self.temporary_root = Path(temporary_root) if temporary_root is not None else None
-        self.settings.parallel = parallel
-        self.settings.progress = ProgressReporter(progress)
+        self.parallel = parallel
+        self.progress = ProgressReporter(progress)
 
     def run(
         self,
@@ -191,10 +191,10 @@ class _RunsRunner:
                 command_dir=command_dir,
                 run_root=root,
                 environment=environment_for_children,
-                timeout=self.settings.timeout,
+                timeout=self.timeout,
                 preserved=not managed,
-                parallel=wants_parallel(self.settings.parallel, getattr(loaded, "device", "cpu")),
-                progress=self.settings.progress,
+                parallel=wants_parallel(self.parallel, getattr(loaded, "device", "cpu")),
+                progress=self.progress,
             )
             execution = _RunsExecution(
                 case_spec=case,
