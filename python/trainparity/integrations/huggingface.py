@@ -89,6 +89,12 @@ class TrainParityCallback(transformers.TrainerCallback):
                 f"output_dir {args.output_dir!r} is shared by the check's concurrent phases; "
                 "use TrainingArguments(output_dir=trainparity.integrations.huggingface.output_dir(...))"
             )
+        if self.recording and plan is not None and plan.resume_from is not None:
+            # The round trip: what was loaded, at the split step, before any training.
+            record_step(
+                state.global_step,
+                lambda: _live_state(kwargs.get("model"), kwargs.get("optimizer"), kwargs),
+            )
 
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
         if self.recording:

@@ -72,6 +72,12 @@ class TrainParityCallback(pl.callbacks.Checkpoint):
         self.saved = False
         self.last_recorded_step = -1
 
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.recording and self.plan is not None and self.plan.resume_from is not None:
+            # The round trip: what was restored, at the split step, before any training.
+            self.last_recorded_step = trainer.global_step
+            record_step(trainer.global_step, lambda: _live_state(trainer, pl_module))
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
         if self.recording and step != self.last_recorded_step:  # once per optimizer step
