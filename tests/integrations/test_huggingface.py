@@ -30,10 +30,13 @@ def test_clean_trainer_resume_passes(project, tmp_path):
 def test_ignore_data_skip_fails_at_the_first_step_after_the_split(project, tmp_path):
     result = _resume(project, "TrainerIgnoringDataSkip", tmp_path)
     assert result.outcome == Outcome.FAIL, result.message
-    # log_history sorts before the model: entry 4 is step 5, the first step after the split
-    # at 4, where the resumed run replays the epoch's first batches (its epoch counter restarts).
-    assert result.primary_difference.path == "log_history[4].epoch"
-    paths = {difference.path for difference in result.all_differences}
+    # The callback records every step: the resumed run replays the epoch's first batches,
+    # so step 5, the first after the split at 4, already trains on other data.
+    assert result.first_divergent_step == 5
+    assert result.primary_difference.path.startswith("model[")
+    # The final-state view: log_history sorts before the model; entry 4 is step 5.
+    assert result.final_state_differences[0].path == "log_history[4].epoch"
+    paths = {difference.path for difference in result.final_state_differences}
     assert "log_history[4].loss" in paths
     assert not any(path.startswith("log_history[3]") for path in paths)
     assert any(path.startswith("model[") for path in paths)
@@ -42,9 +45,12 @@ def test_ignore_data_skip_fails_at_the_first_step_after_the_split(project, tmp_p
 def test_save_only_model_checkpoints_resume_with_a_fresh_optimizer_and_schedule(project, tmp_path):
     result = _resume(project, "TrainerSavingOnlyTheModel", tmp_path)
     assert result.outcome == Outcome.FAIL, result.message
-    assert result.primary_difference.path == "log_history[4].grad_norm"
-    paths = {difference.path for difference in result.all_differences}
-    # Step 5 already runs at another learning rate: the schedule restarted from its warm-up.
+    # The round trip at the split step: the resumed run starts with a fresh optimizer
+    # and schedule (the learning rate restarted from its warm-up).
+    assert result.first_divergent_step == 4
+    assert result.primary_difference.path == "optimizer.param_groups[0].lr"
+    assert result.final_state_differences[0].path == "log_history[4].grad_norm"
+    paths = {difference.path for difference in result.final_state_differences}
     assert "log_history[4].learning_rate" in paths
     assert any(path.startswith("model[") for path in paths)
     # Every phase saved the model only: no optimizer, scheduler or RNG file to compare.
