@@ -112,9 +112,12 @@ def is_trace_file(path: str | os.PathLike[str]) -> bool:
     """Whether `path` is a trace (not a state snapshot), from its header alone; False if unreadable.
 
     Only the header is read, unverified: it tells which diff to run, and that
-    diff then verifies the whole file before anything relies on it.
+    diff then verifies the whole file before anything relies on it. Only a
+    regular file is opened: opening a FIFO would block until a writer came.
     """
     try:
+        if not Path(path).is_file():
+            return False
         with open(path, "rb") as stream:
             (length,) = struct.unpack("<Q", stream.read(8))
             if length > 512 << 20:
