@@ -6,7 +6,7 @@ import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 from trainparity.dtypes import info_for_text
 from trainparity.outcomes import Outcome
@@ -23,6 +23,7 @@ __all__ = [
     "TensorRecord",
     "ToleranceComparison",
     "collect_differences",
+    "policy_report_fields",
 ]
 
 MISSING = "<missing>"
@@ -152,6 +153,18 @@ class ToleranceComparison(_Policy):
 
 
 ComparisonPolicy = Union[ExactComparison, ToleranceComparison]  # noqa: UP007 - runtime alias
+
+
+def policy_report_fields(policy: object) -> dict[str, Any]:
+    """The report keys that name a result's comparison policy (and its tolerance, if any)."""
+    if isinstance(policy, ToleranceComparison):
+        return {
+            "comparison_policy": ToleranceComparison.name,
+            "comparison_rtol": policy.rtol,
+            "comparison_atol": policy.atol,
+            "comparison_equal_nan": policy.equal_nan,
+        }
+    return {"comparison_policy": "exact"}
 
 
 def _is_finite_non_negative(value: object) -> bool:

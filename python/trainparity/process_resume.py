@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.child_environment import child_environment
-from trainparity.comparison import ExactComparison, ToleranceComparison
+from trainparity.comparison import ExactComparison, ToleranceComparison, policy_report_fields
 from trainparity.environment import environment_fingerprint
 from trainparity.importing import load_process_case
 from trainparity.outcomes import Outcome
@@ -112,7 +112,7 @@ class ProcessResumeRunner:
         fields: dict[str, Any] = {
             "case": case,
             "propagated_environment_keys": propagated,
-            **self._policy_fields(),
+            **policy_report_fields(self.policy),
         }
         try:
             loaded, child_environment = _setup(case, environment)
@@ -150,16 +150,6 @@ class ProcessResumeRunner:
             )
             result = execution.run(fields, started)
         return self._finish(result, report_path)
-
-    def _policy_fields(self) -> dict[str, Any]:
-        if isinstance(self.policy, ToleranceComparison):
-            return {
-                "comparison_policy": "explicit_tolerance",
-                "comparison_rtol": self.policy.rtol,
-                "comparison_atol": self.policy.atol,
-                "comparison_equal_nan": self.policy.equal_nan,
-            }
-        return {"comparison_policy": "exact"}
 
     @staticmethod
     def _finish(result: ProcessResumeResult, report_path: Path | None) -> ProcessResumeResult:

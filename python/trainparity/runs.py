@@ -22,7 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.child_environment import child_environment
-from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
+from trainparity.comparison import (
+    Difference,
+    ExactComparison,
+    ToleranceComparison,
+    policy_report_fields,
+)
 from trainparity.environment import environment_fingerprint
 from trainparity.importing import load_runs_case
 from trainparity.observer_client import ObservationFailure, ObserverClient
@@ -161,7 +166,7 @@ class _RunsRunner:
             "propagated_environment_keys": tuple(sorted(environment))
             if environment is not None
             else (),
-            **_policy_fields(self.policy),
+            **policy_report_fields(self.policy),
         }
         try:
             loaded = load_runs_case(case)
@@ -230,17 +235,6 @@ def _declared_variants(case: RunsCase, variants: Mapping[str, Any] | None) -> di
     if not case.name:
         raise ValueError("case name must be non-empty")
     return declared
-
-
-def _policy_fields(policy: ExactComparison | ToleranceComparison) -> dict[str, Any]:
-    if isinstance(policy, ToleranceComparison):
-        return {
-            "comparison_policy": "explicit_tolerance",
-            "comparison_rtol": policy.rtol,
-            "comparison_atol": policy.atol,
-            "comparison_equal_nan": policy.equal_nan,
-        }
-    return {"comparison_policy": "exact"}
 
 
 def _finish(result: RunsResult, report_path: Path | None) -> RunsResult:

@@ -8,7 +8,12 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from trainparity.comparison import ComparisonPolicy, Difference, ToleranceComparison
+from trainparity.comparison import (
+    ComparisonPolicy,
+    Difference,
+    ToleranceComparison,
+    policy_report_fields,
+)
 from trainparity.display import result_html, result_repr
 from trainparity.environment import EnvironmentLead, environment_leads
 from trainparity.outcomes import Outcome
@@ -87,7 +92,7 @@ def diff_snapshots(
     fields: dict[str, Any] = {
         "baseline": os.fspath(baseline),
         "candidate": os.fspath(candidate),
-        **_policy_fields(policy),
+        **policy_report_fields(policy),
         "integrity": "digests trusted" if trust_digests else "verified",
     }
     try:
@@ -134,17 +139,6 @@ def diff_snapshots(
         baseline_environment=left_extras["environment"],
         candidate_environment=right_extras["environment"],
     )
-
-
-def _policy_fields(comparison: object) -> dict[str, Any]:
-    if isinstance(comparison, ToleranceComparison):
-        return {
-            "comparison_policy": "explicit_tolerance",
-            "comparison_rtol": comparison.rtol,
-            "comparison_atol": comparison.atol,
-            "comparison_equal_nan": comparison.equal_nan,
-        }
-    return {"comparison_policy": "exact"}
 
 
 def _mixed_digest_versions(baseline_version: object, candidate_version: object) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainparity._native import tensor_bytes
-from trainparity.comparison import ComparisonPolicy, ToleranceComparison
+from trainparity.comparison import ComparisonPolicy, ToleranceComparison, policy_report_fields
 from trainparity.cuda_backend import compare_buffers
 from trainparity.display import result_html, result_repr
 from trainparity.environment import EnvironmentLead, environment_leads
@@ -95,14 +95,8 @@ def diff_traces(
         "baseline": _name(baseline),
         "candidate": _name(candidate),
         "integrity": "digests trusted" if trust_digests else "verified",
+        **policy_report_fields(policy),
     }
-    if isinstance(policy, ToleranceComparison):
-        fields.update(
-            comparison_policy="explicit_tolerance",
-            comparison_rtol=policy.rtol,
-            comparison_atol=policy.atol,
-            comparison_equal_nan=policy.equal_nan,
-        )
     try:
         left = _loaded(baseline, trust_digests)
         right = _loaded(candidate, trust_digests)

@@ -13,6 +13,7 @@ from trainparity.comparison import (
     Difference,
     ExactComparison,
     ToleranceComparison,
+    policy_report_fields,
 )
 from trainparity.display import result_html, result_repr
 from trainparity.environment import EnvironmentLead, environment_leads
@@ -102,16 +103,7 @@ def diff_recordings(
                 beyond = step
         drift.append(_drift_point(step, left_steps[step], result.relative_rms_errors))
     outcome, message = _verdict(first_step, beyond, primary, compared, comparison)
-    policy = (
-        {
-            "comparison_policy": "explicit_tolerance",
-            "comparison_rtol": comparison.rtol,
-            "comparison_atol": comparison.atol,
-            "comparison_equal_nan": comparison.equal_nan,
-        }
-        if isinstance(comparison, ToleranceComparison)
-        else {}
-    )
+    policy = policy_report_fields(comparison)
     return RecordingDiff(
         outcome=outcome,
         message=message,
