@@ -9,6 +9,8 @@ a generator of its own, so each `iter()` of it draws from the global torch RNG.
 """
 
 import argparse
+import os
+import sys
 
 import torch
 from accelerate import Accelerator
@@ -74,3 +76,11 @@ while not done and progress.step < options.max_steps:
         done = run.step_end(progress.step) or progress.step >= options.max_steps
         if done:
             break
+
+# torch's gloo process group can deadlock or abort in its destructor at interpreter exit
+# (docs/distributed.md, "The hang of a correct program"): tear it down, then leave directly.
+accelerator.wait_for_everyone()
+torch.distributed.destroy_process_group()
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
