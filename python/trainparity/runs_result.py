@@ -51,6 +51,8 @@ class RunsResult:
     comparison_equal_nan: bool | None = None
     nondeterminism_hints: tuple[str, ...] = ()
     environment: dict[str, Any] | None = None
+    trajectory: dict[str, Any] | None = None
+    final_state_differences: tuple[Difference, ...] | None = None
 
     __repr__ = result_repr
     _repr_html_ = result_html
