@@ -123,6 +123,50 @@ def test_long_tables_are_cut_with_a_count_of_hidden_rows():
     assert "... 11 more" in text
 
 
+def test_ranks_of_a_torchrun_phase_are_rows_under_it_and_never_cut():
+    def rank(number, pid, returncode, cpu=0.5):
+        return {
+            "rank": number,
+            "local_rank": number,
+            "pid": pid,
+            "returncode": returncode,
+            "user_seconds": cpu,
+            "system_seconds": 0.1 if cpu is not None else None,
+            "peak_rss_bytes": (300 << 20) if cpu is not None else None,
+            "sample_interval_seconds": 0.1,
+        }
+
+    process = {
+        "phase": "baseline_a",
+        "pid": 100,
+        "elapsed_seconds": 5.0,
+        "returncode": 1,
+        "signal": None,
+        "user_seconds": 2.0,
+        "system_seconds": 0.5,
+        "peak_rss_bytes": 200 << 20,
+    }
+    ranks = [rank(0, 101, None), rank(1, 102, 3), rank(2, 103, -9, cpu=None)]
+    report = {
+        "outcome": "ERROR",
+        "message": "baseline_a child exited with status 1: rank 1 exited with code 3",
+        "processes": [
+            {**process, "ranks": ranks},
+            *({**process, "phase": f"phase_{i}", "ranks": ranks[:2]} for i in range(3)),
+        ],
+    }
+    lines = text_report(report, max_rows=4).splitlines()
+    phases = lines[lines.index("Phases") + 1 :]
+    assert phases[1].split() == ["baseline_a", "100", "1", "5.00", "2.00", "0.50", "200"]
+    assert phases[2].split() == ["rank", "0", "101", "n/a", "~0.50", "~0.10", "~300"]
+    assert phases[3].split() == ["rank", "1", "102", "3", "~0.50", "~0.10", "~300"]
+    assert phases[4].split() == ["rank", "2", "103", "-9", "n/a", "n/a", "n/a"]
+    assert phases[2].startswith("    rank 0 ")  # indented under its phase
+    assert len(phases) == 1 + 4 + 3 * 3 and "more" not in "\n".join(phases)
+    page = html_fragment(report)
+    assert "<td>  rank 1</td><td>102</td><td>3</td><td></td><td>~0.50</td>" in page
+
+
 def test_notebook_progress_updates_one_display_in_place():
     pytest.importorskip("IPython")
     from IPython.core.interactiveshell import InteractiveShell

@@ -94,6 +94,8 @@ class Section:
     title: str
     rows: tuple[tuple[str, ...], ...]
     columns: tuple[str, ...] = ()
+    # Shown whole whatever max_rows: its rows are bounded by the processes a check starts.
+    whole: bool = False
 
 
 # Building sections from a report ------------------------------------------------------
@@ -126,7 +128,7 @@ def report_sections(
 
 
 def _truncated(section: Section, max_rows: int) -> Section:
-    if not section.columns or len(section.rows) <= max_rows:
+    if section.whole or not section.columns or len(section.rows) <= max_rows:
         return section
     hidden = len(section.rows) - max_rows
     filler = ("",) * (len(section.columns) - 1)
@@ -261,7 +263,6 @@ def _phases(report: Mapping[str, Any]) -> Section | None:
         return None
     rows = []
     for process in processes:
-        rss = process.get("peak_rss_bytes")
         rows.append(
             (
                 str(process["phase"]),
@@ -270,14 +271,38 @@ def _phases(report: Mapping[str, Any]) -> Section | None:
                 _seconds(process.get("elapsed_seconds")),
                 _seconds(process.get("user_seconds")),
                 _seconds(process.get("system_seconds")),
-                f"{rss / (1 << 20):.0f}" if rss else _NOT_AVAILABLE,
+                _mebibytes(process.get("peak_rss_bytes")),
             )
         )
+        rows.extend(_rank_row(rank) for rank in process.get("ranks") or ())
     return Section(
         "Phases",
         tuple(rows),
         ("phase", "pid", "exit", "wall s", "user s", "sys s", "peak RSS MiB"),
+        whole=True,
     )
+
+
+def _rank_row(rank: Mapping[str, Any]) -> tuple[str, ...]:
+    """A torchrun rank under its phase; '~' marks figures sampled while it ran, not measured at exit."""
+
+    def sampled(shown: str) -> str:
+        return shown if shown == _NOT_AVAILABLE else f"~{shown}"
+
+    returncode = rank.get("returncode")
+    return (
+        f"  rank {rank['rank']}",
+        str(rank["pid"]),
+        _NOT_AVAILABLE if returncode is None else str(returncode),
+        "",
+        sampled(_seconds(rank.get("user_seconds"))),
+        sampled(_seconds(rank.get("system_seconds"))),
+        sampled(_mebibytes(rank.get("peak_rss_bytes"))),
+    )
+
+
+def _mebibytes(value: Any) -> str:
+    return f"{value / (1 << 20):.0f}" if value else _NOT_AVAILABLE
 
 
 def _timings(report: Mapping[str, Any]) -> Section | None:

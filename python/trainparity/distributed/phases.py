@@ -19,6 +19,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainparity.distributed.launch import fixed_port_problem, is_torchrun
@@ -26,19 +27,23 @@ from trainparity.distributed.record_ids import IDS_DIR_VARIABLE
 
 __all__ = [
     "PHASE_TAG_VARIABLE",
+    "RankExit",
     "concurrency_problem",
     "phase_environment",
     "rank_failure",
+    "reported_rank_exits",
     "sweep",
     "swept",
 ]
 
 PHASE_TAG_VARIABLE = "TRAINPARITY_PHASE_TAG"
 
-_ROOT_CAUSE = re.compile(
-    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\).*?"
-    r"exitcode\s*:\s*(-?\d+)",
-    re.DOTALL,
+_ROOT_CAUSE_HEADING = "Root Cause (first observed failure):"
+# One failure of torchrun's report (torch.distributed.elastic ChildFailedError.format_msg).
+_FAILURE_ENTRY = re.compile(
+    r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n"
+    r"\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)",
+    re.MULTILINE,
 )
 _SWEEP_SECONDS = 2.0
 
@@ -120,19 +125,46 @@ def concurrency_problem(phase: str, argv: list[str], environment: dict[str, str]
     )
 
 
+@dataclass(frozen=True)
+class RankExit:
+    """A failed rank as torchrun reports it; a negative exitcode is the signal that killed it."""
+
+    rank: int
+    local_rank: int
+    exitcode: int
+    pid: int
+
+
+def reported_rank_exits(text: str) -> tuple[RankExit, ...]:
+    """The failed ranks of torchrun's last failure report in `text`: root cause first, then the others."""
+    root_at = text.rfind(_ROOT_CAUSE_HEADING)
+    if root_at < 0:
+        return ()
+    root = _FAILURE_ENTRY.search(text, root_at)
+    if root is None:
+        return ()
+    failures_at = text.rfind("Failures:", 0, root_at)
+    others = _FAILURE_ENTRY.finditer(text, failures_at, root_at) if failures_at >= 0 else ()
+    return tuple(RankExit(*(int(group) for group in match.groups())) for match in (root, *others))
+
+
 def rank_failure(stderr_path: Path, rank_log_root: Path) -> str | None:
     """'rank R exited with code C; its last stderr line: ...' from torchrun's report, or None."""
     try:
         text = stderr_path.read_text(errors="replace")
     except OSError:
         return None
-    match = _ROOT_CAUSE.search(text)
-    if match is None:
+    exits = reported_rank_exits(text)
+    if not exits:
         return None
-    rank, local_rank, code = int(match.group(1)), match.group(2), int(match.group(3))
-    how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-    detail = f"rank {rank} {how}"
-    line = _last_rank_line(text, rank, rank_log_root, local_rank)
+    root = exits[0]
+    how = (
+        f"was killed by signal {-root.exitcode}"
+        if root.exitcode < 0
+        else f"exited with code {root.exitcode}"
+    )
+    detail = f"rank {root.rank} {how}"
+    line = _last_rank_line(text, root.rank, rank_log_root, str(root.local_rank))
     if line:
         detail += f"; its last stderr line: {line}"
     return detail

@@ -1,0 +1,424 @@
+"""Per-rank process evidence of torchrun phases: /proc sampled on a thread, rows for reports.
+
+A phase's child is torchrun's agent; its ranks are grandchildren that the
+agent starts in their own sessions and reaps itself, so their exit status and
+resource use never reach our wait4. `RankWatcher` samples /proc instead: a
+rank is a process whose environment carries a watched phase tag and `RANK`,
+and whose parent carries the same tag without `RANK` (the agent). That
+excludes the ranks' DataLoader workers and subprocesses, which inherit `RANK`
+from a rank, and orphans, whose parent is then init.
+
+The figures are those of the last sample before the rank exited, taken every
+`SAMPLE_INTERVAL_SECONDS`: up to one interval of CPU time and any growth of
+the peak RSS in that last interval may be missing (a sample that finds the
+rank already exited but not yet reaped reads its final CPU time). CPU time
+includes the rank's reaped children (cutime/cstime), as wait4 does for the
+phase's child; peak RSS (VmHWM) is the rank's own. A rank that lived less
+than one interval may never be seen; when it failed, torchrun's report still
+names it (`rank_evidence` adds it without resource figures).
+
+Exit status comes from the phase's outcome, not from sampling: torchrun
+exits 0 only when every rank did, and when it fails, its "Root Cause" report
+gives the failed ranks' exit codes; ranks it stopped after that are unknown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from trainparity.distributed.launch import is_torchrun
+from trainparity.distributed.phases import PHASE_TAG_VARIABLE, reported_rank_exits
+from trainparity.terminal_text import printable
+
+__all__ = [
+    "SAMPLE_INTERVAL_SECONDS",
+    "RankEvent",
+    "RankProcessEvidence",
+    "RankSample",
+    "RankWatcher",
+    "rank_evidence",
+    "rank_progress_line",
+]
+
+SAMPLE_INTERVAL_SECONDS = 0.1
+_STOP_SECONDS = 2.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_TAG_PREFIX = f"{PHASE_TAG_VARIABLE}=".encode()
+
+
+@dataclass(frozen=True)
+class RankSample:
+    """What the last sample saw of one rank's process (times from `time.monotonic()`).
+
+    `ended` is True once the rank was seen exited (gone, or a zombie).
+    """
+
+    phase: str
+    rank: int
+    local_rank: int
+    pid: int
+    user_seconds: float
+    system_seconds: float
+    peak_rss_bytes: int
+    first_seen: float
+    last_seen: float
+    ended: bool = False
+
+
+@dataclass(frozen=True)
+class RankEvent:
+    """A rank's process was first seen (`kind` "start") or seen exited ("end")."""
+
+    kind: str
+    sample: RankSample
+
+
+RankCallback = Callable[[RankEvent], None]
+
+
+@dataclass(frozen=True)
+class RankProcessEvidence:
+    """One rank's process of a finished phase: its exit status and sampled resource use.
+
+    `returncode` is None when unknown (a rank torchrun stopped after another
+    failed); negative means killed by that signal, as torchrun reports it.
+    The resource figures are None for a rank known only from torchrun's
+    report; otherwise they come from samples taken every
+    `sample_interval_seconds` (see the module docstring for what may be missing).
+    """
+
+    rank: int
+    local_rank: int
+    pid: int
+    returncode: int | None
+    user_seconds: float | None
+    system_seconds: float | None
+    peak_rss_bytes: int | None
+    sample_interval_seconds: float = SAMPLE_INTERVAL_SECONDS
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def rank_evidence(
+    samples: Sequence[RankSample], *, phase_returncode: int | None, stderr_path: Path
+) -> tuple[RankProcessEvidence, ...]:
+    """Evidence rows of a finished phase's ranks, sorted by rank then start.
+
+    `samples` is what `RankWatcher.close` returned for the phase,
+    `phase_returncode` how torchrun ended (None when it timed out), and
+    `stderr_path` torchrun's stderr, read only when it failed.
+    """
+    ordered = sorted(samples, key=lambda sample: (sample.rank, sample.first_seen))
+    if phase_returncode == 0:
+        # With restarts a rank has one process per attempt; only the last one's exit is known.
+        last_of_rank = {sample.rank: sample.pid for sample in ordered}
+        return tuple(
+            _row(sample, 0 if last_of_rank[sample.rank] == sample.pid else None)
+            for sample in ordered
+        )
+    try:
+        text = stderr_path.read_text(errors="replace") if phase_returncode is not None else ""
+    except OSError:
+        text = ""
+    exits = {failure.pid: failure for failure in reported_rank_exits(text)}
+    rows = [
+        _row(sample, exits[sample.pid].exitcode if sample.pid in exits else None)
+        for sample in ordered
+    ]
+    seen = {sample.pid for sample in ordered}
+    rows += [
+        RankProcessEvidence(
+            failure.rank, failure.local_rank, pid, failure.exitcode, None, None, None
+        )
+        for pid, failure in exits.items()
+        if pid not in seen
+    ]
+    return tuple(sorted(rows, key=lambda row: row.rank))
+
+
+def _row(sample: RankSample, returncode: int | None) -> RankProcessEvidence:
+    return RankProcessEvidence(
+        sample.rank,
+        sample.local_rank,
+        sample.pid,
+        returncode,
+        sample.user_seconds,
+        sample.system_seconds,
+        sample.peak_rss_bytes,
+    )
+
+
+def rank_progress_line(event: RankEvent) -> str:
+    """`trainparity: baseline_a rank 1 started (pid 4242)`, or `... ended (pid 4242, ...)`."""
+    sample = event.sample
+    line = f"trainparity: {sample.phase} rank {sample.rank} "
+    if event.kind == "start":
+        line += f"started (pid {sample.pid})"
+    else:
+        cpu = sample.user_seconds + sample.system_seconds
+        line += (
+            f"ended (pid {sample.pid}, {cpu:.2f} CPU s, "
+            f"peak RSS {sample.peak_rss_bytes / (1 << 20):.0f} MiB, sampled)"
+        )
+    return printable(line)
+
+
+class RankWatcher:
+    """Samples the ranks of the torchrun phases it watches, on a daemon thread.
+
+    `watch` a phase before starting its child and `close` it once the child
+    was reaped (before sweeping its tag): `close` takes a last sample and
+    returns the phase's `RankSample`s. `on_event` is called on the watcher's
+    thread (or in `close`) when a rank is first seen and when it is seen
+    exited; it must be quick and must not call the watcher. If it raises, it
+    is not called again and `stop` raises that exception. The thread scans /proc only while a phase
+    is watched; reading a process's environment once per new PID keeps a
+    sample cheap (one listing of /proc, two small reads per live rank).
+    """
+
+    def __init__(self, on_event: RankCallback | None = None) -> None:
+        self._on_event = on_event
+        self._callback_error: BaseException | None = None
+        # One lock for the scan and the events it emits, so events come in order.
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._phase_of_tag: dict[str, str] = {}
+        # PIDs whose environment was read and need not be again (see _scan).
+        self._resolved: set[int] = set()
+        self._live: dict[int, _LiveRank] = {}
+        self._ended: dict[str, list[RankSample]] = {}
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> RankWatcher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def watch(self, phase: str, tag: str, argv: Sequence[str]) -> bool:
+        """Sample `phase`'s ranks if `argv` launches torchrun; whether it does."""
+        if not is_torchrun(argv):
+            return False
+        with self._wake:
+            if self._stopping:
+                raise RuntimeError("RankWatcher was stopped")
+            if phase in self._phase_of_tag.values():
+                raise ValueError(f"{phase} is already watched")
+            self._phase_of_tag[tag] = phase
+            self._ended[tag] = []
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="trainparity-rank-watcher", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+        return True
+
+    def close(self, phase: str) -> tuple[RankSample, ...]:
+        """Stop watching `phase`; its ranks as last sampled (none if it was not watched)."""
+        with self._lock:
+            tag = next((tag for tag, name in self._phase_of_tag.items() if name == phase), None)
+            if tag is None:
+                return ()
+            self._scan_safely()
+            samples = self._ended.pop(tag)
+            for pid in [pid for pid, live in self._live.items() if live.tag == tag]:
+                samples.append(self._live.pop(pid).sample)
+            del self._phase_of_tag[tag]
+            if not self._phase_of_tag:
+                # Idle from now on: PIDs cached now may be reused before the next phase.
+                self._resolved.clear()
+        return tuple(sorted(samples, key=lambda sample: (sample.rank, sample.first_seen)))
+
+    def stop(self) -> None:
+        """End the thread (waiting up to 2 s); raise what `on_event` raised, if it did."""
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(_STOP_SECONDS)
+        if self._callback_error is not None:
+            error, self._callback_error = self._callback_error, None
+            raise error
+
+    # The thread ---------------------------------------------------------------------
+
+    def _run(self) -> None:
+        with self._wake:
+            while not self._stopping:
+                if not self._phase_of_tag:
+                    self._wake.wait()
+                    continue
+                self._scan_safely()
+                self._wake.wait(SAMPLE_INTERVAL_SECONDS)
+
+    def _scan_safely(self) -> None:
+        try:
+            self._scan()
+        except Exception:  # evidence must never break a check: the next sample tries again
+            pass
+
+    def _scan(self) -> None:
+        now = time.monotonic()
+        try:
+            pids = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+        except OSError:
+            return
+        self._resolved &= pids  # a PID that went away may come back as another process
+        for pid in pids - self._resolved:
+            known = _read_identity(pid)
+            if known.tag is not None and known.rank is None:
+                # Read again next time: a rank between torchrun's fork and its exec
+                # still has the agent's environment.
+                continue
+            self._resolved.add(pid)
+            if known.rank is not None and known.tag in self._phase_of_tag:
+                stat = self._rank_stat(pid, known)
+                if stat is not None:
+                    self._start(pid, known, stat, now)
+        for pid, live in list(self._live.items()):
+            self._sample(pid, live, now)
+
+    def _rank_stat(self, pid: int, known: _Known) -> _Stat | None:
+        """The process's stat if it is a rank: its parent carries its tag without RANK."""
+        stat = _read_stat(pid)
+        if stat is None:
+            return None
+        # Read afresh: we may have cached the agent's environment from before its exec.
+        parent = _read_identity(stat.parent_pid)
+        return stat if parent.tag == known.tag and parent.rank is None else None
+
+    def _start(self, pid: int, known: _Known, stat: _Stat, now: float) -> None:
+        assert known.tag is not None and known.rank is not None
+        sample = RankSample(
+            phase=self._phase_of_tag[known.tag],
+            rank=known.rank,
+            local_rank=known.local_rank if known.local_rank is not None else known.rank,
+            pid=pid,
+            user_seconds=stat.user_seconds,
+            system_seconds=stat.system_seconds,
+            peak_rss_bytes=_read_peak_rss(pid) or 0,
+            first_seen=now,
+            last_seen=now,
+        )
+        self._live[pid] = _LiveRank(known.tag, stat.start_ticks, sample)
+        self._emit("start", sample)
+
+    def _sample(self, pid: int, live: _LiveRank, now: float) -> None:
+        stat = _read_stat(pid)
+        if stat is None or stat.start_ticks != live.start_ticks:
+            self._end(pid)
+            return
+        peak = _read_peak_rss(pid)  # None for a zombie: its memory is gone
+        live.sample = dataclasses.replace(
+            live.sample,
+            user_seconds=stat.user_seconds,
+            system_seconds=stat.system_seconds,
+            peak_rss_bytes=max(live.sample.peak_rss_bytes, peak or 0),
+            last_seen=now,
+        )
+        if stat.state == "Z":  # exited, not yet reaped by torchrun: its CPU time is final
+            self._end(pid)
+
+    def _end(self, pid: int) -> None:
+        live = self._live.pop(pid)
+        ended = dataclasses.replace(live.sample, ended=True)
+        self._ended[live.tag].append(ended)
+        self._emit("end", ended)
+
+    def _emit(self, kind: str, sample: RankSample) -> None:
+        if self._on_event is None or self._callback_error is not None:
+            return
+        try:
+            self._on_event(RankEvent(kind, sample))
+        except Exception as error:  # re-raised by stop(), on the caller's thread
+            self._callback_error = error
+
+
+# Reading /proc --------------------------------------------------------------------
+
+
+class _Known(NamedTuple):
+    """What a PID's environment says: its phase tag, RANK and LOCAL_RANK, where set."""
+
+    tag: str | None
+    rank: int | None
+    local_rank: int | None
+
+
+class _Stat(NamedTuple):
+    state: str
+    parent_pid: int
+    user_seconds: float
+    system_seconds: float
+    start_ticks: int
+
+
+@dataclass
+class _LiveRank:
+    tag: str
+    start_ticks: int  # tells a reused PID from the rank
+    sample: RankSample
+
+
+_UNTAGGED = _Known(None, None, None)
+
+
+def _read_identity(pid: int) -> _Known:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read()
+    except OSError:  # gone, or another user's
+        return _UNTAGGED
+    if _TAG_PREFIX not in environ:
+        return _UNTAGGED
+    variables = dict(item.split(b"=", 1) for item in environ.split(b"\0") if b"=" in item)
+    tag = variables.get(_TAG_PREFIX[:-1], b"").decode(errors="replace")
+    return _Known(
+        tag or None, _integer(variables.get(b"RANK")), _integer(variables.get(b"LOCAL_RANK"))
+    )
+
+
+def _integer(value: bytes | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _read_stat(pid: int) -> _Stat | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            text = handle.read()
+        # The command name may hold spaces and parentheses: fields start after the last ')'.
+        fields = text[text.rindex(b")") + 2 :].split()
+        utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+        return _Stat(
+            state=fields[0].decode(),
+            parent_pid=int(fields[1]),
+            user_seconds=(utime + cutime) / _CLOCK_TICKS,
+            system_seconds=(stime + cstime) / _CLOCK_TICKS,
+            start_ticks=int(fields[19]),
+        )
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_peak_rss(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024  # in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -1,0 +1,309 @@
+"""Per-rank process evidence: /proc parsing, the watcher on a hand-made process tree, real torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from trainparity.distributed import rank_processes
+from trainparity.distributed.phases import (
+    PHASE_TAG_VARIABLE,
+    phase_environment,
+    rank_failure,
+    reported_rank_exits,
+    sweep,
+    tagged_processes,
+)
+from trainparity.distributed.rank_processes import (
+    RankProcessEvidence,
+    RankSample,
+    RankWatcher,
+    rank_evidence,
+    rank_progress_line,
+)
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+# Two ranks under a stand-in agent, as torchrun lays them out: rank 1 has a worker,
+# which inherits RANK and must not count as a rank.
+FAKE_AGENT = textwrap.dedent(
+    """
+    import os, subprocess, sys
+    rank_code = (
+        "import os, subprocess, sys, time\\n"
+        "worker = None\\n"
+        "if os.environ['RANK'] == '1':\\n"
+        "    worker = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(0.6)'])\\n"
+        "end = time.process_time() + 0.2\\n"
+        "while time.process_time() < end: pass\\n"
+        "time.sleep(0.4)\\n"
+        "if worker: worker.wait()\\n"
+    )
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", rank_code],
+            env={**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2"},
+        )
+        for rank in range(2)
+    ]
+    sys.exit(max(rank.wait() for rank in ranks))
+    """
+)
+
+RANK_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, time
+    rank = int(os.environ["RANK"])
+    ballast = bytearray((20 + 100 * rank) << 20)  # zero-filled, so resident
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+    sys.exit(int(sys.argv[1]) if rank == 1 else 0)
+    """
+)
+
+FAILURE_REPORT = """
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2025-01-01_00:00:00
+  host      : localhost
+  rank      : 2 (local_rank: 2)
+  exitcode  : -9 (pid: 302) Signal 9 (SIGKILL) received by PID 302
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 302
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2025-01-01_00:00:00
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 3 (pid: 301)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+
+def _sample(rank: int, pid: int, first_seen: float = 0.0) -> RankSample:
+    return RankSample("baseline_a", rank, rank, pid, 0.5, 0.1, 64 << 20, first_seen, 1.0, True)
+
+
+# Reading /proc ---------------------------------------------------------------------
+
+
+def test_stat_of_this_process_matches_its_own_accounting():
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    stat = rank_processes._read_stat(os.getpid())
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert stat is not None and stat.state in "RS" and stat.parent_pid == os.getppid()
+    assert stat.user_seconds == pytest.approx(usage.ru_utime + children.ru_utime, abs=0.05)
+    assert stat.system_seconds == pytest.approx(usage.ru_stime + children.ru_stime, abs=0.05)
+    assert rank_processes._read_stat(os.getpid()).start_ticks == stat.start_ticks
+    peak = rank_processes._read_peak_rss(os.getpid())
+    assert peak == pytest.approx(usage.ru_maxrss * 1024, rel=0.05)
+
+
+def test_stat_of_a_child_whose_name_holds_parentheses_and_spaces():
+    name_it = "open('/proc/self/comm', 'w').write('a) b (c'); import time; time.sleep(5)"
+    child = subprocess.Popen([sys.executable, "-c", name_it])
+    try:
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{child.pid}/comm").read_text().strip() != "a) b (c":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stat = rank_processes._read_stat(child.pid)
+        assert stat is not None and stat.parent_pid == os.getpid()
+    finally:
+        child.kill()
+        child.wait()
+    assert rank_processes._read_stat(child.pid) is None  # reaped: gone
+    assert rank_processes._read_peak_rss(child.pid) is None
+
+
+def test_identity_comes_from_the_environment():
+    environment = {**os.environ, PHASE_TAG_VARIABLE: "feed", "RANK": "3", "LOCAL_RANK": "1"}
+    tagged = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"], env=environment)
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        time.sleep(0.1)  # past exec
+        assert rank_processes._read_identity(tagged.pid) == ("feed", 3, 1)
+        assert rank_processes._read_identity(plain.pid) == (None, None, None)
+    finally:
+        for child in (tagged, plain):
+            child.kill()
+            child.wait()
+    assert rank_processes._read_identity(tagged.pid) == (None, None, None)
+
+
+# The watcher -------------------------------------------------------------------------
+
+
+def test_a_phase_that_is_not_torchrun_costs_nothing():
+    watcher = RankWatcher()
+    assert watcher.watch("baseline_a", "feed", [sys.executable, "train.py"]) is False
+    assert watcher._thread is None  # no thread, no scan
+    assert watcher.close("baseline_a") == ()
+    watcher.stop()
+
+
+def test_watcher_finds_the_ranks_of_a_tagged_tree_and_not_their_workers(tmp_path):
+    events = []
+    env, tag = phase_environment(TORCHRUN, dict(os.environ), tmp_path)
+    with RankWatcher(events.append) as watcher:
+        # The gate asks for a torchrun argv; a stand-in agent makes the same tree without
+        # torchrun's seconds of start-up.
+        assert watcher.watch("baseline_a", tag, TORCHRUN)
+        try:
+            agent = subprocess.run(
+                [sys.executable, "-c", FAKE_AGENT], env=env, timeout=30, check=True
+            )
+            samples = watcher.close("baseline_a")
+        finally:
+            sweep(tag)
+    assert agent.returncode == 0
+    assert [(sample.rank, sample.local_rank, sample.ended) for sample in samples] == [
+        (0, 0, True),
+        (1, 1, True),
+    ]
+    assert len({sample.pid for sample in samples}) == 2
+    assert all(sample.user_seconds + sample.system_seconds > 0.1 for sample in samples)
+    assert all(sample.last_seen > sample.first_seen for sample in samples)
+    assert sorted((event.kind, event.sample.rank) for event in events) == [
+        ("end", 0),
+        ("end", 1),
+        ("start", 0),
+        ("start", 1),
+    ]
+    started = [event for event in events if event.kind == "start"]
+    assert rank_progress_line(started[0]).startswith(
+        f"trainparity: baseline_a rank {started[0].sample.rank} started (pid "
+    )
+    ended = next(event for event in events if event.kind == "end")
+    assert "CPU s" in rank_progress_line(ended) and rank_progress_line(ended).endswith("sampled)")
+    assert tagged_processes(tag) == []
+
+
+def test_a_raising_callback_is_called_once_and_raised_by_stop(tmp_path):
+    calls = []
+
+    def broken(event):
+        calls.append(event)
+        raise KeyError("progress printer")
+
+    env, tag = phase_environment(TORCHRUN, dict(os.environ), tmp_path)
+    watcher = RankWatcher(broken)
+    watcher.watch("baseline_a", tag, TORCHRUN)
+    try:
+        subprocess.run([sys.executable, "-c", FAKE_AGENT], env=env, timeout=30, check=True)
+        assert len(watcher.close("baseline_a")) == 2  # sampling went on
+    finally:
+        sweep(tag)
+    with pytest.raises(KeyError, match="progress printer"):
+        watcher.stop()
+    assert len(calls) == 1
+    assert not watcher._thread.is_alive()
+
+
+# Evidence rows -----------------------------------------------------------------------
+
+
+def test_torchrun_failure_report_as_data(tmp_path):
+    root, other = reported_rank_exits("noise\n" + FAILURE_REPORT)
+    assert (root.rank, root.local_rank, root.exitcode, root.pid) == (1, 1, 3, 301)
+    assert (other.rank, other.exitcode, other.pid) == (2, -9, 302)
+    assert reported_rank_exits("Traceback: something else") == ()
+    stderr = tmp_path / "stderr.log"
+    stderr.write_text(FAILURE_REPORT)
+    assert rank_failure(stderr, tmp_path) == "rank 1 exited with code 3"
+
+
+def test_rows_after_success_restarts_failure_and_timeout(tmp_path):
+    stderr = tmp_path / "stderr.log"
+    stderr.write_text(FAILURE_REPORT)
+    samples = [_sample(1, 301), _sample(0, 300)]
+    succeeded = rank_evidence(samples, phase_returncode=0, stderr_path=stderr)
+    assert [(row.rank, row.pid, row.returncode) for row in succeeded] == [(0, 300, 0), (1, 301, 0)]
+    # After a restart only each rank's last process is known to have exited 0.
+    restarted = rank_evidence(
+        [*samples, _sample(1, 401, first_seen=2.0)], phase_returncode=0, stderr_path=stderr
+    )
+    assert [(row.pid, row.returncode) for row in restarted] == [(300, 0), (301, None), (401, 0)]
+    failed = rank_evidence(samples, phase_returncode=1, stderr_path=stderr)
+    # rank 2 died before any sample: torchrun's report alone names it
+    assert [(row.rank, row.pid, row.returncode, row.user_seconds) for row in failed] == [
+        (0, 300, None, 0.5),
+        (1, 301, 3, 0.5),
+        (2, 302, -9, None),
+    ]
+    timed_out = rank_evidence(samples, phase_returncode=None, stderr_path=stderr)
+    assert [row.returncode for row in timed_out] == [None, None]
+    assert failed[1].to_dict() == {
+        "rank": 1,
+        "local_rank": 1,
+        "pid": 301,
+        "returncode": 3,
+        "user_seconds": 0.5,
+        "system_seconds": 0.1,
+        "peak_rss_bytes": 64 << 20,
+        "sample_interval_seconds": rank_processes.SAMPLE_INTERVAL_SECONDS,
+    }
+    assert json.dumps([row.to_dict() for row in failed]) == json.dumps(
+        [
+            row.to_dict()
+            for row in rank_evidence(samples[::-1], phase_returncode=1, stderr_path=stderr)
+        ]
+    )
+
+
+# Real torchrun ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rank1_exit", [0, 3])
+def test_real_torchrun_ranks_get_their_own_rows(tmp_path, rank1_exit):
+    script = tmp_path / "burn.py"
+    script.write_text(RANK_SCRIPT)
+    argv = [*TORCHRUN, "--standalone", "--nproc-per-node=2", str(script), str(rank1_exit)]
+    env, tag = phase_environment(argv, {**os.environ, "OMP_NUM_THREADS": "1"}, tmp_path)
+    stderr = tmp_path / "stderr.log"
+    with RankWatcher() as watcher:
+        assert watcher.watch("baseline_a", tag, argv)
+        try:
+            with stderr.open("w") as stderr_file:
+                agent = subprocess.Popen(
+                    argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr_file
+                )
+            try:
+                agent.wait(timeout=60)
+            finally:
+                agent.kill()
+                agent.wait()
+            samples = watcher.close("baseline_a")
+        finally:
+            sweep(tag)
+            assert tagged_processes(tag) == []
+    rows = rank_evidence(samples, phase_returncode=agent.returncode, stderr_path=stderr)
+    assert [(row.rank, row.local_rank) for row in rows] == [(0, 0), (1, 1)]
+    assert len({row.pid for row in rows}) == 2 and agent.pid not in {row.pid for row in rows}
+    assert all(row.user_seconds + row.system_seconds > 0.1 for row in rows)
+    assert rows[1].peak_rss_bytes >= rows[0].peak_rss_bytes + (80 << 20)
+    if rank1_exit == 0:
+        assert agent.returncode == 0
+        assert [row.returncode for row in rows] == [0, 0]
+    else:
+        assert agent.returncode != 0
+        assert rows[1].returncode == 3 and rows[0].returncode is None  # torchrun stopped it
+        assert isinstance(rows[0], RankProcessEvidence)
