@@ -104,3 +104,41 @@ def test_a_reused_work_dir_is_observed_afresh(tmp_path):
         CASE, {"unit": {}, "double": {"env": {"TOY_SCALE": "1"}}}, work_dir=tmp_path
     )
     assert second.outcome == Outcome.PASS, second.message
+
+
+RECORDED = "tests.fixtures.runs_cases:RecordedToyRuns"
+
+
+def test_recorded_runs_are_compared_step_by_step_and_the_fail_names_the_first_step(tmp_path):
+    result = check_runs(
+        RECORDED,
+        {
+            "plain": {},
+            "nudged_late": {"args": ["--nudge-at", "5"]},
+            "nudged": {"args": ["--nudge-at", "3"]},
+        },
+        temporary_root=tmp_path,
+    )
+    assert result.outcome == Outcome.FAIL, result.message
+    # The first variant that differs is the FAIL, at the step where its records part.
+    assert result.divergent_variant == "nudged_late"
+    assert result.first_divergent_step == 5
+    assert result.message == "variants plain and nudged_late first differ at step 5: model.weight"
+    assert [c.first_path for c in result.variant_comparisons[-2:]] == ["model.weight", "model.weight"]
+    trajectory = result.trajectory
+    assert trajectory["ranks"] == [0]
+    assert trajectory["recorded_steps"]["nudged_a"] == [1, 2, 3, 4, 5]
+    assert trajectory["first_divergence"]["candidate_phase"] == "nudged_late_a"
+    assert [d.path for d in result.final_state_differences] == ["model.weight"]
+
+
+def test_a_run_that_records_nothing_while_its_twin_does_is_an_error(tmp_path):
+    result = check_runs(
+        RECORDED,
+        {"plain": {}, "silent": {"args": ["--skip-record"]}},
+        temporary_root=tmp_path,
+    )
+    assert result.outcome == Outcome.ERROR, result.message
+    assert result.message == (
+        "silent_a recorded no step but plain_a did: record() must run in every run"
+    )

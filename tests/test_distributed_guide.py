@@ -72,6 +72,16 @@ def test_clean_distributed_case_passes(runs):
         "candidate_split",
         "candidate_resume",
     ]
+    for process in report["processes"]:  # one row per rank, sampled from /proc
+        assert [rank["rank"] for rank in process["ranks"]] == [0, 1], process
+        assert [rank["returncode"] for rank in process["ranks"]] == [0, 0]
+        assert len({rank["pid"] for rank in process["ranks"]} | {process["pid"]}) == 3
+        assert all(rank["peak_rss_bytes"] > 50 << 20 for rank in process["ranks"])
+    # Progress names each rank of each phase.
+    for phase in ("baseline_a", "candidate_resume"):
+        for rank in (0, 1):
+            assert f"trainparity: {phase} rank {rank} started" in completed.stderr
+            assert f"trainparity: {phase} rank {rank} finished in" in completed.stderr
     run_dir = runs["project"] / ".trainparity-runs" / "DistributedResumeCase"
     # torchrun's logs of every rank stay inside the phase's directory.
     assert len(list((run_dir / "candidate_resume" / "ranks").glob("*/attempt_0/1/stderr.log"))) == 1

@@ -99,6 +99,9 @@ def test_crashing_rank_is_an_error_naming_phase_rank_and_its_last_stderr_line(tm
     assert result.outcome is Outcome.ERROR, result.message
     assert result.message.startswith("baseline_a child exited with status 1: rank 1 exited")
     assert "its last stderr line: RuntimeError: rank one fails here on purpose" in result.message
+    (baseline_a,) = result.processes
+    failed = {rank.rank: rank.returncode for rank in baseline_a.ranks}
+    assert failed[1] == 1 and failed.get(0) in (None, 0)  # rank 0 stopped by torchrun, or done
     assert alive == []
     assert list(roots.iterdir()) == []
 

@@ -25,8 +25,8 @@ from trainparity.distributed.rank_processes import (
     RankProcessEvidence,
     RankSample,
     RankWatcher,
+    rank_event_detail,
     rank_evidence,
-    rank_progress_line,
 )
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -189,11 +189,9 @@ def test_watcher_finds_the_ranks_of_a_tagged_tree_and_not_their_workers(tmp_path
         ("start", 1),
     ]
     started = [event for event in events if event.kind == "start"]
-    assert rank_progress_line(started[0]).startswith(
-        f"trainparity: baseline_a rank {started[0].sample.rank} started (pid "
-    )
+    assert rank_event_detail(started[0]) == f"pid {started[0].sample.pid}"
     ended = next(event for event in events if event.kind == "end")
-    assert "CPU s" in rank_progress_line(ended) and rank_progress_line(ended).endswith("sampled)")
+    assert "CPU s" in rank_event_detail(ended) and rank_event_detail(ended).endswith("sampled")
     assert tagged_processes(tag) == []
 
 

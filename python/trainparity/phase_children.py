@@ -19,6 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainparity.distributed import phases as multirank
+from trainparity.distributed.rank_processes import (
+    RankEvent,
+    RankSample,
+    RankWatcher,
+    rank_event_detail,
+    rank_evidence,
+)
 from trainparity.outcomes import Outcome
 from trainparity.processes import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
 from trainparity.protocols import ProcessExecutionPlan
@@ -68,6 +75,7 @@ class TrainingPhase:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     started: bool = False
     tag: str | None = None  # in the phase's environment; what multirank.sweep kills
+    rank_samples: tuple[RankSample, ...] = ()  # a torchrun phase's ranks, as last sampled
     result: ChildResult | None = None
     error: PhaseError | None = None
 
@@ -94,6 +102,7 @@ class PhaseChildren:
         self.timings = timings
         self.timing_keys = dict(timing_keys or {})
         self.group = ChildGroup(on_event=self._on_child_event)
+        self.rank_watcher = RankWatcher(self._on_rank_event)
         self.processes: list[ExternalProcessEvidence] = []
         self.checkpoint_max_bytes = 0
 
@@ -105,7 +114,7 @@ class PhaseChildren:
         group: whatever still carries a phase tag (ranks, their workers) is
         killed by the sweep.
         """
-        with multirank.swept(self._phase_tags), self.group:
+        with multirank.swept(self._phase_tags), self.rank_watcher, self.group:
             yield
 
     def trained(self, name: str) -> Path:
@@ -150,6 +159,7 @@ class PhaseChildren:
         environment, phase.tag = multirank.phase_environment(
             argv, {**self.settings.environment, **phase.extra_env}, phase.run_dir
         )
+        self.rank_watcher.watch(phase.name, phase.tag, argv)  # only torchrun phases are watched
         try:
             spec = ChildSpec(
                 name=phase.name,
@@ -200,8 +210,18 @@ class PhaseChildren:
             name, kind, result.wall_seconds if result is not None else None
         )
         if kind == "end":
-            self.phases[name].result = result
-            multirank.sweep(self.phases[name].tag)  # ranks that left the child's process group
+            phase = self.phases[name]
+            phase.result = result
+            phase.rank_samples = self.rank_watcher.close(name)  # before the sweep kills them
+            multirank.sweep(phase.tag)  # ranks that left the child's process group
+
+    def _on_rank_event(self, event: RankEvent) -> None:
+        """A torchrun rank seen starting or ending: a progress line (from the watcher's thread)."""
+        sample = event.sample
+        elapsed = sample.last_seen - sample.first_seen if event.kind == "end" else None
+        self.settings.progress.event(
+            sample.phase, event.kind, elapsed, rank=sample.rank, detail=rank_event_detail(event)
+        )
 
     def _phase_tags(self) -> list[str]:
         return [phase.tag for phase in self.phases.values() if phase.tag is not None]
@@ -231,6 +251,11 @@ class PhaseChildren:
                 user_seconds=result.user_seconds,
                 system_seconds=result.sys_seconds,
                 peak_rss_bytes=result.peak_rss_bytes,
+                ranks=rank_evidence(
+                    phase.rank_samples,
+                    phase_returncode=returncode,
+                    stderr_path=phase.run_dir / "stderr.log",
+                ),
             )
         )
         if returncode != 0:

@@ -8,6 +8,7 @@ from typing import Any
 
 from trainparity.comparison import Difference
 from trainparity.display import result_html, result_repr
+from trainparity.distributed.rank_processes import RankProcessEvidence
 from trainparity.outcomes import Outcome
 from trainparity.version import add_report_metadata
 
@@ -26,6 +27,7 @@ class ExternalProcessEvidence:
     user_seconds: float = 0.0
     system_seconds: float = 0.0
     peak_rss_bytes: int = 0
+    ranks: tuple[RankProcessEvidence, ...] = ()  # a torchrun phase's ranks, sampled from /proc
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ from typing import Any, NamedTuple
 
 from trainparity.distributed.launch import is_torchrun
 from trainparity.distributed.phases import PHASE_TAG_VARIABLE, reported_rank_exits
-from trainparity.terminal_text import printable
 
 __all__ = [
     "SAMPLE_INTERVAL_SECONDS",
@@ -44,7 +43,7 @@ __all__ = [
     "RankSample",
     "RankWatcher",
     "rank_evidence",
-    "rank_progress_line",
+    "rank_event_detail",
 ]
 
 SAMPLE_INTERVAL_SECONDS = 0.1
@@ -156,19 +155,16 @@ def _row(sample: RankSample, returncode: int | None) -> RankProcessEvidence:
     )
 
 
-def rank_progress_line(event: RankEvent) -> str:
-    """`trainparity: baseline_a rank 1 started (pid 4242)`, or `... ended (pid 4242, ...)`."""
+def rank_event_detail(event: RankEvent) -> str:
+    """What a progress line adds about a rank: `pid 4242`, or `pid 4242, 0.31 CPU s, peak RSS …, sampled`."""
     sample = event.sample
-    line = f"trainparity: {sample.phase} rank {sample.rank} "
     if event.kind == "start":
-        line += f"started (pid {sample.pid})"
-    else:
-        cpu = sample.user_seconds + sample.system_seconds
-        line += (
-            f"ended (pid {sample.pid}, {cpu:.2f} CPU s, "
-            f"peak RSS {sample.peak_rss_bytes / (1 << 20):.0f} MiB, sampled)"
-        )
-    return printable(line)
+        return f"pid {sample.pid}"
+    cpu = sample.user_seconds + sample.system_seconds
+    return (
+        f"pid {sample.pid}, {cpu:.2f} CPU s, "
+        f"peak RSS {sample.peak_rss_bytes / (1 << 20):.0f} MiB, sampled"
+    )
 
 
 class RankWatcher:
