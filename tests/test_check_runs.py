@@ -124,7 +124,10 @@ def test_recorded_runs_are_compared_step_by_step_and_the_fail_names_the_first_st
     assert result.divergent_variant == "nudged_late"
     assert result.first_divergent_step == 5
     assert result.message == "variants plain and nudged_late first differ at step 5: model.weight"
-    assert [c.first_path for c in result.variant_comparisons[-2:]] == ["model.weight", "model.weight"]
+    assert [c.first_path for c in result.variant_comparisons[-2:]] == [
+        "model.weight",
+        "model.weight",
+    ]
     trajectory = result.trajectory
     assert trajectory["ranks"] == [0]
     assert trajectory["recorded_steps"]["nudged_a"] == [1, 2, 3, 4, 5]
