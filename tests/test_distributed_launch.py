@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from trainparity import Outcome, check_resume
+from trainparity import Outcome, ToleranceComparison, check_resume, check_runs
 from trainparity.distributed import torchrun_command
 from trainparity.distributed.launch import fixed_port_problem, is_torchrun
 
@@ -115,3 +115,19 @@ def test_hanging_rank_is_killed_with_the_agent_and_every_other_rank(tmp_path):
     assert len(list(markers.iterdir())) == 1  # rank 1 really was asleep when the timeout hit
     assert alive == []
     assert list(roots.iterdir()) == []
+
+
+def test_check_runs_of_two_ranks_against_one_compares_rank_zero_step_by_step(tmp_path):
+    result = check_runs(
+        f"{CASES}:DataParallelRuns",
+        comparison=ToleranceComparison(rtol=1e-5, atol=1e-6),
+        cwd=REPO,
+        temporary_root=tmp_path,
+        environment={"OMP_NUM_THREADS": "1"},
+        timeout=240,
+    )
+    assert result.outcome is Outcome.PASS, result.message
+    assert [len(process.ranks) for process in result.processes] == [1, 1, 2, 2]
+    assert result.trajectory["ranks"] == [0, 1]
+    assert result.trajectory["recorded_steps"]["two_ranks_b"] == [1, 2, 3]
+    assert list(tmp_path.iterdir()) == []

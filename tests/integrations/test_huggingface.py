@@ -66,9 +66,12 @@ def test_accumulation_4x2_and_1x8_differ_only_by_rounding(project, tmp_path):
     )
     assert result.outcome == Outcome.FAIL, result.message
     assert result.divergent_variant == "accum1x8"
-    assert result.primary_difference.path == "log_history[0].loss"
+    # The callback records every step: the runs part at step 1, in the optimizer state.
+    assert result.first_divergent_step == 1
+    assert result.primary_difference.path == 'optimizer.state["0"].exp_avg'
     tensor_errors = [d.max_abs_error for d in result.all_differences if d.max_abs_error is not None]
     assert tensor_errors and max(tensor_errors) < 1e-5
+    assert result.final_state_differences[0].path == "log_history[0].loss"
     # The same two recorded runs agree under a tolerance (the snapshot files stay in work_dir).
     snapshots = tmp_path / "snapshots"
     tolerant = diff_snapshots(
@@ -93,7 +96,11 @@ def test_a_loss_that_ignores_num_items_in_batch_breaks_accumulation(project, tmp
         temporary_root=tmp_path,
     )
     assert result.outcome == Outcome.FAIL, result.message
-    assert result.primary_difference.path == "log_history[0].grad_norm"
+    assert result.first_divergent_step == 1
+    assert result.primary_difference.path == 'optimizer.state["0"].exp_avg'
     # No division by the 4 accumulation steps: the first gradient is about 4 times as large.
-    ratio = float(result.primary_difference.candidate) / float(result.primary_difference.baseline)
+    grad_norm = next(
+        d for d in result.final_state_differences if d.path == "log_history[0].grad_norm"
+    )
+    ratio = float(grad_norm.candidate) / float(grad_norm.baseline)
     assert 3.0 < ratio < 5.0

@@ -13,9 +13,9 @@ from typing import Any
 
 from trainparity.phase_plan import plan_command, plan_environment
 from trainparity.protocols import ProcessExecutionPlan
+from trainparity.recording.recorder import RECORD_VARIABLE
 
 RUN_DIR_PLACEHOLDER = "<run_dir>"
-RECORD_VARIABLE = "TRAINPARITY_RECORD"
 
 
 def require(extra: str, *module_names: str) -> ModuleType:
@@ -153,14 +153,13 @@ def recording_requested() -> bool:
 
 
 def record_step(step: int, build_state: Callable[[], Mapping[str, object]]) -> None:
-    """Call `trainparity.record(step, state)` when a trajectory was asked for and record() exists.
+    """`trainparity.record(step, state)`, with the state built only when a check records.
 
-    `trainparity.record` lands with the trajectories work; until then (and
-    whenever no check asked for a trajectory) this does nothing, and the
-    state is never built.
+    Callers check `recording_requested()` first; record() itself also does
+    nothing without a recording request, but building the state (a copy of
+    the model's and optimizer's tensors) would cost a step's worth of time.
     """
     import trainparity
 
-    record = getattr(trainparity, "record", None)
-    if record is not None:
-        record(step, build_state())
+    if recording_requested():
+        trainparity.record(step, build_state())
