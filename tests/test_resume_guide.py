@@ -42,11 +42,16 @@ def test_clean_example_passes_and_keeps_its_logs(project):
     ).exists()
 
 
-def test_forgotten_scheduler_fails_at_the_scheduler(project):
+def test_forgotten_scheduler_fails_at_the_round_trip_in_the_scheduler(project):
     completed = _run(project, "ForgetfulResumeCase")
     assert completed.returncode == 1
-    assert "FAIL first observed divergence at step 4: scheduler._step_count" in completed.stdout
-    assert "scheduler.last_epoch: value (4 vs 2)" in completed.stdout
+    # train.py records right after loading: the fresh scheduler shows before any training.
+    assert "FAIL first observed divergence at step 2: scheduler._last_lr[0]" in completed.stdout
+    assert "scheduler.last_epoch: value (2 vs 0)" in completed.stdout
+    report = json.loads((project / "trainparity-report-ForgetfulResumeCase.json").read_text())
+    assert report["trajectory"]["first_divergence"]["round_trip"] is True
+    final = [difference["path"] for difference in report["final_state_differences"]]
+    assert final[0] == "scheduler._step_count"
 
 
 def test_guide_names_the_phases_and_the_outcomes():

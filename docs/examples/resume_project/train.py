@@ -5,6 +5,7 @@ import random
 from pathlib import Path
 
 import torch
+import trainparity
 
 
 def build(seed: int):
@@ -14,6 +15,17 @@ def build(seed: int):
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
     return model, optimizer, scheduler
+
+
+def observed(model, optimizer, scheduler, step: int) -> dict:
+    """What parity_case.observe_checkpoint reads back: record() compares the same mapping per step."""
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng": {"torch_cpu": torch.get_rng_state(), "python": random.getstate()},
+        "step": step,
+    }
 
 
 def main() -> None:
@@ -35,6 +47,7 @@ def main() -> None:
         torch.set_rng_state(state["rng"]["torch_cpu"])
         random.setstate(state["rng"]["python"])
         step = state["step"]
+        trainparity.record(step, observed(model, optimizer, scheduler, step))  # the round trip
 
     while step < args.end_step:
         inputs, targets = torch.randn(4, 2), torch.randn(4, 1)
@@ -45,18 +58,10 @@ def main() -> None:
         optimizer.step()
         scheduler.step()
         step += 1
+        trainparity.record(step, observed(model, optimizer, scheduler, step))  # free outside a check
 
     args.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "rng": {"torch_cpu": torch.get_rng_state(), "python": random.getstate()},
-            "step": step,
-        },
-        args.checkpoint,
-    )
+    torch.save(observed(model, optimizer, scheduler, step), args.checkpoint)
 
 
 if __name__ == "__main__":
