@@ -365,3 +365,109 @@ def test_cli_traces_step_two_of_an_unmodified_script_and_diffs_traces(tmp_path, 
     late = ["trace", "--step", "9", "--output", str(tmp_path / "late.trace"), "--"]
     assert cli_main([*late, sys.executable, str(script)]) == 3
     assert "step 9 never ended" in capsys.readouterr().err
+
+
+# Step boundaries from record() ------------------------------------------------------------
+
+_RECORDING_SCRIPT = """\
+import torch
+import trainparity
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+FIRST = 0  # the step of the first record()
+if FIRST == 0:
+    trainparity.record(0, {"model": model.state_dict()})
+for step in range(1, 5):
+    optimizer.zero_grad()
+    model(torch.randn(8, 4)).square().mean().backward()
+    optimizer.step()
+    with torch.no_grad():  # a probe after the update: still step `step` under record() boundaries
+        model(torch.full((3, 4), float(step)))
+    trainparity.record(step, {"model": model.state_dict()})
+"""
+
+
+def _run_traced(script, step, output, **variables):
+    """`python script` with TRAINPARITY_TRACE_STEP set by hand (no `trainparity trace`)."""
+    environment = {
+        **os.environ, "OMP_NUM_THREADS": "1", "TRAINPARITY_TRACE_STEP": str(step),
+        "TRAINPARITY_TRACE_OUTPUT": str(output), **variables,
+    }  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(script)], env=environment, capture_output=True, text=True, check=False
+    )
+
+
+def test_record_calls_mark_the_traced_step(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "train.py"
+    script.write_text(_RECORDING_SCRIPT)
+    # Recording as well: record()'s own freezing (aten::detach per tensor) must stay outside.
+    monkeypatch.setenv("TRAINPARITY_RECORD", str(tmp_path / "recording"))
+    output = tmp_path / "step2.trace"
+    command = ["trace", "--step", "2", "--output", str(output), "--", sys.executable, str(script)]
+    assert cli_main(command) == 0, capsys.readouterr().err
+    traced = read_trace(output)
+    names = [op.name for op in traced.ops]
+    # One step: a training forward and the probe (2 addmm each), 4 SGD updates, and the
+    # 4 detaches of record(2)'s state_dict() argument; nothing of step 1 or 3.
+    assert traced.step == 2 and names[0] == "aten::randn"
+    assert names.count("aten::addmm") == 4 and names.count("aten::add_.Tensor") == 4
+    assert names.count("aten::full") == 1 and names[-4:] == ["aten::detach"] * 4
+    last_update = max(index for index, name in enumerate(names) if name == "aten::add_.Tensor")
+    assert names.index("aten::full") > last_update  # the probe after optimizer.step() is in
+    # The same variable set by hand, without the CLI: step 3 is the same program.
+    by_hand = _run_traced(
+        script, 3, tmp_path / "step3.trace", TRAINPARITY_RECORD=str(tmp_path / "recording3")
+    )
+    assert by_hand.returncode == 0, by_hand.stderr
+    assert [op.name for op in read_trace(tmp_path / "step3.trace").ops] == names
+
+
+def test_a_step_that_record_never_reaches_or_skips_is_a_clear_error(tmp_path, capfd):
+    script = tmp_path / "train.py"
+    script.write_text(_RECORDING_SCRIPT)
+    late = ["trace", "--step", "9", "--output", str(tmp_path / "late.trace"), "--"]
+    assert cli_main([*late, sys.executable, str(script)]) == 3
+    err = capfd.readouterr().err
+    assert (
+        "TRAINPARITY_TRACE_STEP=9 but step 9 never ended: the last record() call was for step 4"
+        in err
+    )
+    assert "step 9 never ended (fewer record() calls or optimizer steps ran)" in err
+    # A script whose first record() is after step 1 cannot delimit step 1 by record().
+    unrecorded_start = tmp_path / "late_start.py"
+    unrecorded_start.write_text(_RECORDING_SCRIPT.replace("FIRST = 0", "FIRST = 1"))
+    skipped = _run_traced(unrecorded_start, 1, tmp_path / "step1.trace")
+    assert skipped.returncode != 0
+    assert (
+        "TraceStepError: TRAINPARITY_TRACE_STEP=1: step 1 runs from record(0) to record(1), "
+        "but this process's first record() call is for step 1" in skipped.stderr
+    )
+    assert not (tmp_path / "step1.trace").exists() and not (tmp_path / "late.trace").exists()
+
+
+def test_step_tracer_rules_for_record_boundaries(tmp_path, capsys):
+    from trainparity.forensics.step_trace import StepTracer, TraceStepError
+
+    def records(tracer, steps):
+        for step in steps:
+            tracer.record_arriving(step)
+            torch.full((2,), float(step)).neg()  # as record()'s own work: in no step
+            tracer.record_done(step)
+
+    again = StepTracer(3, str(tmp_path / "again.trace"))
+    records(again, [0, 1, 2, 2])  # the last record(2) begins step 3
+    torch.ones(1).exp()
+    records(again, [3])
+    names = [op.name for op in read_trace(tmp_path / "again.trace").ops]
+    assert names == ["aten::ones", "aten::exp"]
+    with pytest.raises(TraceStepError, match="record\\(\\) went from step 2 to step 4; trace a"):
+        records(StepTracer(3, str(tmp_path / "skip.trace")), [1, 2, 4])
+    unfinished = StepTracer(3, str(tmp_path / "short.trace"))
+    records(unfinished, [0, 1, 2])
+    unfinished.finish()
+    unfinished.finish()  # once: atexit calls it again after the launcher
+    assert capsys.readouterr().err.count("the last record() call was for step 2") == 1
+    assert not (tmp_path / "skip.trace").exists() and not (tmp_path / "short.trace").exists()

@@ -12,8 +12,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+import torch
 import trainparity
-from trainparity import Outcome
+from trainparity import ExactComparison, Outcome
+from trainparity.paths import path_under
+from trainparity.recording import recording_to
+from trainparity.recording.resume import RECORDINGS_DIRECTORY, ResumeTrajectories
 
 from tests.test_resume_faults import FAULTS as FINAL_STATE_FAULTS
 
@@ -122,3 +126,97 @@ def test_baselines_that_part_abstain_at_their_first_step(results):
         "baseline_b",
     )
     assert divergence["relative_rms_errors"]["model.weight"] > 0
+
+
+# Several ranks: differences name their rank ---------------------------------------------------
+
+
+def _write_phases(run_root: Path, ranks, *, resumed_rng_of_rank1: float = 0.0):
+    """The four phases' recordings as check_resume lays them out (split at 2, total 3).
+
+    Every rank records the same trajectory, except that rank 1's resumed run
+    may come back with its RNG shifted by `resumed_rng_of_rank1`.
+    """
+
+    def state(step, rank, shift=0.0):
+        return {
+            "model": {"w": torch.full((3,), float(step))},
+            "rng": {"torch": torch.full((2,), float(rank) + shift)},
+            "step": step,
+        }
+
+    phases = {
+        "baseline_a": [1, 2, 3], "baseline_b": [1, 2, 3],
+        "candidate_split": [1, 2], "candidate_resume": [2, 3],
+    }  # fmt: skip
+    for phase, steps in phases.items():
+        for rank in ranks:
+            shift = resumed_rng_of_rank1 if phase == "candidate_resume" and rank == 1 else 0.0
+            with recording_to(run_root / RECORDINGS_DIRECTORY / phase, rank=rank):
+                for step in steps:
+                    trainparity.record(step, state(step, rank, shift))
+
+
+def _trajectories(run_root: Path):
+    trajectories = ResumeTrajectories(run_root, ExactComparison(), split_step=2)
+    return trajectories, trajectories.baselines_part(), trajectories.candidates_part()
+
+
+def test_several_ranks_put_each_difference_under_its_rank(tmp_path):
+    _write_phases(tmp_path, ranks=(0, 1), resumed_rng_of_rank1=0.5)
+    trajectories, baselines, candidates = _trajectories(tmp_path)
+    assert baselines is None
+    assert (candidates.step, candidates.rank, candidates.round_trip) == (2, 1, True)
+    assert [difference.path for difference in candidates.differences] == ["rank1.rng.torch"]
+    fields = trajectories.report_fields(())["trajectory"]
+    assert fields["ranks"] == [0, 1]
+    assert fields["first_divergence"]["paths"] == ["rank1.rng.torch"]
+    assert fields["first_divergence"]["error_bounds"] == {"rank1.rng.torch": "exact"}
+    assert list(fields["first_divergence"]["relative_rms_errors"]) == ["rank1.rng.torch"]
+    assert fields["recorded_steps"] == {
+        "baseline_a": {"rank0": [1, 2, 3], "rank1": [1, 2, 3]},
+        "baseline_b": {"rank0": [1, 2, 3], "rank1": [1, 2, 3]},
+        "candidate_split": {"rank0": [1, 2], "rank1": [1, 2]},
+        "candidate_resume": {"rank0": [2, 3], "rank1": [2, 3]},
+    }
+
+
+def test_one_rank_keeps_the_plain_paths(tmp_path):
+    _write_phases(tmp_path, ranks=(1,), resumed_rng_of_rank1=0.5)
+    trajectories, _, candidates = _trajectories(tmp_path)
+    assert [difference.path for difference in candidates.differences] == ["rng.torch"]
+    fields = trajectories.report_fields(())["trajectory"]
+    assert fields["ranks"] == [1] and fields["first_divergence"]["paths"] == ["rng.torch"]
+    assert fields["recorded_steps"]["candidate_resume"] == [2, 3]
+
+
+def test_rank_prefix_follows_path_rendering():
+    assert path_under("rank1", "rng.torch") == "rank1.rng.torch"
+    assert path_under("rank1", '["a.b"].c') == 'rank1["a.b"].c'
+    assert path_under("rank1", "[0]") == "rank1[0]"
+    assert path_under("rank1", "$") == "rank1"
+
+
+def test_two_ranks_under_torchrun_name_the_rank_that_restored_the_wrong_rng(tmp_path):
+    """A real 2-rank job (gloo, CPU): only rank 1 restores the wrong RNG file on resume."""
+    result = trainparity.check_resume(
+        "tests.fixtures.distributed.cases:RecordedRank1RngCase",
+        cwd=REPO_ROOT,
+        temporary_root=tmp_path,
+        environment={"OMP_NUM_THREADS": "1"},
+    )
+    assert result.outcome is Outcome.FAIL, result.message
+    assert result.message == "first observed divergence at step 1: rank1.rng.torch"
+    assert result.first_divergent_step == 1
+    assert [difference.path for difference in result.all_differences] == ["rank1.rng.torch"]
+    assert result.primary_difference == result.all_differences[0]
+    divergence = result.trajectory["first_divergence"]
+    assert (divergence["rank"], divergence["round_trip"]) == (1, True)
+    assert result.trajectory["ranks"] == [0, 1]
+    assert result.trajectory["recorded_steps"]["candidate_resume"] == {
+        "rank0": [1, 2],
+        "rank1": [1, 2],
+    }
+    # The final states (observed from the checkpoint) differ at rank 1's RNG file too.
+    assert "rng.rank1" in [difference.path for difference in result.final_state_differences]
+    json.dumps(result.to_dict())

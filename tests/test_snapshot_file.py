@@ -14,7 +14,13 @@ import torch
 from safetensors import safe_open
 from trainparity import ExactComparison, Outcome, ToleranceComparison
 from trainparity.environment import environment_fingerprint
-from trainparity.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
+from trainparity.snapshot_file import (
+    SnapshotFileError,
+    decode_tree,
+    encode_tree,
+    read_snapshot,
+    write_snapshot,
+)
 from trainparity.state import FrozenTensor, UnsupportedStateError, freeze
 
 from tests.helpers import set_manifest
@@ -45,6 +51,22 @@ def _observation() -> dict:
         },
         "rng": list(range(700)),
     }
+
+
+def test_encode_tree_is_json_and_decode_tree_inverts_it():
+    frozen = freeze(_observation())
+    tree, tensors = encode_tree(frozen)
+    assert json.loads(json.dumps(tree)) == tree  # plain JSON, NaN and big ints included
+    assert tensors[0][0] == "bf16" and ["t", 0] in [item[1] for item in tree[1]]
+    back = decode_tree(tree, [tensor for _, tensor in tensors])
+    assert ExactComparison().compare_all(frozen, back) == ()
+    assert encode_tree(freeze({"x": (1, [None])}))[0] == [
+        "m", [["x", ["u", [["i", "1"], ["l", [["n"]]]]]]]
+    ]  # fmt: skip
+    with pytest.raises(SnapshotFileError, match="unknown node kind 'z'"):
+        decode_tree(["z"], [])
+    with pytest.raises(SnapshotFileError, match="not sorted"):
+        decode_tree(["m", [["b", ["n"]], ["a", ["n"]]]], [])
 
 
 def test_round_trip_is_exact(tmp_path):

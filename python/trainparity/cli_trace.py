@@ -32,7 +32,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
         "--step",
         type=cli.positive_int,
         default=1,
-        help="the step to trace: the ops after the (N-1)-th optimizer step up to the end of "
+        help="the step to trace: the ops from record(N-1) to record(N) in a script that calls "
+        "trainparity.record, else from the end of the (N-1)-th optimizer step to the end of "
         "the N-th (default: 1)",
     )
     parser.add_argument(
@@ -82,12 +83,16 @@ def run(arguments: argparse.Namespace) -> cli.CommandOutput:
     )
     child = [command[0], "-m", "trainparity.forensics.launch", *command[1:]]
     returncode = subprocess.run(child, env=environment, check=False).returncode
+    # The child says why it wrote no trace on stderr ("trainparity: no trace written: ...").
     if returncode != 0:
-        raise RuntimeError(f"the training command exited with status {returncode}; no trace")
+        raise RuntimeError(
+            f"the training command exited with status {returncode}; no trace (its stderr "
+            "above says why)"
+        )
     if not output.exists():
         raise RuntimeError(
-            f"step {arguments.step} never ended (fewer optimizer steps ran), so no trace was "
-            "written; trace an earlier --step"
+            f"step {arguments.step} never ended (fewer record() calls or optimizer steps ran), "
+            "so no trace was written; trace an earlier --step"
         )
     trace = read_trace(output)
     report = add_report_metadata(

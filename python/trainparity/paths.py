@@ -21,3 +21,16 @@ def render_path(path: StatePath) -> str:
         else:
             rendered.append(f"[{json.dumps(str(part), ensure_ascii=False)}]")
     return "".join(rendered)
+
+
+def path_under(key: str, rendered: str) -> str:
+    """A rendered path as seen from one level up, under the mapping key `key`.
+
+    `path_under("rank1", "rng.torch")` is `rank1.rng.torch`, `path_under("rank1",
+    '["a.b"]')` is `rank1["a.b"]`, and the root `$` becomes `rank1`: what
+    render_path gives for the path with `key` in front.
+    """
+    head = render_path((key,))
+    if rendered == "$":
+        return head
+    return head + rendered if rendered.startswith("[") else f"{head}.{rendered}"

@@ -23,7 +23,7 @@ import json
 import mmap
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,8 @@ __all__ = [
     "SNAPSHOT_FILE_FORMAT",
     "SnapshotFileError",
     "SnapshotFileInfo",
+    "decode_tree",
+    "encode_tree",
     "read_snapshot",
     "write_snapshot",
 ]
@@ -105,8 +107,7 @@ def write_snapshot(
     frozen = state if isinstance(state, FrozenMapping) else freeze(state, copy=False)
     if not isinstance(frozen, FrozenMapping):
         raise UnsupportedStateError((), "snapshot root must be a mapping")
-    tensors: list[tuple[str, FrozenTensor]] = []
-    tree = _encode_node(frozen, (), tensors)
+    tree, tensors = encode_tree(frozen)
     header: dict[str, Any] = {}
     table = []
     offset = 0
@@ -176,8 +177,33 @@ def write_snapshot(
     )
 
 
-def _encode_node(value: FrozenValue, path: StatePath, tensors: list) -> Any:
-    """Compact tagged JSON for one frozen node; tensors are replaced by their table index."""
+# The manifest's tree ------------------------------------------------------------------
+
+
+def encode_tree(value: FrozenValue) -> tuple[Any, list[tuple[str, FrozenTensor]]]:
+    """(tagged JSON tree, tensors) of a frozen value: the manifest's `tree` and its tensor table.
+
+    Every node is a JSON list whose first item is a one-letter tag, so values
+    of every supported type survive JSON unchanged (int beyond 2**53, NaN,
+    -0.0, bytes, tuple vs list):
+
+    - `["n"]` None, `["?", bool]`, `["i", "decimal digits"]`,
+      `["f", "16 hex digits of the big-endian IEEE float64"]`, `["s", str]`,
+      `["b", "base64"]`;
+    - `["t", index]` a tensor: index into the returned tensor list, whose
+      items are `(rendered state path, tensor)` in tree order;
+    - `["m", [[key, node], ...]]` a mapping (its keys sorted, as frozen);
+      `["l", [node, ...]]` a list; `["u", [node, ...]]` a tuple.
+
+    Raises UnsupportedStateError (naming its path) for a value that is not frozen state.
+    """
+    tensors: list[tuple[str, FrozenTensor]] = []
+    return _encode_node(value, (), tensors), tensors
+
+
+def _encode_node(
+    value: FrozenValue, path: StatePath, tensors: list[tuple[str, FrozenTensor]]
+) -> Any:
     if value is None:
         return ["n"]
     if isinstance(value, bool):
@@ -272,7 +298,7 @@ def read_snapshot(
             _tensor_leaf(entry, header, data_view, manifest["includes_values"])
             for entry in manifest["tensors"]
         ]
-        state = _decode_node(manifest["tree"], tensors)
+        state = decode_tree(manifest["tree"], tensors)
         snapshot = Snapshot(
             step=manifest["step"],
             state=state,
@@ -445,8 +471,20 @@ def _tensor_leaf(
     )
 
 
-def _decode_node(node: Any, tensors: list[FrozenTensor]) -> FrozenValue:
-    """Inverse of _encode_node."""
+def decode_tree(tree: Any, tensors: Sequence[FrozenTensor]) -> FrozenValue:
+    """Inverse of encode_tree: the frozen value of a tagged tree, `["t", i]` resolved to `tensors[i]`.
+
+    The tree may come from an untrusted file. A wrong tag, a value of the
+    wrong JSON type, a negative tensor reference or unsorted mapping keys
+    raise SnapshotFileError; a node of the wrong shape raises the lookup
+    error it meets (IndexError, KeyError, TypeError, ValueError,
+    struct.error, RecursionError for a tree nested too deep), which a reader
+    of a file reports as that file being malformed.
+    """
+    return _decode_node(tree, tensors)
+
+
+def _decode_node(node: Any, tensors: Sequence[FrozenTensor]) -> FrozenValue:
     tag = node[0]
     if tag == "n":
         return None

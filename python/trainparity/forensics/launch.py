@@ -11,7 +11,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from trainparity.forensics.step_trace import install_from_environment
+from trainparity.forensics.step_trace import TraceStepError, install_from_environment
 
 
 def main(argv: list[str]) -> None:
@@ -28,11 +28,13 @@ def main(argv: list[str]) -> None:
             sys.argv = list(argv)
             sys.path.insert(0, str(Path(argv[0]).resolve().parent))  # as `python SCRIPT` does
             runpy.run_path(argv[0], run_name="__main__")
+    except TraceStepError as error:  # the script's record() calls cannot delimit the step
+        raise SystemExit(f"trainparity: no trace written: {error}") from None
     finally:
-        if tracer is not None and tracer.session is not None:
-            # The script ended inside the traced step (e.g. no optimizer step after it):
-            # close the session without writing a partial trace.
-            tracer.session._leave(None, None, None)
+        if tracer is not None:
+            # The script ended inside the traced step or before it: close the session
+            # without writing a partial trace, and say why there is none.
+            tracer.finish()
 
 
 if __name__ == "__main__":

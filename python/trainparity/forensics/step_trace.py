@@ -1,36 +1,57 @@
-"""Tracing step N of an unmodified training script: step boundaries from optimizer steps or record().
+"""Tracing step N of a training script: step boundaries from record() calls or optimizer steps.
 
 `TRAINPARITY_TRACE_STEP=N` and `TRAINPARITY_TRACE_OUTPUT=FILE` (set by
-`trainparity trace`) ask for a trace of step N: the ops from the end of step
-N-1 (the start of the process for N = 1) to the end of step N. A step ends
-at each optimizer step (torch's global optimizer step post-hook) or, in a
-loop that calls `trainparity.record(step, state)`, at each record() call:
-`record_boundary(step)` is the hook record() calls.
+`trainparity trace`, or by hand for a script that calls `trainparity.record`)
+ask for a trace of step N. Where a step begins and ends:
+
+- **record() calls**, from a script's first one on: step N is every op
+  between the `record()` call for step N-1 and the next `record()` call,
+  which must be for step N. `record()`'s own work lies outside (the step
+  ends before it records and the next begins after), but the ops that build
+  its `state` argument are the step's. Record the state right after building
+  or loading as step 0 to trace step 1.
+- **optimizer steps**, under `trainparity trace` until the script's first
+  `record()` call (or throughout, in a script that never calls it): step N
+  runs from the end of the (N-1)-th optimizer step (any optimizer; torch's
+  global post-hook), or the start of the script for N = 1, to the end of the
+  N-th.
+
+A step that can no longer be told apart (record() went from before step N-1
+to step N or past it, or this process's first record() is for step N or
+later) raises TraceStepError from record(). A process that ends before step N
+ended writes no trace, never a partial one, and says why on stderr.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from typing import Any
 
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from trainparity.forensics.tracing import TraceSession
+from trainparity.recording.recorder import TRACE_STEP_VARIABLE
 
 __all__ = [
     "KEEP_VARIABLE",
     "OUTPUT_VARIABLE",
     "STEP_VARIABLE",
     "StepTracer",
+    "TraceStepError",
     "install_from_environment",
-    "record_boundary",
 ]
 
-STEP_VARIABLE = "TRAINPARITY_TRACE_STEP"
+STEP_VARIABLE = TRACE_STEP_VARIABLE
 OUTPUT_VARIABLE = "TRAINPARITY_TRACE_OUTPUT"
 KEEP_VARIABLE = "TRAINPARITY_TRACE_KEEP"
 
 _installed: StepTracer | None = None
+
+
+class TraceStepError(RuntimeError):
+    """record() calls that leave the requested step without a beginning or an end of its own."""
 
 
 class StepTracer:
@@ -42,39 +63,122 @@ class StepTracer:
         self.step = step
         self.output = output
         self.keep = keep
-        self.completed_steps = 0
+        self.optimizer_steps = 0
+        self.last_recorded: int | None = None
         self.session: TraceSession | None = None
-        self.done = False
+        # Settled: the trace is written, or record() has said why it never will be.
+        self.settled = False
         self._hook: Any = None
 
-    def start_if_due(self) -> None:
-        if not self.done and self.session is None and self.completed_steps == self.step - 1:
-            self.session = TraceSession(
-                self.output, model=None, inputs=None, keep=self.keep, step=self.step,
-                capture="auto",
-            )  # fmt: skip
-            self.session.__enter__()
-
-    def step_ended(self, step: int | None = None) -> None:
-        """One step has ended (its number, when the caller knows it: record()'s step)."""
-        self.completed_steps = self.completed_steps + 1 if step is None else step
-        if self.session is not None and self.completed_steps >= self.step:
-            session, self.session = self.session, None
-            session.__exit__(None, None, None)
-            self.done = True
-            if self._hook is not None:
-                self._hook.remove()
-        self.start_if_due()
+    # Optimizer steps ------------------------------------------------------------------
 
     def follow_optimizers(self) -> None:
         """End a step at every optimizer step (any optimizer), via torch's global post-hook."""
         self._hook = register_optimizer_step_post_hook(
-            lambda optimizer, args, kwargs: self.step_ended()
+            lambda optimizer, args, kwargs: self._optimizer_stepped()
+        )
+        if self.step == 1:
+            self._begin()
+
+    def _optimizer_stepped(self) -> None:
+        self.optimizer_steps += 1
+        if self.optimizer_steps == self.step:
+            self._write()
+        elif self.optimizer_steps == self.step - 1:
+            self._begin()
+
+    # record() calls -------------------------------------------------------------------
+
+    def record_arriving(self, step: int) -> None:
+        """record(step) was called, before it records: step `step` ends here."""
+        if self._hook is not None:  # from now on record() calls, not optimizer steps, count
+            self._hook.remove()
+            self._hook = None
+            if not self.settled:
+                self._discard()
+        if self.settled:
+            return
+        if step == self.step and self.session is not None:
+            self._write()
+        elif step >= self.step:
+            self.settled = True
+            raise TraceStepError(self._skipped(step))
+        else:
+            self._discard()  # a record of an earlier step: what was open is not step N
+        self.last_recorded = step
+
+    def record_done(self, step: int) -> None:
+        """record(step) has recorded: the next step begins here."""
+        if not self.settled and step == self.step - 1:
+            self._begin()
+
+    def _skipped(self, step: int) -> str:
+        wanted = (
+            f"{STEP_VARIABLE}={self.step}: step {self.step} runs from record({self.step - 1}) "
+            f"to record({self.step})"
+        )
+        if self.last_recorded is None:
+            return (
+                f"{wanted}, but this process's first record() call is for step {step}; trace a "
+                "step after it (record the state right after building or loading as step 0 to "
+                "trace step 1)"
+            )
+        return (
+            f"{wanted}, but record() went from step {self.last_recorded} to step {step}; "
+            "trace a step whose previous step is recorded"
+        )
+
+    # The session ----------------------------------------------------------------------
+
+    def _begin(self) -> None:
+        self._discard()
+        self.session = TraceSession(
+            self.output, model=None, inputs=None, keep=self.keep, step=self.step, capture="auto"
+        )
+        self.session.__enter__()
+
+    def _write(self) -> None:
+        session, self.session = self.session, None
+        self.settled = True
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if session is not None:
+            session.__exit__(None, None, None)
+
+    def _discard(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            session.discard()
+
+    def finish(self) -> None:
+        """The script has ended: drop an unfinished session (no partial trace) and say why on stderr."""
+        self._discard()
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if not self.settled:
+            self.settled = True
+            print(f"trainparity: no trace written: {self._unfinished()}", file=sys.stderr)
+
+    def _unfinished(self) -> str:
+        if self.last_recorded is not None:
+            return (
+                f"{STEP_VARIABLE}={self.step} but step {self.step} never ended: the last "
+                f"record() call was for step {self.last_recorded}"
+            )
+        return (
+            f"{STEP_VARIABLE}={self.step} but step {self.step} never ended: "
+            f"{self.optimizer_steps} optimizer step(s) ran and record() was never called"
         )
 
 
 def install_from_environment(*, follow_optimizers: bool = True) -> StepTracer | None:
-    """Install a StepTracer when TRAINPARITY_TRACE_STEP is set (once per process), else None."""
+    """Install a StepTracer when TRAINPARITY_TRACE_STEP is set (once per process), else None.
+
+    follow_optimizers: count optimizer steps until the first record() call
+    (`trainparity trace`); record() itself installs the tracer without.
+    """
     global _installed
     if _installed is not None or STEP_VARIABLE not in os.environ:
         return _installed
@@ -86,18 +190,7 @@ def install_from_environment(*, follow_optimizers: bool = True) -> StepTracer | 
     output = os.environ.get(OUTPUT_VARIABLE) or f"step{step}.trace"
     keep = tuple(item for item in os.environ.get(KEEP_VARIABLE, "").split(",") if item)
     _installed = StepTracer(step, output, keep)
+    atexit.register(_installed.finish)  # a script that ends early says why there is no trace
     if follow_optimizers:
         _installed.follow_optimizers()
-    _installed.start_if_due()
     return _installed
-
-
-def record_boundary(step: int) -> None:
-    """The hook `trainparity.record(step, state)` calls: step `step` has ended.
-
-    With TRAINPARITY_TRACE_STEP=N the trace starts at record(N-1) and is
-    written at record(N), so record the initial state as step 0 to trace step 1.
-    """
-    tracer = install_from_environment(follow_optimizers=False)
-    if tracer is not None and tracer._hook is None:
-        tracer.step_ended(step)

@@ -135,6 +135,10 @@ class TraceSession:
             write_trace(self.path, trace)
             trace.path = str(self.path)
 
+    def discard(self) -> None:
+        """Stop capturing without building or writing a trace: the step it covered did not end."""
+        self._leave(None, None, None)
+
     def _leave(self, kind: Any, error: Any, traceback: Any) -> None:
         self.recorder.paths.remove()
         while self._contexts:

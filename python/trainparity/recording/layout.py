@@ -1,6 +1,6 @@
 """A recorded state split into what rarely changes (the layout) and what changes every step.
 
-The layout is the snapshot manifest's tagged tree (snapshot_file's encoding)
+The layout is the snapshot manifest's tagged tree (snapshot_file.encode_tree)
 with every scalar leaf replaced by `["v"]`, plus the tensor table (name,
 dtype, shape, device, requires_grad): written once and referenced by the
 steps while it stays the same. A step stores the scalars, in tree order, as a
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainparity.normalize import normalize_observation
-from trainparity.snapshot_file import _decode_node, _encode_node
+from trainparity.snapshot_file import decode_tree, encode_tree
 from trainparity.state import FrozenMapping, FrozenTensor, UnsupportedStateError, freeze
 
 _SCALAR_TAGS = frozenset("n?ifsb")
@@ -33,8 +33,7 @@ def split_state(state: Mapping[str, object]) -> tuple[str, str, list[FrozenTenso
             (), f"recorded state is a {type(state).__name__}, not a mapping"
         )
     frozen = freeze(normalized, copy=False)
-    named: list[tuple[str, FrozenTensor]] = []
-    tree = _encode_node(frozen, (), named)
+    tree, named = encode_tree(frozen)
     scalars: list[Any] = []
     skeleton = _hollowed(tree, scalars)
     table = [
@@ -57,7 +56,7 @@ def join_state(layout: dict, scalars: list, tensors: list[FrozenTensor]) -> Froz
     tree = _filled(layout["tree"], remaining)
     if next(remaining, None) is not None:
         raise ValueError("the step holds more scalars than its layout has places for")
-    state = _decode_node(tree, tensors)
+    state = decode_tree(tree, tensors)
     if not isinstance(state, FrozenMapping):
         raise ValueError("recorded state is not a mapping")
     return state

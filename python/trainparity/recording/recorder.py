@@ -1,9 +1,11 @@
-"""`record(step, state)`: one line in a training loop, free unless a recording was asked for.
+"""`record(step, state)`: one line in a training loop, free unless a recording or trace was asked for.
 
 A recording is asked for by the environment (`TRAINPARITY_RECORD=DIR`, set by
-hand or by a check for its phases) or in-process with `recording_to(DIR)`.
-Until then `record` costs one comparison: this module imports nothing heavy
-at load time and `record` touches nothing else when no recorder is active.
+hand or by a check for its phases) or in-process with `recording_to(DIR)`; a
+trace of one step by `TRAINPARITY_TRACE_STEP=N`, for which each record() call
+marks a step boundary (see forensics/step_trace.py). Until then `record`
+costs one comparison: this module imports nothing heavy at load time and
+`record` touches nothing else when nothing is active.
 """
 
 from __future__ import annotations
@@ -22,15 +24,20 @@ EVERY_VARIABLE = "TRAINPARITY_RECORD_EVERY"
 FULL_BELOW_VARIABLE = "TRAINPARITY_RECORD_FULL_BELOW"
 PHASE_VARIABLE = "TRAINPARITY_RECORD_PHASE"
 ALSO_VARIABLE = "TRAINPARITY_RECORD_ALSO"
+# Named here, not in forensics, so that the check below imports no torch.
+TRACE_STEP_VARIABLE = "TRAINPARITY_TRACE_STEP"
 MODES = ("auto", "full", "summary")
 # "auto" keeps full values for a step whose tensors total at most this many bytes.
 DEFAULT_FULL_BELOW_BYTES = 4 << 20
 RECORDING_FORMAT = "trainparity-recording/1"
 
 _UNRESOLVED = object()
-# None: nothing records (the one check in record()); _UNRESOLVED: look at the
-# environment on the first call; else the active _Recorder.
-_active: Any = _UNRESOLVED if RECORD_VARIABLE in os.environ else None
+# None: record() does nothing (the one check in it); _UNRESOLVED: look at the
+# environment on the first call; else the active _Recorder, or _StepBoundaries
+# around it (or around None) when a step is to be traced.
+_active: Any = (
+    _UNRESOLVED if RECORD_VARIABLE in os.environ or TRACE_STEP_VARIABLE in os.environ else None
+)
 
 
 def record(step: int, state: Mapping[str, object]) -> None:
@@ -39,24 +46,32 @@ def record(step: int, state: Mapping[str, object]) -> None:
     `state` is normalised and frozen exactly as an `observe_checkpoint` result
     (so its paths are the ones a check reports): a mapping of str to tensors,
     numbers, strings, lists, tuples, dicts, numpy values. Does nothing, at
-    the cost of one comparison, unless this process records. Call it after
-    every optimizer step, and once right after loading a checkpoint.
+    the cost of one comparison, unless this process records or traces a step.
+    Call it after every optimizer step, and once right after loading a
+    checkpoint (or building the model: as step 0).
+
+    Under `TRAINPARITY_TRACE_STEP=N` each call is also a step boundary: the
+    trace of step N holds the ops between record(N-1) and record(N), none of
+    record()'s own (see docs/forensics.md).
     """
-    recorder = _active
-    if recorder is None:
+    active = _active
+    if active is None:
         return
-    if recorder is _UNRESOLVED:
-        recorder = _from_environment()
-        if recorder is None:
+    if active is _UNRESOLVED:
+        active = _from_environment()
+        if active is None:
             return
-    recorder.record(step, state)
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise TypeError(f"record() step must be an int, got {type(step).__name__}")
+    active.record(step, state)
 
 
 def recording_active() -> bool:
     """Whether `record` in this process writes anything."""
-    if _active is _UNRESOLVED:
-        return _from_environment() is not None
-    return _active is not None
+    active = _from_environment() if _active is _UNRESOLVED else _active
+    if isinstance(active, _StepBoundaries):
+        return active.recorder is not None
+    return active is not None
 
 
 @contextlib.contextmanager
@@ -81,7 +96,7 @@ def recording_to(
         Path(directory), mode=mode, every=every, full_below=full_below, rank=rank, phase=None
     )
     previous = _active
-    _active = recorder
+    _active = _with_step_boundaries(recorder)
     try:
         yield recorder.path
     finally:
@@ -90,14 +105,14 @@ def recording_to(
 
 
 def _from_environment() -> Any:
-    """The recorder the environment asks for (created once), or None."""
+    """What record() does as the environment asks (created once): see `_active`."""
     global _active
     directory = os.environ.get(RECORD_VARIABLE)
     if not directory:
-        _active = None
-        return None
+        _active = _with_step_boundaries(None)
+        return _active
     also = os.environ.get(ALSO_VARIABLE, "")
-    _active = _Recorder(
+    recorder = _Recorder(
         Path(directory),
         mode=os.environ.get(MODE_VARIABLE, "auto"),
         every=_int_variable(EVERY_VARIABLE, 1),
@@ -106,7 +121,35 @@ def _from_environment() -> Any:
         phase=os.environ.get(PHASE_VARIABLE),
         also=frozenset(int(item) for item in also.split(",") if item.strip()),
     )
+    _active = _with_step_boundaries(recorder)
     return _active
+
+
+def _with_step_boundaries(recorder: _Recorder | None) -> Any:
+    """`recorder`, wrapped in _StepBoundaries when the environment asks for a step trace."""
+    return _StepBoundaries(recorder) if TRACE_STEP_VARIABLE in os.environ else recorder
+
+
+class _StepBoundaries:
+    """record() under TRAINPARITY_TRACE_STEP: each call marks a step boundary for the step tracer.
+
+    The step ends before this call records and the next begins after it, so
+    a traced step holds none of record()'s own ops (freezing, digesting).
+    """
+
+    def __init__(self, recorder: _Recorder | None) -> None:
+        self.recorder = recorder
+
+    def record(self, step: int, state: Mapping[str, object]) -> None:
+        from trainparity.forensics.step_trace import install_from_environment
+
+        tracer = install_from_environment(follow_optimizers=False)
+        if tracer is not None:
+            tracer.record_arriving(step)
+        if self.recorder is not None:
+            self.recorder.record(step, state)
+        if tracer is not None:
+            tracer.record_done(step)
 
 
 def _int_variable(name: str, default: int) -> int:
@@ -195,8 +238,6 @@ class _Recorder:
         self._frame(HEAD, json.dumps(head, sort_keys=True).encode(), [])
 
     def record(self, step: int, state: Mapping[str, object]) -> None:
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise TypeError(f"record() step must be an int, got {type(step).__name__}")
         if self.records and step % self.every and step not in self.also:
             return
         from trainparity.recording.frames import LAYOUT, STEP, STEP_META, TENSOR_RECORD

@@ -5,6 +5,10 @@ candidate_split against baseline_a's first records; candidate_resume's first
 record (taken right after loading) against baseline_a's record at split_step,
 whatever step it claims (a claim that differs is itself a difference, at path
 `step`), and its later records one by one after that.
+
+Each rank is compared with the same rank. When the recordings hold several
+ranks, every difference path is put under its rank (`rank1.rng.torch`), so
+the verdict names it; one rank's recordings keep the plain paths.
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ class ResumeTrajectories:
             )
             for rank in first
         ]
-        self.divergence = _earliest(found)
+        self.divergence = _earliest(_rank_named(found, len(first)))
         return self.divergence
 
     def candidates_part(self) -> StepDivergence | None:
@@ -119,7 +123,7 @@ class ResumeTrajectories:
                     candidate_phase="candidate_resume",
                 )
             )
-        self.divergence = _earliest(found)
+        self.divergence = _earliest(_rank_named(found, len(baseline)))
         return self.divergence
 
     def report_fields(self, final_differences: tuple[Difference, ...]) -> dict[str, Any]:
@@ -131,9 +135,9 @@ class ResumeTrajectories:
             "trajectory": {
                 "ranks": ranks,
                 "recorded_steps": {
-                    phase: [step.step for step in recordings[ranks[0]].steps]
+                    phase: _recorded_steps(recordings, several_ranks=len(ranks) > 1)
                     for phase, recordings in self.recordings.items()
-                    if ranks[0] in recordings
+                    if recordings
                 },
                 "first_divergence": None if self.divergence is None else self.divergence.to_dict(),
             },
@@ -158,6 +162,23 @@ class ResumeTrajectories:
                 f"{other} recorded ranks {sorted(found)} but {reference} recorded "
                 f"{sorted(expected)}: record() must run in every phase"
             )
+
+
+def _recorded_steps(recordings: dict[int, Recording], *, several_ranks: bool) -> Any:
+    """A phase's recorded steps: one list for one rank, else `{"rank<R>": [...]}` per rank."""
+    if not several_ranks:
+        (recording,) = recordings.values()
+        return [step.step for step in recording.steps]
+    return {
+        f"rank{rank}": [step.step for step in recordings[rank].steps] for rank in sorted(recordings)
+    }
+
+
+def _rank_named(found: list[StepDivergence | None], rank_count: int) -> list[StepDivergence | None]:
+    """Each rank's divergence with its paths under `rank{R}`, when there are several ranks."""
+    if rank_count < 2:
+        return found
+    return [None if divergence is None else divergence.with_rank_in_paths() for divergence in found]
 
 
 def _earliest(found: list[StepDivergence | None]) -> StepDivergence | None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainparity.comparison import MISSING, ComparisonPolicy, Difference, collect_differences
+from trainparity.paths import path_under
 from trainparity.recording.reader import RecordedStep, tensor_at
 
 
@@ -41,6 +43,28 @@ class StepDivergence:
     @property
     def differences(self) -> tuple[Difference, ...]:
         return self.comparison.differences
+
+    def with_rank_in_paths(self) -> StepDivergence:
+        """The same divergence with every path under `rank{R}` (`rank1.rng.torch`).
+
+        For recordings of several ranks, whose states share their paths: a
+        verdict that says `rng.torch` would not say whose.
+        """
+        key = f"rank{self.rank}"
+        comparison = self.comparison
+        named = StepComparison(
+            comparison.step,
+            tuple(
+                dataclasses.replace(difference, path=path_under(key, difference.path))
+                for difference in comparison.differences
+            ),
+            {
+                path_under(key, path): error
+                for path, error in comparison.relative_rms_errors.items()
+            },
+            {path_under(key, path): bound for path, bound in comparison.error_bounds.items()},
+        )
+        return dataclasses.replace(self, comparison=named)
 
     def to_dict(self) -> dict[str, Any]:
         return {
