@@ -129,5 +129,7 @@ def test_check_runs_of_two_ranks_against_one_compares_rank_zero_step_by_step(tmp
     assert result.outcome is Outcome.PASS, result.message
     assert [len(process.ranks) for process in result.processes] == [1, 1, 2, 2]
     assert result.trajectory["ranks"] == [0, 1]
-    assert result.trajectory["recorded_steps"]["two_ranks_b"] == [1, 2, 3]
+    steps = result.trajectory["recorded_steps"]
+    assert steps["two_ranks_b"] == {"rank0": [1, 2, 3], "rank1": [1, 2, 3]}
+    assert steps["one_rank_a"] == {"rank0": [1, 2, 3]}
     assert list(tmp_path.iterdir()) == []

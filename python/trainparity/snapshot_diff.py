@@ -21,7 +21,7 @@ from trainparity.results import report_dict
 from trainparity.snapshot_file import SnapshotFileError, read_snapshot
 from trainparity.state_diff import (
     TensorStatistics,
-    _checked_policy,
+    checked_policy,
     compare_states_with_records,
 )
 
@@ -88,7 +88,7 @@ def diff_snapshots(
     result's `integrity` says which. Raises TypeError for a comparison that
     is not ExactComparison/ToleranceComparison.
     """
-    policy = _checked_policy(comparison)
+    policy = checked_policy(comparison)
     fields: dict[str, Any] = {
         "baseline": os.fspath(baseline),
         "candidate": os.fspath(candidate),

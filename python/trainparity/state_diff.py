@@ -89,7 +89,7 @@ def compare_states_with_records(
     comparison: ComparisonPolicy | None = None,
 ) -> tuple[StateComparison, list[TensorRecord]]:
     """`compare_states`, also returning each compared tensor pair (for assertion messages)."""
-    policy = _checked_policy(comparison)
+    policy = checked_policy(comparison)
     records: list[TensorRecord] = []
     differences = collect_differences(
         policy, _prepare(baseline), _prepare(candidate), on_tensor=records.append
@@ -104,7 +104,8 @@ def compare_states_with_records(
     return result, records
 
 
-def _checked_policy(comparison: object) -> ComparisonPolicy:
+def checked_policy(comparison: object) -> ComparisonPolicy:
+    """The comparison policy a diff was given: exact when None, TypeError when not a policy."""
     if comparison is None:
         return ExactComparison()
     if isinstance(comparison, (ExactComparison, ToleranceComparison)):

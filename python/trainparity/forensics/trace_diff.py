@@ -19,7 +19,7 @@ from trainparity.outcomes import Outcome
 from trainparity.results import report_dict
 from trainparity.snapshot_file import SnapshotFileError
 from trainparity.state import FrozenTensor
-from trainparity.state_diff import _checked_policy
+from trainparity.state_diff import checked_policy
 
 __all__ = ["TraceDiff", "diff_traces"]
 
@@ -90,7 +90,7 @@ def diff_traces(
     only (another decomposition or kernel) are listed and skipped. Files are
     verified as they are read (`trust_digests=True` skips the tensor bytes).
     """
-    policy = _checked_policy(comparison)
+    policy = checked_policy(comparison)
     fields: dict[str, Any] = {
         "baseline": _name(baseline),
         "candidate": _name(candidate),

@@ -20,7 +20,12 @@ from typing import Any
 from trainparity.comparison import ComparisonPolicy, Difference
 from trainparity.recording.reader import Recording, read_recordings
 from trainparity.recording.recorder import ALSO_VARIABLE, PHASE_VARIABLE, RECORD_VARIABLE
-from trainparity.recording.trajectory import StepDivergence, first_divergence
+from trainparity.recording.trajectory import (
+    StepDivergence,
+    first_divergence,
+    rank_named,
+    recorded_steps,
+)
 
 RECORDINGS_DIRECTORY = "recordings"
 _PHASES = ("baseline_a", "baseline_b", "candidate_split", "candidate_resume")
@@ -73,7 +78,7 @@ class ResumeTrajectories:
             )
             for rank in first
         ]
-        self.divergence = _earliest(_rank_named(found, len(first)))
+        self.divergence = _earliest(rank_named(found, len(first)))
         return self.divergence
 
     def candidates_part(self) -> StepDivergence | None:
@@ -123,7 +128,7 @@ class ResumeTrajectories:
                     candidate_phase="candidate_resume",
                 )
             )
-        self.divergence = _earliest(_rank_named(found, len(baseline)))
+        self.divergence = _earliest(rank_named(found, len(baseline)))
         return self.divergence
 
     def report_fields(self, final_differences: tuple[Difference, ...]) -> dict[str, Any]:
@@ -135,7 +140,7 @@ class ResumeTrajectories:
             "trajectory": {
                 "ranks": ranks,
                 "recorded_steps": {
-                    phase: _recorded_steps(recordings, several_ranks=len(ranks) > 1)
+                    phase: recorded_steps(recordings, several_ranks=len(ranks) > 1)
                     for phase, recordings in self.recordings.items()
                     if recordings
                 },
@@ -162,23 +167,6 @@ class ResumeTrajectories:
                 f"{other} recorded ranks {sorted(found)} but {reference} recorded "
                 f"{sorted(expected)}: record() must run in every phase"
             )
-
-
-def _recorded_steps(recordings: dict[int, Recording], *, several_ranks: bool) -> Any:
-    """A phase's recorded steps: one list for one rank, else `{"rank<R>": [...]}` per rank."""
-    if not several_ranks:
-        (recording,) = recordings.values()
-        return [step.step for step in recording.steps]
-    return {
-        f"rank{rank}": [step.step for step in recordings[rank].steps] for rank in sorted(recordings)
-    }
-
-
-def _rank_named(found: list[StepDivergence | None], rank_count: int) -> list[StepDivergence | None]:
-    """Each rank's divergence with its paths under `rank{R}`, when there are several ranks."""
-    if rank_count < 2:
-        return found
-    return [None if divergence is None else divergence.with_rank_in_paths() for divergence in found]
 
 
 def _earliest(found: list[StepDivergence | None]) -> StepDivergence | None:

@@ -4,7 +4,8 @@ Two runs of check_runs train the same schedule, so their records align one
 by one (a claimed step that differs is itself a difference, at path `step`).
 Ranks are compared rank by rank where both runs have them; a variant with
 fewer ranks (2 ranks against 1) is compared on the ranks it has, since every
-rank of a data-parallel job holds the same replicated state.
+rank of a data-parallel job holds the same replicated state. When two ranks
+or more are compared, difference paths name their rank (`rank1.model.weight`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from trainparity.comparison import ComparisonPolicy, Difference
 from trainparity.recording.reader import Recording, read_recordings
 from trainparity.recording.recorder import PHASE_VARIABLE, RECORD_VARIABLE
 from trainparity.recording.resume import RECORDINGS_DIRECTORY, TrajectoryError
-from trainparity.recording.trajectory import StepDivergence, first_divergence
+from trainparity.recording.trajectory import (
+    StepDivergence,
+    first_divergence,
+    rank_named,
+    recorded_steps,
+)
 
 __all__ = ["RunsTrajectories", "run_recording_environment"]
 
@@ -65,7 +71,7 @@ class RunsTrajectories:
             )
             for rank in ranks
         ]
-        present = [divergence for divergence in found if divergence is not None]
+        present = [divergence for divergence in rank_named(found, len(ranks)) if divergence]
         divergence = min(present, key=lambda d: (d.step, d.rank)) if present else None
         if divergence is not None and self.divergence is None:
             self.divergence = divergence  # the one the verdict reports
@@ -84,7 +90,7 @@ class RunsTrajectories:
             "trajectory": {
                 "ranks": ranks,
                 "recorded_steps": {
-                    run: [step.step for step in recordings[min(recordings)].steps]
+                    run: recorded_steps(recordings, several_ranks=len(ranks) > 1)
                     for run, recordings in self.recordings.items()
                     if recordings
                 },

@@ -10,7 +10,7 @@ from typing import Any
 
 from trainparity.comparison import MISSING, ComparisonPolicy, Difference, collect_differences
 from trainparity.paths import path_under
-from trainparity.recording.reader import RecordedStep, tensor_at
+from trainparity.recording.reader import RecordedStep, Recording, tensor_at
 
 
 @dataclass(frozen=True)
@@ -165,3 +165,20 @@ def first_divergence(
                 comparison=comparison,
             )
     return None
+
+
+def recorded_steps(recordings: dict[int, Recording], *, several_ranks: bool) -> Any:
+    """A phase's recorded steps: one list for one rank, else `{"rank<R>": [...]}` per rank."""
+    if not several_ranks:
+        (recording,) = recordings.values()
+        return [step.step for step in recording.steps]
+    return {
+        f"rank{rank}": [step.step for step in recordings[rank].steps] for rank in sorted(recordings)
+    }
+
+
+def rank_named(found: list[StepDivergence | None], rank_count: int) -> list[StepDivergence | None]:
+    """Each rank's divergence with its paths under `rank{R}`, when there are several ranks."""
+    if rank_count < 2:
+        return found
+    return [None if divergence is None else divergence.with_rank_in_paths() for divergence in found]
