@@ -425,6 +425,21 @@ def test_record_calls_mark_the_traced_step(tmp_path, monkeypatch, capsys):
     assert [op.name for op in read_trace(tmp_path / "step3.trace").ops] == names
 
 
+def test_each_rank_of_a_multi_rank_job_writes_its_own_trace(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(_RECORDING_SCRIPT)
+    for rank in (0, 1):  # the variables torchrun gives each rank
+        ranked = _run_traced(script, 2, tmp_path / "run.trace", RANK=str(rank), WORLD_SIZE="2")
+        assert ranked.returncode == 0, ranked.stderr
+    assert sorted(path.name for path in tmp_path.glob("*.trace")) == [
+        "run.rank0.trace",
+        "run.rank1.trace",
+    ]
+    assert read_trace(tmp_path / "run.rank1.trace").step == 2
+    alone = _run_traced(script, 2, tmp_path / "alone.trace", RANK="0", WORLD_SIZE="1")
+    assert alone.returncode == 0 and (tmp_path / "alone.trace").exists()
+
+
 def test_a_step_that_record_never_reaches_or_skips_is_a_clear_error(tmp_path, capfd):
     script = tmp_path / "train.py"
     script.write_text(_RECORDING_SCRIPT)

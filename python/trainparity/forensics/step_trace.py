@@ -20,6 +20,9 @@ A step that can no longer be told apart (record() went from before step N-1
 to step N or past it, or this process's first record() is for step N or
 later) raises TraceStepError from record(). A process that ends before step N
 ended writes no trace, never a partial one, and says why on stderr.
+
+In a multi-rank job (RANK set, WORLD_SIZE ≥ 2) every rank traces its own
+step N into `<stem>.rank<R><suffix>` next to TRAINPARITY_TRACE_OUTPUT.
 """
 
 from __future__ import annotations
@@ -173,6 +176,21 @@ class StepTracer:
         )
 
 
+def _rank_output(output: str) -> str:
+    """The trace file of this process: `output`, or `<stem>.rank<R><suffix>` in a multi-rank job.
+
+    Every rank of a torchrun job inherits the same TRAINPARITY_TRACE_OUTPUT;
+    without the rank in the name they would overwrite each other's trace.
+    """
+    rank, world_size = os.environ.get("RANK"), os.environ.get("WORLD_SIZE", "1")
+    if rank is None or not rank.isdigit() or not world_size.isdigit() or int(world_size) < 2:
+        return output
+    head, name = os.path.split(output)
+    stem, dot, suffix = name.rpartition(".")
+    named = f"{stem}.rank{rank}.{suffix}" if dot and stem else f"{name}.rank{rank}"
+    return os.path.join(head, named)
+
+
 def install_from_environment(*, follow_optimizers: bool = True) -> StepTracer | None:
     """Install a StepTracer when TRAINPARITY_TRACE_STEP is set (once per process), else None.
 
@@ -187,7 +205,7 @@ def install_from_environment(*, follow_optimizers: bool = True) -> StepTracer | 
         step = int(text)
     except ValueError:
         raise ValueError(f"{STEP_VARIABLE} must be a step number, got {text!r}") from None
-    output = os.environ.get(OUTPUT_VARIABLE) or f"step{step}.trace"
+    output = _rank_output(os.environ.get(OUTPUT_VARIABLE) or f"step{step}.trace")
     keep = tuple(item for item in os.environ.get(KEEP_VARIABLE, "").split(",") if item)
     _installed = StepTracer(step, output, keep)
     atexit.register(_installed.finish)  # a script that ends early says why there is no trace
