@@ -55,7 +55,10 @@ class ObserverClient:
         timeout: float,
         progress: ProgressReporter,
         case_kind: str = "resume",
+        timings: dict[str, float] | None = None,
     ) -> None:
+        """`timings` (the check's timing dict) receives `snapshot_<phase>` per observation
+        and the worker's own timings (`capture` as `snapshot_capture`), summed."""
         self.group = group
         self.case_kind = case_kind
         self.case_spec = case_spec
@@ -66,6 +69,8 @@ class ObserverClient:
         self.progress = progress
         self.requests_fd: int | None = None
         self.launch_failed = False
+        self.timings = timings if timings is not None else {}
+        self.file_bytes = 0  # of every snapshot file published so far
 
     def start(self) -> None:
         """Launch the worker now, so its interpreter start overlaps with training."""
@@ -142,7 +147,16 @@ class ObserverClient:
             ) from None
         seconds = time.perf_counter() - began
         self.progress.event(f"snapshot_{phase}", "end", seconds)
-        return Observation(snapshot, seconds, timings, snapshot_path.stat().st_size)
+        observation = Observation(snapshot, seconds, timings, snapshot_path.stat().st_size)
+        self._account(phase, observation)
+        return observation
+
+    def _account(self, phase: str, observation: Observation) -> None:
+        self.timings[f"snapshot_{phase}"] = observation.seconds
+        for key, seconds in observation.child_timings.items():
+            target = "snapshot_capture" if key == "capture" else key
+            self.timings[target] = self.timings.get(target, 0.0) + seconds
+        self.file_bytes += observation.file_bytes
 
     def stop(self) -> None:
         """Ask the worker to exit; the group kills it if it does not within a few seconds."""

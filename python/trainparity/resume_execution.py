@@ -87,8 +87,8 @@ class ResumeExecution:
             environment=settings.environment,
             timeout=settings.timeout,
             progress=settings.progress,
+            timings=self.timings,
         )
-        self.snapshot_ipc_bytes = 0
 
     # The decision sequence ----------------------------------------------------------
 
@@ -100,7 +100,7 @@ class ResumeExecution:
                     for name in _CONCURRENT_PHASES:
                         self.children.start(name)
                 result = self._decide(fields)
-            except PhaseError as failure:
+            except (PhaseError, ObservationFailure) as failure:
                 result = self._result(fields, failure.outcome, failure.message)
             self.observer.stop()
         timing = dict(self.timings)
@@ -205,7 +205,7 @@ class ResumeExecution:
         return ProcessResumeResult(
             outcome=outcome,
             message=message,
-            snapshot_ipc_bytes=self.snapshot_ipc_bytes,
+            snapshot_ipc_bytes=self.observer.file_bytes,
             checkpoint_max_bytes=self.children.checkpoint_max_bytes,
             **fields,
             **extra,
@@ -217,16 +217,7 @@ class ResumeExecution:
         return self._observed(name, self.children.trained(name))
 
     def _observed(self, name: str, checkpoint: Path) -> Snapshot:
-        try:
-            observation = self.observer.observe(name, checkpoint)
-        except ObservationFailure as failure:
-            raise PhaseError(failure.outcome, failure.message) from None
-        self.timings[f"snapshot_{name}"] = observation.seconds
-        for key, seconds in observation.child_timings.items():
-            target = "snapshot_capture" if key == "capture" else key
-            self.timings[target] = self.timings.get(target, 0.0) + seconds
-        self.snapshot_ipc_bytes += observation.file_bytes
-        return observation.snapshot
+        return self.observer.observe(name, checkpoint).snapshot
 
     def _stage(self, split_checkpoint: Path) -> Path:
         """Copy the split checkpoint to where candidate_resume's location contract says it lives."""

@@ -26,8 +26,8 @@ from trainparity.phase_children import (
     nondeterminism_hints,
 )
 from trainparity.protocols import RunsCase
-from trainparity.recording.resume import TrajectoryError
-from trainparity.recording.runs import RunsTrajectories, run_recording_environment
+from trainparity.recording.phase_recordings import TrajectoryError, recording_environment
+from trainparity.recording.runs import RunsTrajectories
 from trainparity.recording.trajectory import StepDivergence
 from trainparity.run_setup import RunSettings
 from trainparity.runs_plan import REPEATS, RunVariant
@@ -64,7 +64,7 @@ class RunsExecution:
                     case.total_step,
                     root / name,
                     extra_args=variant.args,
-                    extra_env={**variant.env, **run_recording_environment(root, name)},
+                    extra_env={**variant.env, **recording_environment(root, name)},
                 )
                 for name, variant in (
                     (f"{variant_name}_{repeat}", variant)
@@ -83,9 +83,9 @@ class RunsExecution:
             timeout=settings.timeout,
             progress=settings.progress,
             case_kind="runs",
+            timings=self.timings,
         )
         self.trajectories = RunsTrajectories(root, policy)
-        self.snapshot_ipc_bytes = 0
 
     def run(self, fields: dict[str, Any], started: float) -> RunsResult:
         with self.children.running():
@@ -95,7 +95,7 @@ class RunsExecution:
                     for name in self.children.phases:
                         self.children.start(name)
                 result = self._decide(fields)
-            except PhaseError as failure:
+            except (PhaseError, ObservationFailure) as failure:
                 result = self._result(fields, failure.outcome, failure.message)
             self.observer.stop()
         timing = dict(self.timings)
@@ -205,21 +205,14 @@ class RunsExecution:
         return RunsResult(
             outcome=outcome,
             message=message,
-            snapshot_ipc_bytes=self.snapshot_ipc_bytes,
+            snapshot_ipc_bytes=self.observer.file_bytes,
             checkpoint_max_bytes=self.children.checkpoint_max_bytes,
             **fields,
             **extra,
         )
 
     def _observed(self, name: str) -> Snapshot:
-        checkpoint = self.children.trained(name)
-        try:
-            observation = self.observer.observe(name, checkpoint)
-        except ObservationFailure as failure:
-            raise PhaseError(failure.outcome, failure.message) from None
-        self.timings[f"snapshot_{name}"] = observation.seconds
-        self.snapshot_ipc_bytes += observation.file_bytes
-        return observation.snapshot
+        return self.observer.observe(name, self.children.trained(name)).snapshot
 
 
 def _where(step: int, differences: Sequence[Difference]) -> str:

@@ -15,24 +15,23 @@ from __future__ import annotations
 
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any
 
-from trainparity.comparison import ComparisonPolicy, Difference
-from trainparity.recording.reader import Recording, read_recordings
-from trainparity.recording.recorder import ALSO_VARIABLE, PHASE_VARIABLE, RECORD_VARIABLE
-from trainparity.recording.trajectory import (
-    StepDivergence,
-    first_divergence,
-    rank_named,
-    recorded_steps,
+from trainparity.comparison import ComparisonPolicy
+from trainparity.recording.phase_recordings import (
+    RECORDINGS_DIRECTORY,
+    PhaseRecordings,
+    TrajectoryError,
+    recording_environment,
 )
+from trainparity.recording.recorder import ALSO_VARIABLE
+from trainparity.recording.trajectory import StepDivergence, first_divergence, rank_named
 
-RECORDINGS_DIRECTORY = "recordings"
-_PHASES = ("baseline_a", "baseline_b", "candidate_split", "candidate_resume")
-
-
-class TrajectoryError(Exception):
-    """Recordings that exist but cannot be used: unreadable, or missing from some phases."""
+__all__ = [
+    "RECORDINGS_DIRECTORY",
+    "ResumeTrajectories",
+    "TrajectoryError",
+    "phase_recording_environment",
+]
 
 
 def phase_recording_environment(run_root: Path, phase: str, split_step: int) -> dict[str, str]:
@@ -41,30 +40,19 @@ def phase_recording_environment(run_root: Path, phase: str, split_step: int) -> 
     The split step is always recorded (whatever TRAINPARITY_RECORD_EVERY says),
     so the round trip can be compared.
     """
-    return {
-        RECORD_VARIABLE: str(run_root / RECORDINGS_DIRECTORY / phase),
-        PHASE_VARIABLE: phase,
-        ALSO_VARIABLE: str(split_step),
-    }
+    return {**recording_environment(run_root, phase), ALSO_VARIABLE: str(split_step)}
 
 
-class ResumeTrajectories:
+class ResumeTrajectories(PhaseRecordings):
     """The four phases' recordings of one check, read when the decision sequence needs them."""
 
     def __init__(self, run_root: Path, policy: ComparisonPolicy, split_step: int) -> None:
-        self.root = run_root / RECORDINGS_DIRECTORY
-        self.policy = policy
+        super().__init__(run_root, policy)
         self.split_step = split_step
-        self.recordings: dict[str, dict[int, Recording]] = {}
-        self.divergence: StepDivergence | None = None
-
-    @property
-    def recorded(self) -> bool:
-        return any(self.recordings.values())
 
     def baselines_part(self) -> StepDivergence | None:
         """The first step at which baseline_a and baseline_b differ (None when equal or not recorded)."""
-        first, second = self._read("baseline_a"), self._read("baseline_b")
+        first, second = self.read("baseline_a"), self.read("baseline_b")
         if not first and not second:
             return None
         self._require_same_ranks("baseline_a", "baseline_b")
@@ -86,7 +74,7 @@ class ResumeTrajectories:
         if not self.recordings.get("baseline_a"):
             return None
         baseline = self.recordings["baseline_a"]
-        split, resumed = self._read("candidate_split"), self._read("candidate_resume")
+        split, resumed = self.read("candidate_split"), self.read("candidate_resume")
         self._require_same_ranks("baseline_a", "candidate_split")
         self._require_same_ranks("baseline_a", "candidate_resume")
         found = []
@@ -131,37 +119,8 @@ class ResumeTrajectories:
         self.divergence = _earliest(rank_named(found, len(baseline)))
         return self.divergence
 
-    def report_fields(self, final_differences: tuple[Difference, ...]) -> dict[str, Any]:
-        """The report keys recordings add (none when the case does not record)."""
-        if not self.recorded:
-            return {}
-        ranks = sorted({rank for phase in self.recordings.values() for rank in phase})
-        return {
-            "trajectory": {
-                "ranks": ranks,
-                "recorded_steps": {
-                    phase: recorded_steps(recordings, several_ranks=len(ranks) > 1)
-                    for phase, recordings in self.recordings.items()
-                    if recordings
-                },
-                "first_divergence": None if self.divergence is None else self.divergence.to_dict(),
-            },
-            "final_state_differences": final_differences,
-        }
-
-    def _read(self, phase: str) -> dict[int, Recording]:
-        if phase not in self.recordings:
-            try:
-                recordings = read_recordings(self.root / phase)
-            except Exception as error:  # RecordingError, OSError: the verdict is ERROR
-                raise TrajectoryError(f"{phase} recording is unreadable: {error}") from None
-            self.recordings[phase] = {
-                rank: recording for rank, recording in recordings.items() if recording.steps
-            }
-        return self.recordings[phase]
-
     def _require_same_ranks(self, reference: str, other: str) -> None:
-        expected, found = set(self._read(reference)), set(self._read(other))
+        expected, found = set(self.read(reference)), set(self.read(other))
         if expected != found:
             raise TrajectoryError(
                 f"{other} recorded ranks {sorted(found)} but {reference} recorded "

@@ -1,0 +1,78 @@
+"""The recordings of one check's children: read on demand, reported the same way by every check.
+
+Each child of a check records into `<run root>/recordings/<child name>/`
+(one file per rank). check_resume (`recording/resume.py`) and check_runs
+(`recording/runs.py`) align the records differently; what they share is
+here: reading (a recording that cannot be read makes the verdict ERROR),
+and the report keys `trajectory` and `final_state_differences`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainparity.comparison import ComparisonPolicy, Difference
+from trainparity.recording.reader import Recording, read_recordings
+from trainparity.recording.recorder import PHASE_VARIABLE, RECORD_VARIABLE
+from trainparity.recording.trajectory import StepDivergence, recorded_steps
+
+__all__ = ["RECORDINGS_DIRECTORY", "PhaseRecordings", "TrajectoryError", "recording_environment"]
+
+RECORDINGS_DIRECTORY = "recordings"
+
+
+class TrajectoryError(Exception):
+    """Recordings that exist but cannot be used: unreadable, or missing from some children."""
+
+
+def recording_environment(run_root: Path, child: str) -> dict[str, str]:
+    """Variables that make `record()` in a child's process write to that child's directory."""
+    return {RECORD_VARIABLE: str(run_root / RECORDINGS_DIRECTORY / child), PHASE_VARIABLE: child}
+
+
+class PhaseRecordings:
+    """The recordings of one check's children, each read once, when the decisions need it.
+
+    `divergence` is the one the verdict reports; subclasses set it.
+    """
+
+    def __init__(self, run_root: Path, policy: ComparisonPolicy) -> None:
+        self.root = run_root / RECORDINGS_DIRECTORY
+        self.policy = policy
+        self.recordings: dict[str, dict[int, Recording]] = {}
+        self.divergence: StepDivergence | None = None
+
+    @property
+    def recorded(self) -> bool:
+        return any(self.recordings.values())
+
+    def report_fields(self, final_differences: tuple[Difference, ...]) -> dict[str, Any]:
+        """The report keys recordings add (none when the children do not record)."""
+        if not self.recorded:
+            return {}
+        ranks = sorted({rank for child in self.recordings.values() for rank in child})
+        return {
+            "trajectory": {
+                "ranks": ranks,
+                "recorded_steps": {
+                    child: recorded_steps(recordings, several_ranks=len(ranks) > 1)
+                    for child, recordings in self.recordings.items()
+                    if recordings
+                },
+                "first_divergence": None if self.divergence is None else self.divergence.to_dict(),
+            },
+            "final_state_differences": final_differences,
+        }
+
+    def read(self, child: str) -> dict[int, Recording]:
+        """A child's recording per rank (ranks that recorded no step left out); read once."""
+        if child not in self.recordings:
+            try:
+                recordings = read_recordings(self.root / child)
+            except Exception as error:  # RecordingError, OSError: the verdict is ERROR
+                raise TrajectoryError(f"{child} recording is unreadable: {error}") from None
+            self.recordings[child] = {
+                rank: recording for rank, recording in recordings.items() if recording.steps
+            }
+        return self.recordings[child]
