@@ -310,6 +310,7 @@ class AccumulationExecution:
                 self.policy,
                 [_phase_views(report) for report in reports],
                 [_phase_views(report) for report in self.rank_reports],
+                own_step=bool(self.own_step_children),
             )
         finally:
             self.settings.progress.event("comparison", "end", time.perf_counter() - began)
