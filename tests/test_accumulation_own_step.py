@@ -84,7 +84,7 @@ OWN_LOOP_FAULTS = [
         AccumulationExecutionPlan(4),
         "optimizer_state",
         ["optimizer.param_groups[0].lr"],
-        id="scheduler-per-microbatch",
+        id="scheduler-per-microbatch",  # the lr it gave the optimizer shows before its count
     ),
     pytest.param(
         "ZeroGradPerMicrobatchCase",
@@ -101,28 +101,14 @@ OWN_LOOP_FAULTS = [
         id="clip-per-microbatch",
     ),
     pytest.param(
-        "OptimizerStepPerMicrobatchCase",
-        AccumulationExecutionPlan(4),
-        "gradient",
-        ['gradient["0"].weight', 'gradient["1"].bias', 'gradient["1"].weight'],
-        id="optimizer-step-per-microbatch",
-    ),
-    pytest.param(
-        "DoubleOptimizerStepCase",
-        AccumulationExecutionPlan(2),
-        "optimizer_state",
-        ["optimizer.step_calls"],
-        id="second-optimizer-step",
-    ),
-    pytest.param(
         "DoubleSchedulerStepCase",
         AccumulationExecutionPlan(2),
         "scheduler_state",
-        [
+        [  # the count first: it explains the other fields
+            "scheduler.step_calls",
             "scheduler._last_lr[0]",
             "scheduler._step_count",
             "scheduler.last_epoch",
-            "scheduler.step_calls",
         ],
         id="second-scheduler-step",
     ),
@@ -138,24 +124,71 @@ def test_own_loop_bugs_fail_where_first_observed(case, plan, phase, paths):
     assert [difference.path for difference in result.all_differences] == paths
     assert result.primary_difference == result.all_differences[0]
     assert_three_fresh_children(result)
-    if case in STEP_CALLS:
-        counted = {d.path: (d.baseline, d.candidate) for d in result.all_differences}
-        assert counted[STEP_CALLS[case]] == ("1", "2")
+    if case == "DoubleSchedulerStepCase":
+        calls = result.primary_difference
+        assert (calls.path, calls.baseline, calls.candidate) == ("scheduler.step_calls", "1", "2")
 
 
-STEP_CALLS = {
-    "DoubleOptimizerStepCase": "optimizer.step_calls",
-    "DoubleSchedulerStepCase": "scheduler.step_calls",
-}
+# A wrong optimizer step count decides before any phase: (case, plan, calls, every path) -----
 
 
-def test_a_loop_that_never_steps_the_optimizer_fails_in_the_optimizer_phase():
-    result = check("NeverStepsCase")
+OPTIMIZER_STEP_COUNTS = [
+    pytest.param(
+        "OptimizerStepPerMicrobatchCase",
+        AccumulationExecutionPlan(4),
+        4,
+        [
+            "optimizer.step_calls",
+            'optimizer.state["0"].weight.momentum_buffer',
+            'optimizer.state["1"].bias.momentum_buffer',
+            'optimizer.state["1"].weight.momentum_buffer',
+        ],
+        id="optimizer-step-per-microbatch",  # its gradients differ too, but are not compared
+    ),
+    pytest.param(
+        "DoubleOptimizerStepCase",
+        AccumulationExecutionPlan(2),
+        2,
+        ["optimizer.step_calls"],
+        id="second-optimizer-step",
+    ),
+    pytest.param(
+        "NeverStepsCase",
+        AccumulationExecutionPlan(2),
+        0,
+        [
+            "optimizer.step_calls",
+            "optimizer.param_groups[0].lr",
+            'optimizer.state["0"].weight.momentum_buffer',
+            'optimizer.state["1"].bias.momentum_buffer',
+            'optimizer.state["1"].weight.momentum_buffer',
+        ],
+        id="never-steps",  # a FAIL, not an ERROR: it ran, and was observed
+    ),
+]
+
+
+@pytest.mark.parametrize(("case", "plan", "calls", "paths"), OPTIMIZER_STEP_COUNTS)
+def test_a_wrong_optimizer_step_count_fails_at_the_count_before_any_phase(case, plan, calls, paths):
+    result = check(case, plan)
     assert result.outcome == "FAIL", result.message
     assert result.first_observed_phase == "optimizer_state"
-    calls = {d.path: (d.baseline, d.candidate) for d in result.all_differences}
-    assert calls["optimizer.step_calls"] == ("1", "0")
-    assert calls['optimizer.state["1"].weight.momentum_buffer'][1] == "<missing>"
+    assert result.message == (
+        f"first observed divergence in optimizer_state: train_step called optimizer.step "
+        f"{calls} times in one update (the reference: 1); not a root-cause claim"
+    )
+    assert [difference.path for difference in result.all_differences] == paths
+    count = result.primary_difference
+    assert count == result.all_differences[0]
+    assert (count.path, count.baseline, count.candidate) == (
+        "optimizer.step_calls",
+        "1",
+        str(calls),
+    )
+    assert_three_fresh_children(result)
+    if case == "NeverStepsCase":
+        missing = result.all_differences[2]
+        assert missing.candidate == "<missing>"
 
 
 # ERROR and setup errors -------------------------------------------------------------------

@@ -143,6 +143,21 @@ def test_multi_rank_mistakes_fail_where_first_observed(case, plan, phase, paths,
         assert (syncs.baseline, syncs.candidate) == ("1", "2")
 
 
+def test_a_rank_stepping_the_optimizer_per_microbatch_fails_at_its_step_count():
+    # Each of its backwards synchronised too (ranks.gradient_syncs 2): the step count,
+    # which makes every other observation one of two updates, decides first.
+    result = check("StepPerMicrobatchDDPCase", two_ranks())
+    assert result.outcome == "FAIL", result.message
+    assert result.first_observed_phase == "optimizer_state"
+    assert result.message == (
+        "first observed divergence in optimizer_state: rank 0's train_step called "
+        "optimizer.step 2 times in one update (the reference: 1); not a root-cause claim"
+    )
+    count = result.primary_difference
+    assert (count.path, count.baseline, count.candidate) == ("optimizer.step_calls", "1", "2")
+    assert len(set(result.process_ids)) == 4
+
+
 def test_a_crashing_rank_is_an_error_and_stops_the_other_ranks(tmp_path):
     result = check("CrashingRankCase", two_ranks(), timeout=120, temporary_root=tmp_path)
     assert result.outcome == "ERROR"

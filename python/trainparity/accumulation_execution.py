@@ -1,4 +1,4 @@
-"""One accumulation check's three children and the decisions taken from what they observed."""
+"""One accumulation check's children: started, awaited, and read for accumulation_verdict to judge."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.accumulation_plan import INITIAL_KEY, PHASES, AccumulationExecutionPlan
-from trainparity.accumulation_ranks import RANKS_KEY, rank_differences, rank_names, rank_specs
-from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
+from trainparity.accumulation_ranks import RANKS_KEY, rank_names, rank_specs
+from trainparity.accumulation_verdict import Verdict, judge_observations
+from trainparity.comparison import ExactComparison, ToleranceComparison
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
 from trainparity.processes import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
@@ -24,7 +25,6 @@ from trainparity.snapshot_file import SnapshotFileError, read_snapshot
 __all__ = ["CHILD_NAMES", "AccumulationExecution"]
 
 CHILD_NAMES = ("baseline_a", "baseline_b", "candidate")
-INITIAL_STATE = "initial_state"
 RESULT_FILE = "result.json"
 OBSERVATIONS_FILE = "observations.safetensors"
 
@@ -43,14 +43,6 @@ def _tree_bytes(root: Path) -> int:
     return total
 
 
-class _Verdict(Exception):
-    """Ends the decision sequence with a verdict (fields of AccumulationResult)."""
-
-    def __init__(self, outcome: Outcome, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.fields = {"outcome": outcome, "message": message, **fields}
-
-
 @dataclass(frozen=True)
 class _ChildReport:
     """What one child published: its verdict and, on PASS, its observations."""
@@ -65,7 +57,7 @@ class _ChildReport:
 
 
 class AccumulationExecution:
-    """One check's three children and the decisions taken from what they observed."""
+    """One check's children, run and read, and the verdict judged from what they observed."""
 
     def __init__(
         self,
@@ -100,12 +92,12 @@ class AccumulationExecution:
                     for name in CHILD_NAMES:
                         self._start(name)
                 reports = [self._report(name) for name in CHILD_NAMES]
-            except _Verdict as verdict:
+            except Verdict as verdict:
                 return {"process_ids": tuple(self.process_ids), **verdict.fields}
         captured = all(report.loss_normalization_captured for report in reports)
         try:
             fields = self._decide(reports)
-        except _Verdict as verdict:
+        except Verdict as verdict:
             fields = verdict.fields
         return {
             "process_ids": tuple(self.process_ids),
@@ -173,11 +165,11 @@ class AccumulationExecution:
             self.peak_bytes = max(self.peak_bytes, _tree_bytes(self.settings.run_root))
 
     def _report(self, name: str) -> _ChildReport:
-        """Wait for child `name` and read what it published; raise _Verdict unless PASS."""
+        """Wait for child `name` and read what it published; raise Verdict unless PASS."""
         if not self.settings.parallel:
             self._start(name)
         if name in self.launch_errors:
-            raise _Verdict(Outcome.ERROR, self.launch_errors[name])
+            raise Verdict(Outcome.ERROR, self.launch_errors[name])
         if self.plans[name].world_size > 1:
             return self._report_ranks(name)
         result = self.group.wait_for(name)
@@ -185,7 +177,7 @@ class AccumulationExecution:
         self.process_ids.append(result.pid)
         directory = self.settings.run_root / name
         if result.timed_out:
-            raise _Verdict(
+            raise Verdict(
                 Outcome.ERROR,
                 self._with_logs(
                     name, f"worker timeout ({name} ran past {self.settings.timeout:g} s)"
@@ -198,16 +190,16 @@ class AccumulationExecution:
         )
         result_path = directory / RESULT_FILE
         if result.exit_code != 0 or not result_path.is_file():
-            raise _Verdict(
+            raise Verdict(
                 Outcome.ERROR,
                 self._with_logs(name, f"worker did not publish a result ({name} {status})"),
             )
         report = self._read_result(name, result_path)
         if report.outcome is Outcome.ERROR and name in self.own_step_children:
             # The user's own step failed: its traceback is in the child's stderr.
-            raise _Verdict(report.outcome, self._with_logs(name, report.message))
+            raise Verdict(report.outcome, self._with_logs(name, report.message))
         if report.outcome is not Outcome.PASS:
-            raise _Verdict(report.outcome, report.message)
+            raise Verdict(report.outcome, report.message)
         return report
 
     def _report_ranks(self, name: str) -> _ChildReport:
@@ -237,7 +229,7 @@ class AccumulationExecution:
                 self.process_ids.extend(pid for rank, pid in self.rank_pids if rank not in seen)
                 # Ranks reaped together: a crash or timeout explains the others' errors
                 # (a peer that vanished mid-collective), not the other way round.
-                raise _Verdict(*min(failures, key=lambda failure: failure[0])[1])
+                raise Verdict(*min(failures, key=lambda failure: failure[0])[1])
             if len(seen) < len(names):
                 self.group.wait(None)
         self.rank_reports = [self._read_result(rank, self._rank_result(rank)) for rank in names]
@@ -292,7 +284,7 @@ class AccumulationExecution:
                 raise ValueError(f"unexpected unobserved phases {unobserved!r}")
             observations, _ = read_snapshot(path.parent / OBSERVATIONS_FILE)
         except (OSError, ValueError, KeyError, TypeError, SnapshotFileError) as error:
-            raise _Verdict(
+            raise Verdict(
                 Outcome.ERROR,
                 self._with_logs(name, f"worker result was corrupt ({name}: {error_text(error)})"),
             ) from None
@@ -310,13 +302,15 @@ class AccumulationExecution:
     def _decide(self, reports: list[_ChildReport]) -> dict[str, Any]:
         reports_with_ranks = [*reports[:-1], *(self.rank_reports or reports[-1:])]
         if len({report.pid for report in reports_with_ranks}) != len(reports_with_ranks):
-            raise _Verdict(Outcome.ERROR, "fresh executions did not have distinct process IDs")
+            raise Verdict(Outcome.ERROR, "fresh executions did not have distinct process IDs")
         self.settings.progress.event("comparison", "start")
         began = time.perf_counter()
         try:
-            self._compare(
+            judge_observations(
+                self.policy,
                 [_phase_views(report) for report in reports],
                 [_phase_views(report) for report in self.rank_reports],
+                own_step=bool(self.own_step_children),
             )
         finally:
             self.settings.progress.event("comparison", "end", time.perf_counter() - began)
@@ -325,66 +319,6 @@ class AccumulationExecution:
             "message": _PASS_MESSAGE,
             "verified_equal_initial_state": True,
         }
-
-    def _compare(
-        self, views: list[dict[str, Snapshot]], rank_views: list[dict[str, Snapshot]]
-    ) -> None:
-        """Raise the first ABSTAIN or FAIL verdict in contract order; return when all agree.
-
-        A multi-rank candidate's ranks must agree with each other (phase
-        `ranks`) before rank 0 is compared with the reference.
-        """
-        baseline_a, baseline_b, candidate = views
-        self._judge_initial(baseline_a[INITIAL_KEY], baseline_b[INITIAL_KEY], candidate)
-        disagreement = rank_differences(self.policy, rank_views) if rank_views else None
-        if disagreement is not None:
-            message, differences = disagreement
-            raise _Verdict(
-                Outcome.FAIL, message, **_differences("ranks", differences, verified=True)
-            )
-        for phase in PHASES:
-            if phase not in candidate:  # an own step that did not report its losses
-                continue
-            differences = self.policy.compare_all(baseline_a[phase], baseline_b[phase])
-            if differences:
-                raise _Verdict(
-                    Outcome.ABSTAIN,
-                    "baseline self-consistency failed",
-                    **_differences(phase, differences, verified=True),
-                )
-            differences = self.policy.compare_all(baseline_a[phase], candidate[phase])
-            if differences:
-                raise _Verdict(
-                    Outcome.FAIL,
-                    f"first observed divergence in {phase}; not a root-cause claim",
-                    **_differences(phase, differences, verified=True),
-                )
-
-    def _judge_initial(
-        self, baseline_a: Snapshot, baseline_b: Snapshot, candidate: dict[str, Snapshot]
-    ) -> None:
-        for other, message in (
-            (baseline_b, "baseline initial-state self-consistency failed"),
-            (candidate[INITIAL_KEY], "candidate did not start from verified-equal initial state"),
-        ):
-            differences = self.policy.compare_all(baseline_a, other)
-            if differences:
-                raise _Verdict(
-                    Outcome.ABSTAIN,
-                    message,
-                    **_differences(INITIAL_STATE, differences, verified=False),
-                )
-
-
-def _differences(
-    phase: str, differences: tuple[Difference, ...], *, verified: bool
-) -> dict[str, Any]:
-    return {
-        "first_observed_phase": phase,
-        "primary_difference": differences[0],
-        "all_differences": differences,
-        "verified_equal_initial_state": verified,
-    }
 
 
 def _phase_views(report: _ChildReport) -> dict[str, Snapshot]:
@@ -395,7 +329,7 @@ def _phase_views(report: _ChildReport) -> dict[str, Snapshot]:
     observed = [phase for phase in PHASES if phase not in report.unobserved_phases]
     missing = [key for key in (INITIAL_KEY, *observed) if key not in subtrees]
     if missing:
-        raise _Verdict(
+        raise Verdict(
             Outcome.ERROR,
             f"worker result was corrupt ({report.name}: observations lack {', '.join(missing)})",
         )

@@ -1,0 +1,80 @@
+"""The order in which check_accumulation judges its children's observations, on hand-made views.
+
+No process runs here: each child's observations are built as the worker
+would publish them, so the rules about step counts can be shown one by one,
+and the declarative path (no own train_step) is shown to ignore them.
+"""
+
+from __future__ import annotations
+
+import pytest
+from trainparity.accumulation_plan import INITIAL_KEY
+from trainparity.accumulation_verdict import Verdict, judge_observations
+from trainparity.comparison import ExactComparison
+from trainparity.snapshot import Snapshot
+from trainparity.state import freeze
+
+EXACT = ExactComparison()
+
+
+def child(
+    *, gradient=1.0, optimizer_calls=1, lr=0.5, scheduler_calls=1, last_epoch=1, parameter=2.0
+):
+    """One child's phase views; the step counts are what an own-step check records."""
+    phases = {
+        INITIAL_KEY: {"model": {"weight": 0.0}},
+        "loss_accounting": {"loss_accounting": {"effective_loss": 3.0}},
+        "gradient": {"gradient": {"weight": gradient}},
+        "optimizer_state": {"optimizer": {"lr": lr, "step_calls": optimizer_calls}},
+        "parameter_update": {"model": {"weight": parameter}},
+        "scheduler_state": {"scheduler": {"last_epoch": last_epoch, "step_calls": scheduler_calls}},
+    }
+    return {phase: Snapshot(1, freeze(tree)) for phase, tree in phases.items()}
+
+
+def verdict(candidate, *, own_step, baseline_b=None, ranks=()):
+    with pytest.raises(Verdict) as raised:
+        judge_observations(
+            EXACT, [child(), baseline_b or child(), candidate], list(ranks), own_step=own_step
+        )
+    fields = raised.value.fields
+    return fields["first_observed_phase"], [d.path for d in fields["all_differences"]], fields
+
+
+def test_a_wrong_optimizer_step_count_decides_before_the_gradient_phase():
+    wrong = child(gradient=0.25, optimizer_calls=4, lr=0.25)
+    phase, paths, fields = verdict(wrong, own_step=True)
+    assert phase == "optimizer_state"
+    assert paths == ["optimizer.step_calls", "optimizer.lr"]  # the count first, then the rest
+    assert fields["message"] == (
+        "first observed divergence in optimizer_state: train_step called optimizer.step "
+        "4 times in one update (the reference: 1); not a root-cause claim"
+    )
+
+
+def test_the_declarative_path_keeps_the_contract_order():
+    wrong = child(gradient=0.25, optimizer_calls=4, scheduler_calls=2, last_epoch=2)
+    assert verdict(wrong, own_step=False)[:2] == ("gradient", ["gradient.weight"])
+    wrong = child(scheduler_calls=2, last_epoch=2)
+    assert verdict(wrong, own_step=False)[1] == ["scheduler.last_epoch", "scheduler.step_calls"]
+
+
+def test_baselines_that_count_differently_leave_the_verdict_to_the_phases():
+    phase, paths, fields = verdict(
+        child(gradient=0.25, optimizer_calls=4), own_step=True, baseline_b=child(optimizer_calls=2)
+    )
+    assert (phase, paths) == ("gradient", ["gradient.weight"])
+
+
+def test_a_wrong_scheduler_count_leads_its_phase_but_does_not_preempt_an_earlier_one():
+    phase, paths, _ = verdict(child(scheduler_calls=2, last_epoch=2), own_step=True)
+    assert (phase, paths) == ("scheduler_state", ["scheduler.step_calls", "scheduler.last_epoch"])
+    early = child(lr=0.125, parameter=1.5, scheduler_calls=4, last_epoch=4)
+    assert verdict(early, own_step=True)[:2] == ("optimizer_state", ["optimizer.lr"])
+
+
+def test_the_step_count_of_every_rank_is_judged_before_the_ranks_agreement():
+    ranks = [child(), child(optimizer_calls=2, parameter=1.0)]
+    phase, paths, fields = verdict(ranks[0], own_step=True, ranks=ranks)
+    assert (phase, paths) == ("optimizer_state", ["optimizer.step_calls"])
+    assert "rank 1's train_step called optimizer.step 2 times" in fields["message"]
