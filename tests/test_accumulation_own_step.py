@@ -80,13 +80,6 @@ OWN_LOOP_FAULTS = [
         id="token-mean-per-microbatch-unreported",
     ),
     pytest.param(
-        "SchedulerPerMicrobatchCase",
-        AccumulationExecutionPlan(4),
-        "optimizer_state",
-        ["optimizer.param_groups[0].lr"],
-        id="scheduler-per-microbatch",  # the lr it gave the optimizer shows before its count
-    ),
-    pytest.param(
         "ZeroGradPerMicrobatchCase",
         AccumulationExecutionPlan(2),
         "gradient",
@@ -100,18 +93,6 @@ OWN_LOOP_FAULTS = [
         ['gradient["0"].weight', 'gradient["1"].bias', 'gradient["1"].weight'],
         id="clip-per-microbatch",
     ),
-    pytest.param(
-        "DoubleSchedulerStepCase",
-        AccumulationExecutionPlan(2),
-        "scheduler_state",
-        [  # the count first: it explains the other fields
-            "scheduler.step_calls",
-            "scheduler._last_lr[0]",
-            "scheduler._step_count",
-            "scheduler.last_epoch",
-        ],
-        id="second-scheduler-step",
-    ),
 ]
 
 
@@ -124,18 +105,16 @@ def test_own_loop_bugs_fail_where_first_observed(case, plan, phase, paths):
     assert [difference.path for difference in result.all_differences] == paths
     assert result.primary_difference == result.all_differences[0]
     assert_three_fresh_children(result)
-    if case == "DoubleSchedulerStepCase":
-        calls = result.primary_difference
-        assert (calls.path, calls.baseline, calls.candidate) == ("scheduler.step_calls", "1", "2")
 
 
-# A wrong optimizer step count decides before any phase: (case, plan, calls, every path) -----
+# A wrong step count decides before any phase: (case, plan, component, calls, every path) ---
 
 
-OPTIMIZER_STEP_COUNTS = [
+STEP_COUNTS = [
     pytest.param(
         "OptimizerStepPerMicrobatchCase",
         AccumulationExecutionPlan(4),
+        "optimizer",
         4,
         [
             "optimizer.step_calls",
@@ -148,6 +127,7 @@ OPTIMIZER_STEP_COUNTS = [
     pytest.param(
         "DoubleOptimizerStepCase",
         AccumulationExecutionPlan(2),
+        "optimizer",
         2,
         ["optimizer.step_calls"],
         id="second-optimizer-step",
@@ -155,6 +135,7 @@ OPTIMIZER_STEP_COUNTS = [
     pytest.param(
         "NeverStepsCase",
         AccumulationExecutionPlan(2),
+        "optimizer",
         0,
         [
             "optimizer.step_calls",
@@ -165,23 +146,52 @@ OPTIMIZER_STEP_COUNTS = [
         ],
         id="never-steps",  # a FAIL, not an ERROR: it ran, and was observed
     ),
+    pytest.param(
+        "SchedulerPerMicrobatchCase",
+        AccumulationExecutionPlan(4),
+        "scheduler",
+        4,
+        [
+            "scheduler.step_calls",
+            "scheduler._last_lr[0]",
+            "scheduler._step_count",
+            "scheduler.last_epoch",
+        ],
+        id="scheduler-per-microbatch",  # before the decayed lr the optimizer stepped with
+    ),
+    pytest.param(
+        "DoubleSchedulerStepCase",
+        AccumulationExecutionPlan(2),
+        "scheduler",
+        2,
+        [
+            "scheduler.step_calls",
+            "scheduler._last_lr[0]",
+            "scheduler._step_count",
+            "scheduler.last_epoch",
+        ],
+        id="second-scheduler-step",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("case", "plan", "calls", "paths"), OPTIMIZER_STEP_COUNTS)
-def test_a_wrong_optimizer_step_count_fails_at_the_count_before_any_phase(case, plan, calls, paths):
+@pytest.mark.parametrize(("case", "plan", "component", "calls", "paths"), STEP_COUNTS)
+def test_a_wrong_step_count_fails_at_the_count_before_any_phase(
+    case, plan, component, calls, paths
+):
     result = check(case, plan)
     assert result.outcome == "FAIL", result.message
-    assert result.first_observed_phase == "optimizer_state"
+    phase = f"{component}_state"
+    assert result.first_observed_phase == phase
     assert result.message == (
-        f"first observed divergence in optimizer_state: train_step called optimizer.step "
+        f"first observed divergence in {phase}: train_step called {component}.step "
         f"{calls} times in one update (the reference: 1); not a root-cause claim"
     )
     assert [difference.path for difference in result.all_differences] == paths
     count = result.primary_difference
     assert count == result.all_differences[0]
     assert (count.path, count.baseline, count.candidate) == (
-        "optimizer.step_calls",
+        f"{component}.step_calls",
         "1",
         str(calls),
     )

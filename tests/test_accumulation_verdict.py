@@ -66,11 +66,15 @@ def test_baselines_that_count_differently_leave_the_verdict_to_the_phases():
     assert (phase, paths) == ("gradient", ["gradient.weight"])
 
 
-def test_a_wrong_scheduler_count_leads_its_phase_but_does_not_preempt_an_earlier_one():
+def test_a_wrong_scheduler_count_decides_before_the_lr_it_gave_the_optimizer():
     phase, paths, _ = verdict(child(scheduler_calls=2, last_epoch=2), own_step=True)
     assert (phase, paths) == ("scheduler_state", ["scheduler.step_calls", "scheduler.last_epoch"])
     early = child(lr=0.125, parameter=1.5, scheduler_calls=4, last_epoch=4)
-    assert verdict(early, own_step=True)[:2] == ("optimizer_state", ["optimizer.lr"])
+    phase, paths, fields = verdict(early, own_step=True)
+    assert (phase, paths) == ("scheduler_state", ["scheduler.step_calls", "scheduler.last_epoch"])
+    assert "train_step called scheduler.step 4 times in one update" in fields["message"]
+    both = child(optimizer_calls=2, scheduler_calls=4)  # the optimizer's count is judged first
+    assert verdict(both, own_step=True)[:2] == ("optimizer_state", ["optimizer.step_calls"])
 
 
 def test_the_step_count_of_every_rank_is_judged_before_the_ranks_agreement():

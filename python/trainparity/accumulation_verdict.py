@@ -1,8 +1,8 @@
 """The verdict of one accumulation check from what its children observed, in contract order.
 
 The initial states first (ABSTAIN unless verified equal), then, for a case's
-own train_step, its optimizer step count, then a multi-rank candidate's ranks
-against each other, then the phases in contract order: the baselines against
+own train_step, its optimizer and scheduler step counts, then a multi-rank
+candidate's ranks against each other, then the phases in contract order: the baselines against
 each other (ABSTAIN) and the candidate (rank 0) against the reference (FAIL).
 """
 
@@ -23,7 +23,6 @@ __all__ = ["Verdict", "judge_observations"]
 INITIAL_STATE = "initial_state"
 OPTIMIZER_PHASE = "optimizer_state"
 SCHEDULER_PHASE = "scheduler_state"
-SCHEDULER_STEP_CALLS = "scheduler.step_calls"
 
 Views = Mapping[str, Snapshot]
 
@@ -51,7 +50,10 @@ def judge_observations(
     baseline_a, baseline_b, candidate = views
     _judge_initial(policy, baseline_a[INITIAL_KEY], baseline_b[INITIAL_KEY], candidate)
     if own_step:
-        _judge_optimizer_steps(policy, baseline_a, baseline_b, rank_views or [candidate])
+        for phase, component in ((OPTIMIZER_PHASE, "optimizer"), (SCHEDULER_PHASE, "scheduler")):
+            _judge_step_count(
+                policy, phase, component, baseline_a, baseline_b, rank_views or [candidate]
+            )
     disagreement = rank_differences(policy, rank_views) if rank_views else None
     if disagreement is not None:
         message, differences = disagreement
@@ -68,12 +70,6 @@ def judge_observations(
             )
         differences = policy.compare_all(baseline_a[phase], candidate[phase])
         if differences:
-            if own_step and phase == SCHEDULER_PHASE:
-                # The count explains the other scheduler fields (last_epoch, _last_lr, ...).
-                # It does not preempt earlier phases: none is observed at a scheduler.step,
-                # so a divergence there (the lr a scheduler stepped too early gave the
-                # optimizer) is genuinely observed first.
-                differences = _first_at(differences, SCHEDULER_STEP_CALLS)
             raise Verdict(
                 Outcome.FAIL,
                 f"first observed divergence in {phase}; not a root-cause claim",
@@ -100,62 +96,62 @@ def _judge_initial(
             )
 
 
-def _judge_optimizer_steps(
+def _judge_step_count(
     policy: ExactComparison | ToleranceComparison,
+    phase: str,
+    component: str,
     baseline_a: Views,
     baseline_b: Views,
     candidates: Sequence[Views],
 ) -> None:
-    """FAIL at `optimizer.step_calls` when a train_step did not step the optimizer as the reference did.
+    """FAIL at `<component>.step_calls` when a train_step did not step it as the reference did.
 
-    Decisive before every phase, the ranks' agreement included: the gradient
-    phase is observed at the first `optimizer.step` and the optimizer phase
-    at the last, so with four steps (or none) in one update those
-    observations belong to another loop (the first of four steps saw a
-    quarter of the window's gradients) and comparing them would name a
-    symptom of the count, not the count. Only once the baselines agree on
-    their own count; otherwise the phases decide (ABSTAIN there).
+    Decisive before every phase, the ranks' agreement included. The count is
+    a fact about the user's loop, and what it changes elsewhere is its
+    symptom: the gradient phase is observed at the first `optimizer.step`
+    and the optimizer phase at the last, so with four optimizer steps (or
+    none) in one update those observations belong to another loop; a
+    scheduler stepped per microbatch first shows as the decayed learning
+    rate the optimizer stepped with. The optimizer's count is judged before
+    the scheduler's. Only once the baselines agree on their own count;
+    otherwise the phases decide (ABSTAIN there).
     """
-    reference = _optimizer_step_calls(baseline_a)
-    if reference is None or _optimizer_step_calls(baseline_b) != reference:
+    reference = _step_calls(baseline_a, phase, component)
+    if reference is None or _step_calls(baseline_b, phase, component) != reference:
         return
     for rank, view in enumerate(candidates):
-        counted = _optimizer_step_calls(view)
+        counted = _step_calls(view, phase, component)
         if counted is None or counted == reference:
             continue
-        count_difference = policy.compare_all(_count_tree(reference), _count_tree(counted))
+        count_difference = policy.compare_all(
+            _count_tree(component, reference), _count_tree(component, counted)
+        )
         rest = tuple(
             difference
-            for difference in policy.compare_all(baseline_a[OPTIMIZER_PHASE], view[OPTIMIZER_PHASE])
+            for difference in policy.compare_all(baseline_a[phase], view[phase])
             if difference.path != count_difference[0].path
         )
         who = f"rank {rank}'s train_step" if len(candidates) > 1 else "train_step"
         raise Verdict(
             Outcome.FAIL,
-            f"first observed divergence in {OPTIMIZER_PHASE}: {who} called optimizer.step "
+            f"first observed divergence in {phase}: {who} called {component}.step "
             f"{counted} times in one update (the reference: {reference}); not a root-cause claim",
-            **_differences(OPTIMIZER_PHASE, (*count_difference, *rest), verified=True),
+            **_differences(phase, (*count_difference, *rest), verified=True),
         )
 
 
-def _optimizer_step_calls(view: Views) -> int | None:
-    """The counted `optimizer.step` calls of one child, None where they were not counted."""
-    optimizer = view[OPTIMIZER_PHASE].state.as_dict().get("optimizer")
-    calls = optimizer.as_dict().get("step_calls") if isinstance(optimizer, FrozenMapping) else None
+def _step_calls(view: Views, phase: str, component: str) -> int | None:
+    """The counted `<component>.step` calls of one child, None where they were not counted."""
+    if phase not in view:
+        return None
+    observed = view[phase].state.as_dict().get(component)
+    calls = observed.as_dict().get("step_calls") if isinstance(observed, FrozenMapping) else None
     return calls if isinstance(calls, int) and not isinstance(calls, bool) else None
 
 
-def _count_tree(calls: int) -> FrozenMapping:
-    # The count where the optimizer phase holds it, so its Difference reads as the phase's would.
-    return FrozenMapping((("optimizer", FrozenMapping((("step_calls", calls),))),))
-
-
-def _first_at(differences: tuple[Difference, ...], path: str) -> tuple[Difference, ...]:
-    """`differences` with the one at `path` (if any) first; the others keep their order."""
-    return (
-        *(difference for difference in differences if difference.path == path),
-        *(difference for difference in differences if difference.path != path),
-    )
+def _count_tree(component: str, calls: int) -> FrozenMapping:
+    # The count where its phase holds it, so its Difference reads as the phase's would.
+    return FrozenMapping(((component, FrozenMapping((("step_calls", calls),))),))
 
 
 def _differences(
