@@ -1,6 +1,8 @@
-"""Resume cases around train_hf.py: the script as it is, and two resume mistakes."""
+"""Resume cases around train_hf.py on one process and on two DDP ranks, and accumulation variants."""
 
 from trainparity.integrations.huggingface import HuggingFaceCase
+
+TWO_RANKS = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 
 
 class TrainerResume(HuggingFaceCase):
@@ -37,3 +39,16 @@ class TrainerAccumulation(HuggingFaceCase):
         observed = super().observe_checkpoint(path)
         # What must agree: the logged losses and the training state, not the batch-size settings.
         return {key: observed[key] for key in ("log_history", "model", "optimizer", "scheduler")}
+
+
+class TrainerResumeTwoRanks(HuggingFaceCase):
+    name = "hf_trainer_resume_two_ranks"
+    split_step = 2
+    total_step = 4
+    script = [*TWO_RANKS, "train_hf.py", "--max-steps", "4", "--batch", "2"]
+
+
+class TrainerLosingRankOneRNG(TrainerResumeTwoRanks):
+    """The resumed run finds no rng_state_1.pth: rank 1 goes on without its RNG state."""
+
+    script = [*TrainerResumeTwoRanks.script, "--lose-rank1-rng"]

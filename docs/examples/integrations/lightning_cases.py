@@ -1,6 +1,8 @@
-"""Resume cases around train_lightning.py: as it is, a callback that forgets its state, and two findings."""
+"""Lightning resume cases: train_lightning.py on one process and on two DDP ranks, faults, findings."""
 
 from trainparity.integrations.lightning import LightningCase
+
+TWO_RANKS = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 
 
 class LightningResume(LightningCase):
@@ -26,3 +28,10 @@ class LightningSplitAtEpochEnd(LightningResume):
     """Split on an epoch's last batch: Lightning 2.6.6 restores the loop counters differently."""
 
     split_step = 8
+
+
+class LightningResumeTwoRanks(LightningCase):
+    name = "lightning_resume_two_ranks"
+    split_step = 2
+    total_step = 4
+    script = [*TWO_RANKS, "train_lightning.py", "--max-steps", "4", "--devices", "2"]

@@ -1,11 +1,14 @@
 """A tiny causal LM trained with the Hugging Face Trainer, following trainparity's phase plan.
 
 Padded, variable-length sequences; a 1-layer GPT-2 built from a local config
-(no downloads). The flags select the configurations the checks compare and
+(no downloads). Runs on one CPU process or, under torchrun, on several
+(DDP over gloo). The flags select the configurations the checks compare and
 the resume mistakes the tests inject.
 """
 
 import argparse
+import os
+import sys
 
 import torch
 from trainparity.integrations import huggingface as tp_hf
@@ -19,6 +22,7 @@ parser.add_argument("--dropout", type=float, default=0.1)
 parser.add_argument("--ignore-data-skip", action="store_true")
 parser.add_argument("--save-only-model", action="store_true")
 parser.add_argument("--own-loss", action="store_true")
+parser.add_argument("--lose-rank1-rng", action="store_true")
 options = parser.parse_args()
 
 VOCAB, PAD = 64, 0
@@ -89,6 +93,9 @@ arguments = TrainingArguments(
     seed=0,
     report_to=[],
     use_cpu=True,
+    # Under torchrun. On one process accelerate 1.15 fails on any backend named here.
+    ddp_backend="gloo" if torch.distributed.is_torchelastic_launched() else None,
+    ddp_find_unused_parameters=False,
     disable_tqdm=True,
     dataloader_num_workers=0,
     ignore_data_skip=options.ignore_data_skip,
@@ -101,4 +108,17 @@ trainer = (OwnLossTrainer if options.own_loss else Trainer)(
     data_collator=pad,
     callbacks=[tp_hf.TrainParityCallback()],
 )
+if options.lose_rank1_rng and tp_hf.resume_from() and arguments.process_index == 1:
+    # As if the checkpoint had been copied before rank 1 wrote its RNG file: the Trainer
+    # then resumes rank 1 without restoring its RNG, with an info-level log line only.
+    os.remove(os.path.join(tp_hf.resume_from(), "rng_state_1.pth"))
 trainer.train(resume_from_checkpoint=tp_hf.resume_from())
+
+if torch.distributed.is_initialized():
+    # torch's gloo process group can deadlock in its destructor at interpreter exit
+    # (docs/distributed.md, "The hang of a correct program"): tear it down, then leave directly.
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -12,7 +12,10 @@ Outside a check all three are no-ops (`output_dir` returns its argument,
 `resume_from` None). Under one, the callback stops the run at the plan's end
 step without touching `max_steps` (which defines the LR schedule), has the
 Trainer save its own complete checkpoint there and moves `checkpoint-<N>` to
-the plan's checkpoint path.
+the plan's checkpoint path. Under torchrun (DDP) every rank runs the
+callback: all stop at the same end step, rank 0 moves the folder once every
+rank has written its `rng_state_<rank>.pth` into it, and each rank records
+its own trajectory.
 """
 
 from __future__ import annotations
@@ -109,10 +112,13 @@ class TrainParityCallback(transformers.TrainerCallback):
         if plan is None or self.published or state.global_step < plan.end_step:
             return control
         self.published = True
+        # Every rank writes its own rng_state_<rank>.pth into checkpoint-<N>, and nothing in
+        # _save_checkpoint waits for the others: rank 0 must not move the folder before they did.
+        _barrier()
         if state.is_world_process_zero:
             source = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             _replace_directory(source, plan.checkpoint)
-        _barrier()
+        _barrier()  # nobody exits (ending the phase) before the checkpoint is in place
         return control
 
     def on_train_end(self, args, state, control, **kwargs):

@@ -15,6 +15,9 @@ saves in `on_train_batch_end`, where `ModelCheckpoint(every_n_train_steps=...)`
 saves. It is
 a `Checkpoint` callback, so Lightning runs it after every other callback's
 `on_train_batch_end`, as it does for `ModelCheckpoint`.
+Under torchrun with `strategy="ddp"` every rank runs the callback and calls
+`save_checkpoint`, as Lightning requires: it writes the file from rank 0
+only and waits for every rank.
 Works with `lightning` (`lightning.pytorch`) or the standalone `pytorch_lightning`.
 """
 
