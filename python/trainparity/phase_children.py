@@ -171,6 +171,7 @@ class PhaseChildren:
             )
             self.group.start(spec, timeout=self.settings.timeout)
         except (ChildLaunchError, OSError, TypeError, ValueError):
+            self.rank_watcher.close(phase.name)  # no ranks will come
             phase.error = PhaseError(
                 Outcome.ERROR, self.hinted(phase.name, f"{phase.name} child launch failed")
             )
