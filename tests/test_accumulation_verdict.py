@@ -82,3 +82,10 @@ def test_the_step_count_of_every_rank_is_judged_before_the_ranks_agreement():
     phase, paths, fields = verdict(ranks[0], own_step=True, ranks=ranks)
     assert (phase, paths) == ("optimizer_state", ["optimizer.step_calls"])
     assert "rank 1's train_step called optimizer.step 2 times" in fields["message"]
+
+
+def test_the_scheduler_count_of_every_rank_is_judged_too():
+    ranks = [child(), child(scheduler_calls=4, last_epoch=4)]
+    phase, paths, fields = verdict(ranks[0], own_step=True, ranks=ranks)
+    assert (phase, paths) == ("scheduler_state", ["scheduler.step_calls", "scheduler.last_epoch"])
+    assert "rank 1's train_step called scheduler.step 4 times" in fields["message"]
