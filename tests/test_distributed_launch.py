@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy
 import pytest
 from trainparity import Outcome, ToleranceComparison, check_resume, check_runs
 from trainparity.distributed import torchrun_command
@@ -133,3 +136,34 @@ def test_check_runs_of_two_ranks_against_one_compares_rank_zero_step_by_step(tmp
     assert steps["two_ranks_b"] == {"rank0": [1, 2, 3], "rank1": [1, 2, 3]}
     assert steps["one_rank_a"] == {"rank0": [1, 2, 3]}
     assert list(tmp_path.iterdir()) == []
+
+
+_ENDING_SCRIPT = """
+import sys
+import torch.distributed as dist
+import trainparity
+from trainparity.distributed import end_rank
+
+if sys.argv[2] == "group":
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[1] + "/store", rank=0, world_size=1)
+trainparity.record_ids([7, 8, 9], epoch=0, directory=sys.argv[1] + "/ids")  # buffered
+print("written before leaving", end="")  # unflushed: end_rank flushes it
+end_rank(int(sys.argv[3]))
+"""
+
+
+@pytest.mark.parametrize("group", ["group", "none"])
+def test_end_rank_tears_down_flushes_and_exits_with_the_code(tmp_path, group):
+    script = tmp_path / "job.py"
+    script.write_text(_ENDING_SCRIPT)
+    completed = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), group, "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert completed.returncode == 3, completed.stderr
+    assert completed.stdout == "written before leaving"
+    ids = (tmp_path / "ids" / "rank0.epoch0.ids").read_bytes()
+    assert numpy.frombuffer(ids, dtype="<i8").tolist() == [7, 8, 9]

@@ -14,9 +14,7 @@ intentional resume bugs that the example's tests expect check_resume to catch.
 """
 
 import argparse
-import os
 import random
-import sys
 from pathlib import Path
 
 import torch
@@ -27,7 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 import trainparity
-from trainparity.distributed import flush_ids
+from trainparity.distributed import end_rank
 
 
 class IndexedSamples(Dataset):
@@ -114,24 +112,9 @@ def main() -> None:
         epoch, position = epoch + 1, 0
 
     save(args.checkpoint, model, optimizer, step, rank)
-    dist.destroy_process_group()
-    leave_without_destructors()
-
-
-def leave_without_destructors() -> None:
-    """Exit now, skipping destructors: works around a teardown deadlock of torch's gloo backend.
-
-    When the last reference to the process group goes (here: DDP's Reducer,
-    when main() returns), ~ProcessGroupGloo joins its worker threads while
-    holding the GIL; a worker still releasing the last collective's work
-    (whose tensors Python already dropped) waits for the GIL: both wait
-    forever. It takes a worker thread preempted at the wrong moment (busy
-    CPUs). Everything is written and closed by now.
-    """
-    flush_ids()  # record_ids' buffers, which atexit would have written
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    # Barrier, destroy_process_group, flush record_ids, os._exit: skips the destructors,
+    # where torch's gloo teardown can deadlock (docs/distributed.md).
+    end_rank()
 
 
 def save(directory: Path, model, optimizer, step: int, rank: int) -> None:

@@ -9,12 +9,11 @@ a generator of its own, so each `iter()` of it draws from the global torch RNG.
 """
 
 import argparse
-import os
-import sys
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
+from trainparity.distributed import end_rank
 from trainparity.integrations import accelerate as tp_acc
 
 parser = argparse.ArgumentParser()
@@ -78,9 +77,5 @@ while not done and progress.step < options.max_steps:
             break
 
 # torch's gloo process group can deadlock or abort in its destructor at interpreter exit
-# (docs/distributed.md, "The hang of a correct program"): tear it down, then leave directly.
-accelerator.wait_for_everyone()
-torch.distributed.destroy_process_group()
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(0)
+# (docs/distributed.md, "The hang of a correct program"): leave before it runs.
+end_rank()

@@ -11,11 +11,10 @@ process group torchrun set up and gives each rank half of every epoch.
 """
 
 import argparse
-import os
-import sys
 
 import lightning as L
 import torch
+from trainparity.distributed import end_rank
 from trainparity.integrations import lightning as tp_pl
 
 parser = argparse.ArgumentParser()
@@ -106,9 +105,5 @@ trainer.fit(Regression(), loader, ckpt_path=tp_pl.ckpt_path())
 
 if torch.distributed.is_initialized():
     # torch's gloo process group can deadlock in its destructor at interpreter exit
-    # (docs/distributed.md, "The hang of a correct program"): tear it down, then leave directly.
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    # (docs/distributed.md, "The hang of a correct program"): leave before it runs.
+    end_rank()

@@ -1,6 +1,7 @@
 """Multi-rank jobs: torchrun command lines, rank-aware phase evidence, per-rank sample ID records."""
 
+from trainparity.distributed.ending import end_rank
 from trainparity.distributed.launch import torchrun_command
 from trainparity.distributed.record_ids import flush_ids
 
-__all__ = ["flush_ids", "torchrun_command"]
+__all__ = ["end_rank", "flush_ids", "torchrun_command"]
