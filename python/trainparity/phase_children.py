@@ -14,7 +14,7 @@ with each check.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,11 +26,13 @@ from trainparity.distributed.rank_processes import (
     rank_event_detail,
     rank_evidence,
 )
+from trainparity.observer_client import ObserverClient
 from trainparity.outcomes import Outcome
 from trainparity.processes import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
 from trainparity.protocols import ProcessExecutionPlan
 from trainparity.results import ExternalProcessEvidence
 from trainparity.run_setup import RunSettings
+from trainparity.snapshot import Snapshot
 
 __all__ = [
     "PhaseChildren",
@@ -90,11 +92,13 @@ class PhaseChildren:
     def __init__(
         self,
         *,
+        case_spec: str,
         case: object,
         settings: RunSettings,
         phases: Mapping[str, TrainingPhase],
         timings: dict[str, float],
         timing_keys: Mapping[str, str] | None = None,
+        case_kind: str = "resume",
     ) -> None:
         self.case = case
         self.settings = settings
@@ -103,6 +107,18 @@ class PhaseChildren:
         self.timing_keys = dict(timing_keys or {})
         self.group = ChildGroup(on_event=self._on_child_event)
         self.rank_watcher = RankWatcher(self._on_rank_event)
+        # One observer worker in the same group snapshots every phase's checkpoint.
+        self.observer = ObserverClient(
+            group=self.group,
+            case_spec=case_spec,
+            snapshot_dir=settings.run_root / "snapshots",
+            cwd=settings.command_dir,
+            environment=settings.environment,
+            timeout=settings.timeout,
+            progress=settings.progress,
+            case_kind=case_kind,
+            timings=timings,
+        )
         self.processes: list[ExternalProcessEvidence] = []
         self.checkpoint_max_bytes = 0
 
@@ -115,7 +131,32 @@ class PhaseChildren:
         killed by the sweep.
         """
         with multirank.swept(self._phase_tags), self.rank_watcher, self.group:
-            yield
+            try:
+                yield
+            finally:
+                self.observer.stop()
+
+    def start_concurrently(self, names: Iterable[str]) -> None:
+        """Start the observer worker and the named phases at once (they run while others wait)."""
+        self.observer.start()
+        for name in names:
+            self.start(name)
+
+    def observed(self, name: str, checkpoint: Path | None = None) -> Snapshot:
+        """The snapshot of a phase's checkpoint (by default: run the phase, then its checkpoint).
+
+        An observation that fails raises ObservationFailure, which carries its verdict.
+        """
+        if checkpoint is None:
+            checkpoint = self.trained(name)
+        return self.observer.observe(name, checkpoint).snapshot
+
+    def evidence_fields(self) -> dict[str, int]:
+        """The size figures every result of a check with training children reports."""
+        return {
+            "snapshot_ipc_bytes": self.observer.file_bytes,
+            "checkpoint_max_bytes": self.checkpoint_max_bytes,
+        }
 
     def trained(self, name: str) -> Path:
         """Run (or finish waiting for) a training child; return its checkpoint path."""

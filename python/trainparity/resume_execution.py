@@ -11,7 +11,7 @@ from typing import Any
 
 from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
 from trainparity.distributed.resume_coverage import resume_coverage_differences
-from trainparity.observer_client import ObservationFailure, ObserverClient
+from trainparity.observer_client import ObservationFailure
 from trainparity.outcomes import Outcome
 from trainparity.phase_children import (
     PhaseChildren,
@@ -27,7 +27,6 @@ from trainparity.recording.resume import (
 )
 from trainparity.results import ProcessResumeResult
 from trainparity.run_setup import RunSettings
-from trainparity.snapshot import Snapshot
 
 __all__ = ["ResumeExecution"]
 
@@ -65,6 +64,7 @@ class ResumeExecution:
         }
         self.timings: dict[str, float] = {}
         self.children = PhaseChildren(
+            case_spec=case_spec,
             case=case,
             settings=settings,
             phases={
@@ -79,16 +79,6 @@ class ResumeExecution:
             timings=self.timings,
             timing_keys=_TIMING_KEYS,
         )
-        self.observer = ObserverClient(
-            group=self.children.group,
-            case_spec=case_spec,
-            snapshot_dir=root / "snapshots",
-            cwd=settings.command_dir,
-            environment=settings.environment,
-            timeout=settings.timeout,
-            progress=settings.progress,
-            timings=self.timings,
-        )
 
     # The decision sequence ----------------------------------------------------------
 
@@ -96,13 +86,10 @@ class ResumeExecution:
         with self.children.running():
             try:
                 if self.settings.parallel:
-                    self.observer.start()
-                    for name in _CONCURRENT_PHASES:
-                        self.children.start(name)
+                    self.children.start_concurrently(_CONCURRENT_PHASES)
                 result = self._decide(fields)
             except (PhaseError, ObservationFailure) as failure:
                 result = self._result(fields, failure.outcome, failure.message)
-            self.observer.stop()
         timing = dict(self.timings)
         timing["total_wall"] = time.perf_counter() - started
         if result.outcome in (Outcome.PASS, Outcome.FAIL):
@@ -114,8 +101,8 @@ class ResumeExecution:
         )
 
     def _decide(self, fields: dict[str, Any]) -> ProcessResumeResult:
-        snapshot_a = self._trained_and_observed("baseline_a")
-        snapshot_b = self._trained_and_observed("baseline_b")
+        snapshot_a = self.children.observed("baseline_a")
+        snapshot_b = self.children.observed("baseline_b")
         trajectories = ResumeTrajectories(self.settings.run_root, self.policy, self.case.split_step)
         parted = _recorded(trajectories.baselines_part)
         began = time.perf_counter()
@@ -155,7 +142,7 @@ class ResumeExecution:
             raise PhaseError(
                 Outcome.ERROR, "save/exit and load/resume did not prove distinct process IDs"
             )
-        snapshot_resume = self._observed("candidate_resume", resumed_checkpoint)
+        snapshot_resume = self.children.observed("candidate_resume", resumed_checkpoint)
         parted = _recorded(trajectories.candidates_part)
         began = time.perf_counter()
         differences = self.policy.compare_all(snapshot_a, snapshot_resume)
@@ -205,19 +192,12 @@ class ResumeExecution:
         return ProcessResumeResult(
             outcome=outcome,
             message=message,
-            snapshot_ipc_bytes=self.observer.file_bytes,
-            checkpoint_max_bytes=self.children.checkpoint_max_bytes,
+            **self.children.evidence_fields(),
             **fields,
             **extra,
         )
 
     # Phases ---------------------------------------------------------------------------
-
-    def _trained_and_observed(self, name: str) -> Snapshot:
-        return self._observed(name, self.children.trained(name))
-
-    def _observed(self, name: str, checkpoint: Path) -> Snapshot:
-        return self.observer.observe(name, checkpoint).snapshot
 
     def _stage(self, split_checkpoint: Path) -> Path:
         """Copy the split checkpoint to where candidate_resume's location contract says it lives."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainparity.comparison import Difference, ExactComparison, ToleranceComparison
-from trainparity.observer_client import ObservationFailure, ObserverClient
+from trainparity.observer_client import ObservationFailure
 from trainparity.outcomes import Outcome
 from trainparity.phase_children import (
     PhaseChildren,
@@ -56,6 +56,7 @@ class RunsExecution:
         root = settings.run_root
         self.timings: dict[str, float] = {}
         self.children = PhaseChildren(
+            case_spec=case_spec,
             case=case,
             settings=settings,
             phases={
@@ -73,17 +74,7 @@ class RunsExecution:
                 )
             },
             timings=self.timings,
-        )
-        self.observer = ObserverClient(
-            group=self.children.group,
-            case_spec=case_spec,
-            snapshot_dir=root / "snapshots",
-            cwd=settings.command_dir,
-            environment=settings.environment,
-            timeout=settings.timeout,
-            progress=settings.progress,
             case_kind="runs",
-            timings=self.timings,
         )
         self.trajectories = RunsTrajectories(root, policy)
 
@@ -91,13 +82,10 @@ class RunsExecution:
         with self.children.running():
             try:
                 if self.settings.parallel:
-                    self.observer.start()
-                    for name in self.children.phases:
-                        self.children.start(name)
+                    self.children.start_concurrently(self.children.phases)
                 result = self._decide(fields)
             except (PhaseError, ObservationFailure) as failure:
                 result = self._result(fields, failure.outcome, failure.message)
-            self.observer.stop()
         timing = dict(self.timings)
         timing["total_wall"] = time.perf_counter() - started
         run_walls = [timing[name] for name in self.children.phases if name in timing]
@@ -115,8 +103,8 @@ class RunsExecution:
         snapshots: dict[str, Snapshot] = {}
         comparisons: list[VariantComparison] = []
         for variant in self.variants:
-            first = self._observed(f"{variant}_a")
-            second = self._observed(f"{variant}_b")
+            first = self.children.observed(f"{variant}_a")
+            second = self.children.observed(f"{variant}_b")
             step, differences, final = self._parted(variant, "a", variant, "b", first, second)
             comparisons.append(_comparison(variant, variant, differences))
             if differences:
@@ -205,14 +193,10 @@ class RunsExecution:
         return RunsResult(
             outcome=outcome,
             message=message,
-            snapshot_ipc_bytes=self.observer.file_bytes,
-            checkpoint_max_bytes=self.children.checkpoint_max_bytes,
+            **self.children.evidence_fields(),
             **fields,
             **extra,
         )
-
-    def _observed(self, name: str) -> Snapshot:
-        return self.observer.observe(name, self.children.trained(name)).snapshot
 
 
 def _where(step: int, differences: Sequence[Difference]) -> str:
