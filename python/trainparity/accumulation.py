@@ -36,14 +36,8 @@ from trainparity.outcomes import Outcome
 from trainparity.progress import ProgressCallback, ProgressReporter
 from trainparity.reports import report_text, write_report
 from trainparity.results import AccumulationResult
-from trainparity.run_directory import ACCUMULATION_PREFIX, run_directory
-from trainparity.run_setup import (
-    RunSettings,
-    checked_parallel,
-    checked_timeout,
-    wants_parallel,
-)
-from trainparity.termination import terminating_signals_unwind
+from trainparity.run_directory import ACCUMULATION_PREFIX
+from trainparity.run_setup import check_run_settings, checked_parallel, checked_timeout
 
 # The plan, its phases and the splitting live in accumulation_plan and the
 # children in accumulation_execution; their public names are part of this module's.
@@ -167,20 +161,17 @@ class AccumulationRunner:
             return self._finish(_setup_error(case, policy_name, error), report_path)
         # The children's complete environment: ours, with the caller's variables on top.
         child_environment = {**os.environ, **dict(environment or {})}
-        # SIGTERM/SIGHUP unwind like Ctrl-C: children killed, the run directory removed.
-        with (
-            terminating_signals_unwind(),
-            run_directory(work_dir, self.temporary_root, ACCUMULATION_PREFIX) as (root, managed),
-        ):
-            settings = RunSettings(
-                command_dir=Path(cwd) if cwd is not None else Path.cwd(),
-                run_root=root,
-                environment=child_environment,
-                timeout=self.timeout,
-                preserved=not managed,
-                parallel=wants_parallel(self.parallel, device),
-                progress=self.progress,
-            )
+        with check_run_settings(
+            work_dir=work_dir,
+            temporary_root=self.temporary_root,
+            prefix=ACCUMULATION_PREFIX,
+            command_dir=Path(cwd) if cwd is not None else Path.cwd(),
+            environment=child_environment,
+            timeout=self.timeout,
+            parallel=self.parallel,
+            device=device,
+            progress=self.progress,
+        ) as settings:
             execution = AccumulationExecution(
                 case_spec=case,
                 plans={"baseline_a": baseline, "baseline_b": baseline, "candidate": candidate},

@@ -26,14 +26,8 @@ from trainparity.protocols import ProcessResumeCase
 from trainparity.reports import write_report
 from trainparity.results import ProcessResumeResult
 from trainparity.resume_execution import ResumeExecution
-from trainparity.run_directory import PROCESS_RESUME_PREFIX, run_directory
-from trainparity.run_setup import (
-    RunSettings,
-    checked_parallel,
-    checked_timeout,
-    wants_parallel,
-)
-from trainparity.termination import terminating_signals_unwind
+from trainparity.run_directory import PROCESS_RESUME_PREFIX
+from trainparity.run_setup import check_run_settings, checked_parallel, checked_timeout
 
 __all__ = ["ProcessResumeRunner", "check_resume"]
 
@@ -127,20 +121,17 @@ class ProcessResumeRunner:
             return self._finish(result, report_path)
         # The children's allow-listed variables (CUBLAS_WORKSPACE_CONFIG, ...) are what mattered.
         fields["environment"] = environment_fingerprint(variables=child_environment)
-        # SIGTERM/SIGHUP unwind like Ctrl-C: children killed, the run directory removed.
-        with (
-            terminating_signals_unwind(),
-            run_directory(work_dir, self.temporary_root, PROCESS_RESUME_PREFIX) as (root, managed),
-        ):
-            settings = RunSettings(
-                command_dir=command_dir,
-                run_root=root,
-                environment=child_environment,
-                timeout=self.timeout,
-                preserved=not managed,
-                parallel=wants_parallel(self.parallel, getattr(loaded, "device", "cpu")),
-                progress=self.progress,
-            )
+        with check_run_settings(
+            work_dir=work_dir,
+            temporary_root=self.temporary_root,
+            prefix=PROCESS_RESUME_PREFIX,
+            command_dir=command_dir,
+            environment=child_environment,
+            timeout=self.timeout,
+            parallel=self.parallel,
+            device=getattr(loaded, "device", "cpu"),
+            progress=self.progress,
+        ) as settings:
             execution = ResumeExecution(
                 case_spec=case,
                 case=loaded,

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainparity.progress import ProgressReporter
+from trainparity.run_directory import run_directory
+from trainparity.termination import terminating_signals_unwind
 
 
 @dataclass(frozen=True)
@@ -52,3 +55,37 @@ def wants_parallel(parallel: bool | None, device: object) -> bool:
         return parallel
     on_cuda = isinstance(device, str) and device.startswith("cuda")
     return not on_cuda and (os.cpu_count() or 1) > 1
+
+
+@contextmanager
+def check_run_settings(
+    *,
+    work_dir: Path | None,
+    temporary_root: Path | None,
+    prefix: str,
+    command_dir: Path,
+    environment: Mapping[str, str],
+    timeout: float,
+    parallel: bool | None,
+    device: object,
+    progress: ProgressReporter,
+) -> Iterator[RunSettings]:
+    """One check's run directory and settings, for the duration of the block.
+
+    The run directory is `work_dir` (kept) or a managed temporary directory
+    named with `prefix` (removed); SIGTERM/SIGHUP unwind like Ctrl-C inside
+    the block, so children are killed and the directory removed.
+    """
+    with (
+        terminating_signals_unwind(),
+        run_directory(work_dir, temporary_root, prefix) as (root, managed),
+    ):
+        yield RunSettings(
+            command_dir=command_dir,
+            run_root=root,
+            environment=environment,
+            timeout=timeout,
+            preserved=not managed,
+            parallel=wants_parallel(parallel, device),
+            progress=progress,
+        )

@@ -26,12 +26,11 @@ from trainparity.outcomes import Outcome
 from trainparity.progress import ProgressCallback, ProgressReporter
 from trainparity.protocols import RunsCase
 from trainparity.reports import write_report
-from trainparity.run_directory import RUNS_PREFIX, run_directory
-from trainparity.run_setup import RunSettings, checked_parallel, checked_timeout, wants_parallel
+from trainparity.run_directory import RUNS_PREFIX
+from trainparity.run_setup import check_run_settings, checked_parallel, checked_timeout
 from trainparity.runs_execution import RunsExecution
 from trainparity.runs_plan import VARIANT_NAME, RunVariant
 from trainparity.runs_result import RunsResult
-from trainparity.termination import terminating_signals_unwind
 
 __all__ = ["RunVariant", "check_runs"]
 
@@ -138,20 +137,17 @@ class _RunsRunner:
             name: tuple(sorted(variant.env)) for name, variant in declared.items()
         }
         fields["environment"] = environment_fingerprint(variables=environment_for_children)
-        # SIGTERM/SIGHUP unwind like Ctrl-C: children killed, the run directory removed.
-        with (
-            terminating_signals_unwind(),
-            run_directory(work_dir, self.temporary_root, RUNS_PREFIX) as (root, managed),
-        ):
-            settings = RunSettings(
-                command_dir=command_dir,
-                run_root=root,
-                environment=environment_for_children,
-                timeout=self.timeout,
-                preserved=not managed,
-                parallel=wants_parallel(self.parallel, getattr(loaded, "device", "cpu")),
-                progress=self.progress,
-            )
+        with check_run_settings(
+            work_dir=work_dir,
+            temporary_root=self.temporary_root,
+            prefix=RUNS_PREFIX,
+            command_dir=command_dir,
+            environment=environment_for_children,
+            timeout=self.timeout,
+            parallel=self.parallel,
+            device=getattr(loaded, "device", "cpu"),
+            progress=self.progress,
+        ) as settings:
             execution = RunsExecution(
                 case_spec=case,
                 case=loaded,
