@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 import torch
 from timing import median_seconds as shared_median_seconds
-from trainparity.cuda_backend import (
+from trainparity.native.cuda import (
     HOST_STREAM_BACKEND,
     KERNEL_BACKEND,
     DeviceTensorBytes,

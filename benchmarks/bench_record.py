@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 import trainparity
 from timing import median_seconds
-from trainparity.cuda_backend import digest_buffer
+from trainparity.native.cuda import digest_buffer
 from trainparity.recording import recording_to
-from trainparity.state import freeze
+from trainparity.state.freeze import freeze
 
 
 def state_of(megabytes: int) -> dict[str, torch.Tensor]:

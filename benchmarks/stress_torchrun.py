@@ -35,7 +35,7 @@ from pathlib import Path
 
 from trainparity.distributed import torchrun_command
 from trainparity.distributed.phases import PHASE_TAG_VARIABLE, sweep, tagged_processes
-from trainparity.processes import ChildGroup, ChildSpec
+from trainparity.processes.group import ChildGroup, ChildSpec
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "distributed_project"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainparity.coverage.audit import ExactlyOnce, SampleObservation, audit_sample_coverage
 from trainparity.quickstarts._payload import print_payload, quickstart_payload
-from trainparity.sample_coverage import ExactlyOnce, SampleObservation, audit_sample_coverage
 
 
 def clean_observations() -> list[SampleObservation]:

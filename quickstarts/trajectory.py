@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 import trainparity
 from trainparity.api import diff_recordings, recording_to
-from trainparity.display import text_report
-from trainparity.html_report import write_html_report
+from trainparity.reports.display import text_report
+from trainparity.reports.html import write_html_report
 
 STEPS = 12
 WIDE = 1 << 22  # elements of the summed product: big enough for torch to split it per thread

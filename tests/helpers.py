@@ -6,9 +6,9 @@ import json
 import struct
 from pathlib import Path
 
-from trainparity._native import core
-from trainparity.snapshot import Snapshot
-from trainparity.state import freeze
+from trainparity.native.core import core
+from trainparity.state.freeze import freeze
+from trainparity.state.snapshot import Snapshot
 
 
 def snapshot_of(state: dict, *, step: int | None = 0, **fields) -> Snapshot:

@@ -8,11 +8,11 @@ and the declarative path (no own train_step) is shown to ignore them.
 from __future__ import annotations
 
 import pytest
-from trainparity.accumulation_plan import INITIAL_KEY
-from trainparity.accumulation_verdict import Verdict, judge_observations
-from trainparity.comparison import ExactComparison
-from trainparity.snapshot import Snapshot
-from trainparity.state import freeze
+from trainparity.accumulation.plan import INITIAL_KEY
+from trainparity.accumulation.verdict import Verdict, judge_observations
+from trainparity.comparison.policies import ExactComparison
+from trainparity.state.freeze import freeze
+from trainparity.state.snapshot import Snapshot
 
 EXACT = ExactComparison()
 

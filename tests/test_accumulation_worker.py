@@ -13,11 +13,11 @@ import json
 
 import pytest
 import torch
-from trainparity.accumulation import PHASES, AccumulationExecutionPlan
-from trainparity.accumulation_worker import execute
-from trainparity.comparison import ExactComparison, ToleranceComparison
+from trainparity.accumulation.check import PHASES, AccumulationExecutionPlan
+from trainparity.accumulation.worker import execute
+from trainparity.comparison.policies import ExactComparison, ToleranceComparison
 from trainparity.environment import environment_fingerprint
-from trainparity.snapshot_file import read_snapshot
+from trainparity.state.snapshot_file import read_snapshot
 
 import tests.fixtures.accumulation_cases as cases
 

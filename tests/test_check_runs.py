@@ -6,8 +6,8 @@ import json
 
 import pytest
 from trainparity import Outcome, check_runs
-from trainparity.cli import main
-from trainparity.runs import RunVariant
+from trainparity.cli.main import main
+from trainparity.runs.check import RunVariant
 
 CASE = "tests.fixtures.runs_cases:ToyRuns"
 

@@ -8,10 +8,10 @@ import types
 import uuid
 from dataclasses import dataclass
 
-from trainparity.accumulation import AccumulationExecutionPlan
-from trainparity.cli import main
+from trainparity.accumulation.check import AccumulationExecutionPlan
+from trainparity.cli.main import main
 from trainparity.outcomes import Outcome
-from trainparity.snapshot_file import read_snapshot
+from trainparity.state.snapshot_file import read_snapshot
 
 
 def _run(capsys, *arguments) -> tuple[int, str, str]:
@@ -155,7 +155,7 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
 
     _fake_module(
         monkeypatch,
-        "trainparity.accumulation",
+        "trainparity.accumulation.check",
         AccumulationExecutionPlan=AccumulationExecutionPlan,
         check_accumulation=check_accumulation,
     )
@@ -221,7 +221,7 @@ def test_coverage_maps_rank_files_policy_and_universe(capsys, monkeypatch, tmp_p
         for name in ("ExactlyOnce", "AtLeastOnce", "NoCrossRankOverlap", "ExpectedPadding")
     }
     _fake_module(
-        monkeypatch, "trainparity.sample_coverage", audit_rank_arrays=audit_rank_arrays, **policies
+        monkeypatch, "trainparity.coverage.audit", audit_rank_arrays=audit_rank_arrays, **policies
     )
     universe = tmp_path / "universe.txt"
     universe.write_text("3\n1\n\n2\n")

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 from trainparity import compare_states
-from trainparity._native import core, tensor_bytes
-from trainparity.cuda_backend import (
+from trainparity.comparison.states import compare_states_with_records
+from trainparity.native.core import core, tensor_bytes
+from trainparity.native.cuda import (
     BLOCK_ALIGNMENT,
     CPU_BACKEND,
     HOST_STREAM_BACKEND,
@@ -36,8 +37,7 @@ from trainparity.cuda_backend import (
     summary_buffer,
     write_buffer,
 )
-from trainparity.state import FrozenTensor, freeze
-from trainparity.state_diff import compare_states_with_records
+from trainparity.state.freeze import FrozenTensor, freeze
 
 from tests.gpu.pairs import (
     CHUNK_ELEMENTS,

@@ -10,17 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainparity import (
-    AtLeastOnce,
-    ExactlyOnce,
-    ExpectedPadding,
-    NoCrossRankOverlap,
-    record_ids,
-)
+from trainparity import AtLeastOnce, ExactlyOnce, ExpectedPadding, NoCrossRankOverlap, record_ids
+from trainparity.coverage.audit import audit_rank_arrays
+from trainparity.coverage.recorded_ids import audit_recorded_ids
 from trainparity.distributed import torchrun_command
-from trainparity.distributed.ids_audit import audit_recorded_ids
 from trainparity.distributed.record_ids import read_recorded_ids, recorded_epochs, recorded_ids
-from trainparity.sample_coverage import audit_rank_arrays
 
 JOB = Path(__file__).resolve().parent / "fixtures" / "distributed" / "coverage_job.py"
 

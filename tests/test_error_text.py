@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from trainparity.coverage.audit import ExactlyOnce, audit_rank_iterables
 from trainparity.error_text import MAX_ERROR_TEXT, error_text
 from trainparity.outcomes import Outcome
-from trainparity.sample_coverage import ExactlyOnce, audit_rank_iterables
 
 
 class _Unprintable(Exception):

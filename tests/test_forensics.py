@@ -12,11 +12,11 @@ import pytest
 import torch
 import trainparity
 from trainparity import Outcome, ToleranceComparison
-from trainparity.cli import main as cli_main
+from trainparity.cli.main import main as cli_main
 from trainparity.forensics import diff_traces, read_trace
 from trainparity.forensics.capture import debug_mode_available
 from trainparity.forensics.leads import op_kind
-from trainparity.snapshot_file import SnapshotFileError
+from trainparity.state.snapshot_file import SnapshotFileError
 
 from tests.fixtures.forensics_step import traced_step
 
@@ -86,7 +86,7 @@ def test_thread_count_divergence_is_born_in_the_reduction_with_the_thread_lead(t
     assert f"{first['op']} is a reduction" in diff.environment_leads[0].note
     report = diff.to_dict()
     assert report["first_divergence"]["origin"] == "born"
-    html = trainparity.forensics.trace_diff.result_html(diff)
+    html = diff._repr_html_()
     assert "<svg" in html and "tp-first-divergence" in html and "<script" not in html
 
 
@@ -358,7 +358,7 @@ def test_cli_traces_step_two_of_an_unmodified_script_and_diffs_traces(tmp_path, 
     assert "first divergence at" in capsys.readouterr().out
     assert "<svg" in report.read_text()
     snapshot = tmp_path / "state.safetensors"
-    trainparity.snapshot_file.write_snapshot(snapshot, {"w": torch.ones(2)})
+    trainparity.state.snapshot_file.write_snapshot(snapshot, {"w": torch.ones(2)})
     assert cli_main(["diff", str(outputs[2]), str(snapshot)]) == 4
     assert "is a trace but" in capsys.readouterr().err
     assert cli_main(["trace", "--output", str(tmp_path / "x.trace"), "--", "bash", "x"]) == 4

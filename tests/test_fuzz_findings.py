@@ -8,11 +8,11 @@ import struct
 import numpy
 import pytest
 import torch
-from trainparity.display import text_report
+from trainparity.comparison.snapshots import diff_snapshots
+from trainparity.coverage.audit import NoCrossRankOverlap, audit_rank_arrays
 from trainparity.outcomes import Outcome
-from trainparity.sample_coverage import NoCrossRankOverlap, audit_rank_arrays
-from trainparity.snapshot_diff import diff_snapshots
-from trainparity.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
+from trainparity.reports.display import text_report
+from trainparity.state.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
 
 from tests.helpers import set_manifest
 

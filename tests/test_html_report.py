@@ -11,10 +11,10 @@ import zlib
 import pytest
 from trainparity import Outcome
 from trainparity.api import Difference, ProcessResumeResult
-from trainparity.display import OUTCOME_COLOURS
 from trainparity.environment import environment_fingerprint
-from trainparity.html_report import render_html_report, write_html_report
-from trainparity.results import ExternalProcessEvidence
+from trainparity.processes.evidence import ExternalProcessEvidence
+from trainparity.reports.display import OUTCOME_COLOURS
+from trainparity.reports.html import render_html_report, write_html_report
 
 FIRST_PATH = 'optimizer.state["0"].exp_avg'
 

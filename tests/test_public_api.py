@@ -3,13 +3,185 @@
 from __future__ import annotations
 
 import re
-from importlib import metadata
+import subprocess
+import sys
+from importlib import import_module, metadata
 from pathlib import Path
 
+import pytest
 import trainparity
 import trainparity.api
 
 API_DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+
+# Each face (a contract or documented module path kept after the wings redesign) and, for
+# every name it had before, the module that defines it now. The face must hand out that very object.
+FACE_NAMES = {
+    "trainparity.accumulation": {
+        "trainparity.accumulation.check": [
+            "AccumulationRunner",
+            "check_accumulation",
+            "declared_equivalence",
+            "write_accumulation_report",
+        ],
+        "trainparity.accumulation.execution": ["CHILD_NAMES"],
+        "trainparity.accumulation.plan": [
+            "AccumulationExecutionPlan",
+            "INITIAL_KEY",
+            "PHASES",
+            "UnsafeBatchSplit",
+            "split_for_case",
+            "split_tensor_tree",
+        ],
+    },
+    "trainparity.comparison": {
+        "trainparity.comparison.policies": [
+            "ComparisonPolicy",
+            "ComparisonResult",
+            "Difference",
+            "ExactComparison",
+            "MISSING",
+            "TensorRecord",
+            "ToleranceComparison",
+            "collect_differences",
+            "policy_report_fields",
+            "summarize",
+        ],
+    },
+    "trainparity.cuda_backend": {
+        "trainparity.native.cuda": [
+            "BLOCK_ALIGNMENT",
+            "CPU_BACKEND",
+            "CompareResult",
+            "DeviceTensorBytes",
+            "HOST_BLOCK_BYTES",
+            "HOST_STREAM_BACKEND",
+            "KERNELS_VARIABLE",
+            "KERNEL_BACKEND",
+            "build_kernels",
+            "compare_buffers",
+            "core_threads",
+            "digest_buffer",
+            "iter_host_blocks",
+            "kernel_unavailable_reason",
+            "kernels_available",
+            "summary_buffer",
+            "write_buffer",
+        ],
+    },
+    "trainparity.display": {
+        "trainparity.reports.display": [
+            "NotebookProgress",
+            "OUTCOME_COLOURS",
+            "Section",
+            "headline",
+            "html_fragment",
+            "report_sections",
+            "result_html",
+            "result_repr",
+            "text_report",
+        ],
+    },
+    "trainparity.distributed.ids_audit": {
+        "trainparity.coverage.recorded_ids": ["audit_recorded_ids"],
+    },
+    "trainparity.html_report": {
+        "trainparity.reports.html": ["render_html_report", "write_html_report"],
+    },
+    "trainparity.phase_plan": {
+        "trainparity.processes.phase_plan": [
+            "PHASE_VARIABLES",
+            "PhasePlan",
+            "current_phase_plan",
+            "plan_command",
+            "plan_environment",
+        ],
+    },
+    "trainparity.process_resume": {
+        "trainparity.resume.check": ["ProcessResumeRunner", "check_resume"],
+    },
+    "trainparity.processes": {
+        "trainparity.processes.group": [
+            "ChildGroup",
+            "ChildLaunchError",
+            "ChildResult",
+            "ChildSpec",
+            "DEFAULT_GRACE_SECONDS",
+            "EventCallback",
+            "EventKind",
+            "run_children",
+        ],
+    },
+    "trainparity.progress": {
+        "trainparity.processes.progress": ["ProgressEvent", "ProgressReporter"],
+    },
+    "trainparity.results": {
+        "trainparity.accumulation.result": ["AccumulationResult"],
+        "trainparity.processes.evidence": ["ExternalProcessEvidence"],
+        "trainparity.reports.machine": ["report_dict"],
+        "trainparity.resume.result": ["ProcessResumeResult"],
+    },
+    "trainparity.sample_coverage": {
+        "trainparity.coverage.arrays": ["RankArray"],
+        "trainparity.coverage.audit": [
+            "AtLeastOnce",
+            "B",
+            "CoveragePolicy",
+            "ExactlyOnce",
+            "ExpectedPadding",
+            "NoCrossRankOverlap",
+            "SampleAnomaly",
+            "SampleCoverageAuditor",
+            "SampleCoverageResult",
+            "SampleObservation",
+            "SampleViolation",
+            "audit_rank_arrays",
+            "audit_rank_iterables",
+            "audit_sample_coverage",
+        ],
+    },
+    "trainparity.snapshot": {
+        "trainparity.state.capture": ["CaptureIssue", "CaptureResult", "capture_snapshot"],
+        "trainparity.state.snapshot": ["REFERENCE_BACKEND", "SNAPSHOT_SCHEMA_VERSION", "Snapshot"],
+    },
+    "trainparity.snapshot_diff": {
+        "trainparity.comparison.snapshots": ["SnapshotDiff", "diff_snapshots"],
+    },
+    "trainparity.snapshot_file": {
+        "trainparity.state.snapshot_file": [
+            "SNAPSHOT_FILE_FORMAT",
+            "SnapshotFileError",
+            "SnapshotFileInfo",
+            "decode_tree",
+            "encode_tree",
+            "read_snapshot",
+            "write_snapshot",
+        ],
+    },
+    "trainparity.state": {
+        "trainparity.state.freeze": [
+            "AmbiguousStateNameError",
+            "FrozenMapping",
+            "FrozenSequence",
+            "FrozenTensor",
+            "FrozenValue",
+            "FullValueBackend",
+            "SCALAR_TYPES",
+            "UnsupportedStateError",
+            "contiguous_cpu",
+            "freeze",
+            "nested_named_values",
+        ],
+        "trainparity.state.paths": ["render_path"],
+    },
+    "trainparity.termination": {
+        "trainparity.processes.termination": [
+            "TERMINATING_SIGNALS",
+            "TerminatedBySignal",
+            "terminating_signals_unwind",
+        ],
+    },
+}
 
 
 def _documented(heading: str) -> set[str]:
@@ -57,3 +229,49 @@ def test_production_sources_name_no_framework():
         text = source.read_text(encoding="utf-8").lower()
         for word in ("nanogpt", "imagenet", "ignite", "lightning", "transformers", "deepspeed"):
             assert word not in text, f"{word} in {source.name}"
+
+
+@pytest.mark.parametrize("face", sorted(FACE_NAMES))
+def test_every_face_hands_out_the_same_objects_as_their_homes(face):
+    module = import_module(face)
+    for home, names in FACE_NAMES[face].items():
+        defining = import_module(home)
+        for name in names:
+            assert getattr(module, name) is getattr(defining, name), f"{face}.{name}"
+
+
+def test_faces_are_listed_in_the_api_doc():
+    text = API_DOC.read_text(encoding="utf-8")
+    section = text.split("## Module paths\n", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"`(trainparity\.[a-z_.]+)` —", section)) >= set(FACE_NAMES)
+
+
+def test_contract_internal_objects_keep_their_paths():
+    from trainparity.accumulation import AccumulationRunner, UnsafeBatchSplit, split_tensor_tree
+    from trainparity.importing import CaseImportError, load_accumulation_case, load_process_case
+    from trainparity.process_resume import ProcessResumeRunner
+    from trainparity.results import ExternalProcessEvidence
+    from trainparity.sample_coverage import SampleCoverageAuditor
+    from trainparity.snapshot import CaptureIssue, CaptureResult, Snapshot, capture_snapshot
+    from trainparity.state import FrozenTensor, FullValueBackend, nested_named_values, render_path
+
+    assert AccumulationRunner and UnsafeBatchSplit and split_tensor_tree and ProcessResumeRunner
+    assert CaseImportError and load_accumulation_case and load_process_case
+    assert ExternalProcessEvidence and SampleCoverageAuditor and Snapshot and capture_snapshot
+    assert CaptureIssue and CaptureResult and FrozenTensor and FullValueBackend
+    assert nested_named_values and render_path
+
+
+def test_the_accumulation_package_never_loads_its_worker():
+    probe = (
+        "import sys, trainparity.accumulation as a;"
+        "print(sorted(m for m in sys.modules if m.startswith('trainparity.accumulation.')))"
+    )
+    # trainparity/__init__ loads the public API (and with it accumulation.check); the face
+    # itself adds nothing, and asking it for a name loads that name's home.
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "trainparity.accumulation.worker" not in completed.stdout
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        _ = import_module("trainparity.accumulation").nothing_here

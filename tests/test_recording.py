@@ -15,9 +15,9 @@ import pytest
 import torch
 import trainparity
 from trainparity import ExactComparison
-from trainparity.normalize import normalize_observation
 from trainparity.recording import RecordingError, read_recording, recording_to
-from trainparity.state import freeze
+from trainparity.state.freeze import freeze
+from trainparity.state.normalize import normalize_observation
 
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 

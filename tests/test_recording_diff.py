@@ -8,9 +8,9 @@ import pytest
 import torch
 from trainparity import Outcome, ToleranceComparison
 from trainparity.api import diff_recordings
-from trainparity.cli import main
-from trainparity.html_report import write_html_report
+from trainparity.cli.main import main
 from trainparity.quickstarts.trajectory import STEPS, train
+from trainparity.reports.html import write_html_report
 
 from tests.test_html_report import _chromium, _png_pixels, _render
 

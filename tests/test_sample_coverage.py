@@ -11,10 +11,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from trainparity import sample_coverage
-from trainparity.environment import environment_fingerprint
-from trainparity.outcomes import Outcome
-from trainparity.sample_coverage import (
+from trainparity.coverage import audit as sample_coverage
+from trainparity.coverage.audit import (
     AtLeastOnce,
     ExactlyOnce,
     ExpectedPadding,
@@ -27,6 +25,8 @@ from trainparity.sample_coverage import (
     audit_rank_iterables,
     audit_sample_coverage,
 )
+from trainparity.environment import environment_fingerprint
+from trainparity.outcomes import Outcome
 from trainparity.version import MACHINE_REPORT_SCHEMA_VERSION, PACKAGE_VERSION
 
 O = SampleObservation  # noqa: E741 - keeps the scenario tables readable

@@ -10,9 +10,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trainparity.environment import environment_fingerprint
-from trainparity.outcomes import Outcome
-from trainparity.sample_coverage import (
+from trainparity.coverage.audit import (
     AtLeastOnce,
     ExactlyOnce,
     ExpectedPadding,
@@ -23,6 +21,8 @@ from trainparity.sample_coverage import (
     audit_rank_arrays,
     audit_rank_iterables,
 )
+from trainparity.environment import environment_fingerprint
+from trainparity.outcomes import Outcome
 
 numpy = pytest.importorskip("numpy")
 

@@ -15,8 +15,7 @@ from torch.utils.data import (  # noqa: E402
     Sampler,
     TensorDataset,
 )
-from trainparity.outcomes import Outcome  # noqa: E402
-from trainparity.sample_coverage import (  # noqa: E402
+from trainparity.coverage.audit import (  # noqa: E402
     AtLeastOnce,
     ExactlyOnce,
     ExpectedPadding,
@@ -27,6 +26,7 @@ from trainparity.sample_coverage import (  # noqa: E402
     audit_rank_iterables,
     audit_sample_coverage,
 )
+from trainparity.outcomes import Outcome  # noqa: E402
 
 O = SampleObservation  # noqa: E741
 

@@ -7,8 +7,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trainparity.environment import environment_fingerprint
-from trainparity.sample_coverage import (
+from trainparity.coverage.audit import (
     AtLeastOnce,
     ExactlyOnce,
     ExpectedPadding,
@@ -16,6 +15,7 @@ from trainparity.sample_coverage import (
     SampleObservation,
     audit_sample_coverage,
 )
+from trainparity.environment import environment_fingerprint
 from trainparity.version import add_report_metadata
 
 

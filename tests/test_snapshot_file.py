@@ -14,14 +14,14 @@ import torch
 from safetensors import safe_open
 from trainparity import ExactComparison, Outcome, ToleranceComparison
 from trainparity.environment import environment_fingerprint
-from trainparity.snapshot_file import (
+from trainparity.state.freeze import FrozenTensor, UnsupportedStateError, freeze
+from trainparity.state.snapshot_file import (
     SnapshotFileError,
     decode_tree,
     encode_tree,
     read_snapshot,
     write_snapshot,
 )
-from trainparity.state import FrozenTensor, UnsupportedStateError, freeze
 
 from tests.helpers import set_manifest
 
@@ -224,7 +224,7 @@ def _with_manifest(path, change):
     ],
 )
 def test_malformed_manifest_values_are_clear_errors(tmp_path, change, detail):
-    from trainparity.snapshot_diff import diff_snapshots
+    from trainparity.comparison.snapshots import diff_snapshots
 
     path = _valid_file(tmp_path)
     _with_manifest(path, change)

@@ -6,8 +6,7 @@ import warnings
 
 import pytest
 import torch
-from trainparity.paths import render_path
-from trainparity.state import (
+from trainparity.state.freeze import (
     AmbiguousStateNameError,
     FrozenMapping,
     FrozenSequence,
@@ -16,6 +15,7 @@ from trainparity.state import (
     freeze,
     nested_named_values,
 )
+from trainparity.state.paths import render_path
 
 
 def test_render_path_rules():

@@ -9,12 +9,12 @@ import numpy
 import pytest
 import torch
 from trainparity import Outcome
-from trainparity.cli import main
-from trainparity.paths import render_path
-from trainparity.progress import ProgressEvent, ProgressReporter
-from trainparity.snapshot_diff import diff_snapshots
-from trainparity.snapshot_file import write_snapshot
-from trainparity.terminal_text import printable
+from trainparity.cli.main import main
+from trainparity.comparison.snapshots import diff_snapshots
+from trainparity.processes.progress import ProgressEvent, ProgressReporter
+from trainparity.reports.terminal_text import printable
+from trainparity.state.paths import render_path
+from trainparity.state.snapshot_file import write_snapshot
 from trainparity.testing import assert_parity
 
 FORGED = "PASS: all equal"

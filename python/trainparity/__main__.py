@@ -2,6 +2,6 @@
 
 import sys
 
-from trainparity.cli import main
+from trainparity.cli.main import main
 
 sys.exit(main())

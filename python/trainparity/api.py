@@ -1,30 +1,16 @@
 """The public API: every name users import, gathered from the modules that define them."""
 
-from trainparity.accumulation import AccumulationExecutionPlan, check_accumulation
-from trainparity.comparison import (
+from trainparity.accumulation.check import AccumulationExecutionPlan, check_accumulation
+from trainparity.accumulation.result import AccumulationResult
+from trainparity.comparison.policies import (
     ComparisonPolicy,
     Difference,
     ExactComparison,
     ToleranceComparison,
 )
-from trainparity.environment import environment_fingerprint
-from trainparity.forensics.trace_diff import TraceDiff, diff_traces
-from trainparity.forensics.tracing import trace
-from trainparity.outcomes import Outcome
-from trainparity.process_resume import check_resume
-from trainparity.protocols import (
-    AccumulationCase,
-    LossAccounting,
-    ProcessExecutionPlan,
-    ProcessResumeCase,
-    RunsCase,
-    TrainingState,
-)
-from trainparity.recording import RecordingDiff, diff_recordings, record, recording_to
-from trainparity.results import AccumulationResult, ProcessResumeResult
-from trainparity.runs import RunVariant, check_runs
-from trainparity.runs_result import RunsResult, VariantComparison
-from trainparity.sample_coverage import (
+from trainparity.comparison.snapshots import SnapshotDiff, diff_snapshots
+from trainparity.comparison.states import StateComparison, TensorStatistics, compare_states
+from trainparity.coverage.audit import (
     AtLeastOnce,
     ExactlyOnce,
     ExpectedPadding,
@@ -37,8 +23,23 @@ from trainparity.sample_coverage import (
     audit_rank_iterables,
     audit_sample_coverage,
 )
-from trainparity.snapshot_diff import SnapshotDiff, diff_snapshots
-from trainparity.state_diff import StateComparison, TensorStatistics, compare_states
+from trainparity.environment import environment_fingerprint
+from trainparity.forensics.trace_diff import TraceDiff, diff_traces
+from trainparity.forensics.tracing import trace
+from trainparity.outcomes import Outcome
+from trainparity.protocols import (
+    AccumulationCase,
+    LossAccounting,
+    ProcessExecutionPlan,
+    ProcessResumeCase,
+    RunsCase,
+    TrainingState,
+)
+from trainparity.recording import RecordingDiff, diff_recordings, record, recording_to
+from trainparity.resume.check import check_resume
+from trainparity.resume.result import ProcessResumeResult
+from trainparity.runs.check import RunVariant, check_runs
+from trainparity.runs.result import RunsResult, VariantComparison
 from trainparity.version import MACHINE_REPORT_SCHEMA_VERSION
 
 __all__ = [

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import math
 
-from trainparity.comparison import ComparisonPolicy, Difference, TensorRecord, ToleranceComparison
-from trainparity.state_diff import StateComparison, compare_states_with_records
-from trainparity.terminal_text import printable
+from trainparity.comparison.policies import (
+    ComparisonPolicy,
+    Difference,
+    TensorRecord,
+    ToleranceComparison,
+)
+from trainparity.comparison.states import StateComparison, compare_states_with_records
+from trainparity.reports.terminal_text import printable
 
 __all__ = ["assert_parity"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy
 import pytest
 import torch
-from trainparity.snapshot_file import write_snapshot
+from trainparity.state.snapshot_file import write_snapshot
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ import numpy
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as numpy_strategies
-from trainparity.outcomes import Outcome
-from trainparity.sample_coverage import (
+from trainparity.coverage.audit import (
     AtLeastOnce,
     ExactlyOnce,
     ExpectedPadding,
     NoCrossRankOverlap,
     audit_rank_arrays,
 )
+from trainparity.outcomes import Outcome
 
 from tests.fuzz.budget import fuzz_settings, within_seconds
 from tests.fuzz.checks import assert_well_formed_result, run_cli

@@ -23,7 +23,7 @@ from trainparity.recording.diff import diff_recordings
 from trainparity.recording.frames import RecordingError
 from trainparity.recording.reader import read_recording
 from trainparity.recording.recorder import record, recording_to
-from trainparity.snapshot_file import SnapshotFileError
+from trainparity.state.snapshot_file import SnapshotFileError
 
 from tests.fuzz.budget import fuzz_settings, within_seconds
 from tests.fuzz.checks import assert_well_formed_result, run_cli

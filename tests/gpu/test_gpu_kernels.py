@@ -14,9 +14,10 @@ import os
 import pytest
 import torch
 from trainparity import compare_states
-from trainparity._native import core, tensor_bytes
-from trainparity.comparison import ExactComparison, collect_differences
-from trainparity.cuda_backend import (
+from trainparity.comparison.policies import ExactComparison, collect_differences
+from trainparity.comparison.states import compare_states_with_records
+from trainparity.native.core import core, tensor_bytes
+from trainparity.native.cuda import (
     BLOCK_ALIGNMENT,
     HOST_STREAM_BACKEND,
     KERNEL_BACKEND,
@@ -27,9 +28,8 @@ from trainparity.cuda_backend import (
     kernels_available,
     summary_buffer,
 )
-from trainparity.snapshot_file import read_snapshot, write_snapshot
-from trainparity.state import freeze
-from trainparity.state_diff import compare_states_with_records
+from trainparity.state.freeze import freeze
+from trainparity.state.snapshot_file import read_snapshot, write_snapshot
 from trainparity.testing import assert_parity
 
 from tests.gpu.pairs import (

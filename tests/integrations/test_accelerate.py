@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("accelerate")
 
-from trainparity import Outcome, check_resume  # noqa: E402
+from trainparity import Outcome, check_resume
 
 from tests.integrations.conftest import CHILD_ENVIRONMENT  # noqa: E402
 

@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from trainparity import Outcome, ToleranceComparison, check_resume, check_runs  # noqa: E402
+from trainparity import Outcome, ToleranceComparison, check_resume, check_runs
 from trainparity.api import diff_snapshots  # noqa: E402
 
 from tests.integrations.conftest import CHILD_ENVIRONMENT  # noqa: E402

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from trainparity.comparison import Difference
+from trainparity.comparison.policies import Difference
 from trainparity.distributed.record_ids import read_recorded_ids, recorded_epochs
 
 __all__ = ["resume_coverage_differences"]

@@ -22,10 +22,10 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
-from trainparity._native import tensor_bytes
-from trainparity.cuda_backend import DeviceTensorBytes, digest_buffer
 from trainparity.forensics.records import Trace, TraceOp, TraceValue
-from trainparity.recording.summaries import TensorSummary, summarize_tensor
+from trainparity.native.core import tensor_bytes
+from trainparity.native.cuda import DeviceTensorBytes, digest_buffer
+from trainparity.state.summaries import TensorSummary, summarize_tensor
 
 __all__ = ["CAPTURES", "StepRecorder", "debug_mode_available", "measure_tensor"]
 

@@ -35,7 +35,11 @@ from typing import Any
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from trainparity.forensics.tracing import TraceSession
-from trainparity.recording.recorder import TRACE_STEP_VARIABLE
+from trainparity.forensics.variables import (
+    TRACE_KEEP_VARIABLE,
+    TRACE_OUTPUT_VARIABLE,
+    TRACE_STEP_VARIABLE,
+)
 
 __all__ = [
     "KEEP_VARIABLE",
@@ -47,8 +51,8 @@ __all__ = [
 ]
 
 STEP_VARIABLE = TRACE_STEP_VARIABLE
-OUTPUT_VARIABLE = "TRAINPARITY_TRACE_OUTPUT"
-KEEP_VARIABLE = "TRAINPARITY_TRACE_KEEP"
+OUTPUT_VARIABLE = TRACE_OUTPUT_VARIABLE
+KEEP_VARIABLE = TRACE_KEEP_VARIABLE
 
 _installed: StepTracer | None = None
 

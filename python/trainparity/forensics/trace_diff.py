@@ -7,19 +7,22 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from trainparity._native import tensor_bytes
-from trainparity.comparison import ComparisonPolicy, ToleranceComparison, policy_report_fields
-from trainparity.cuda_backend import compare_buffers
-from trainparity.display import result_html, result_repr
+from trainparity.comparison.policies import (
+    ComparisonPolicy,
+    ToleranceComparison,
+    policy_report_fields,
+)
+from trainparity.comparison.states import checked_policy
 from trainparity.environment import EnvironmentLead, environment_leads
 from trainparity.forensics.leads import op_kind, rank_leads
 from trainparity.forensics.records import Trace, TraceOp, TraceValue
 from trainparity.forensics.trace_file import read_trace
+from trainparity.native.core import tensor_bytes
+from trainparity.native.cuda import compare_buffers
 from trainparity.outcomes import Outcome
-from trainparity.results import report_dict
-from trainparity.snapshot_file import SnapshotFileError
-from trainparity.state import FrozenTensor
-from trainparity.state_diff import checked_policy
+from trainparity.reports.reported import ReportedResult
+from trainparity.state.freeze import FrozenTensor
+from trainparity.state.snapshot_file import SnapshotFileError
 
 __all__ = ["TraceDiff", "diff_traces"]
 
@@ -27,8 +30,8 @@ __all__ = ["TraceDiff", "diff_traces"]
 _PASSIVE_KINDS = frozenset({"view", "uninitialized"})
 
 
-@dataclass(frozen=True)
-class TraceDiff:
+@dataclass(frozen=True, repr=False)
+class TraceDiff(ReportedResult):
     """Where two traced steps first part, op by op.
 
     `first_divergence` is the first op (in the baseline's order, among ops
@@ -65,12 +68,6 @@ class TraceDiff:
     environment_leads: tuple[EnvironmentLead, ...] = ()
     baseline_environment: dict[str, Any] | None = None
     candidate_environment: dict[str, Any] | None = None
-
-    __repr__ = result_repr
-    _repr_html_ = result_html
-
-    def to_dict(self) -> dict[str, Any]:
-        return report_dict(self)
 
 
 def diff_traces(

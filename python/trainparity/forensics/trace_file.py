@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from trainparity.forensics.records import VALUE_KINDS, Trace, TraceOp, TraceValue
-from trainparity.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
-from trainparity.state import FrozenMapping, FrozenSequence, FrozenTensor
+from trainparity.state.freeze import FrozenMapping, FrozenSequence, FrozenTensor
+from trainparity.state.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
 
 __all__ = ["TRACE_FORMAT", "is_trace_file", "read_trace", "write_trace"]
 

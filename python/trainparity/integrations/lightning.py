@@ -36,7 +36,7 @@ from trainparity.integrations._common import (
     require,
     without_run_dir,
 )
-from trainparity.phase_plan import PhasePlan, current_phase_plan
+from trainparity.processes.phase_plan import PhasePlan, current_phase_plan
 
 pl = require("lightning", "lightning.pytorch", "pytorch_lightning")
 

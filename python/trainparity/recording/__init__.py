@@ -14,7 +14,7 @@ from trainparity.recording.reader import (
     read_recordings,
 )
 from trainparity.recording.recorder import record, recording_active, recording_to
-from trainparity.recording.summaries import TensorSummary
+from trainparity.state.summaries import TensorSummary
 
 __all__ = [
     "RecordingDiff",

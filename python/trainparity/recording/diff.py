@@ -2,33 +2,31 @@
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from trainparity.comparison import (
+from trainparity.comparison.policies import (
     ComparisonPolicy,
     Difference,
     ExactComparison,
     ToleranceComparison,
     policy_report_fields,
 )
-from trainparity.display import result_html, result_repr
 from trainparity.environment import EnvironmentLead, environment_leads
 from trainparity.outcomes import Outcome
 from trainparity.recording.reader import RecordedStep, read_recording
 from trainparity.recording.trajectory import compare_records
-from trainparity.results import report_dict
+from trainparity.reports.reported import ReportedResult
 
 __all__ = ["RecordingDiff", "diff_recordings"]
 
 _COMPONENT = re.compile(r"[^.\[]+")
 
 
-@dataclass(frozen=True)
-class RecordingDiff:
+@dataclass(frozen=True, repr=False)
+class RecordingDiff(ReportedResult):
     """Two recordings compared step by step (steps aligned by the step each record claims).
 
     `first_divergent_step` is the first step whose records differ in any bit
@@ -58,12 +56,6 @@ class RecordingDiff:
     first_step_beyond_tolerance: int | None = None
     drift: tuple[dict[str, Any], ...] = ()
     environment_leads: tuple[EnvironmentLead, ...] = ()
-
-    __repr__ = result_repr
-    _repr_html_ = result_html
-
-    def to_dict(self) -> dict[str, Any]:
-        return report_dict(self)
 
 
 def diff_recordings(
@@ -166,91 +158,3 @@ def _verdict(
     if isinstance(comparison, ToleranceComparison):
         return Outcome.FAIL, f"{parted}; beyond the declared tolerance from step {beyond}"
     return Outcome.FAIL, parted
-
-
-def drift_svg(drift: list[dict[str, Any]] | tuple, first_step: int | None) -> str:
-    """The drift curve as inline SVG: log-scale error axis, one line per component, no script.
-
-    Steps where a component's error is 0 (identical) are drawn on the bottom
-    edge; the first divergent step is marked by a dashed vertical line.
-    """
-    width, height, left, right, top, bottom = 640, 260, 64, 150, 16, 36
-    plot_width, plot_height = width - left - right, height - top - bottom
-    steps = [point["step"] for point in drift]
-    errors = [
-        error
-        for point in drift
-        for error in point["components"].values()
-        if error > 0 and math.isfinite(error)
-    ]
-    low = math.floor(math.log10(min(errors))) if errors else -8
-    high = math.ceil(math.log10(max(errors))) if errors else 0
-    high = max(high, low + 1)
-    first, last = (min(steps), max(steps)) if steps else (0, 1)
-    span = max(last - first, 1)
-
-    def x(step: float) -> float:
-        return left + (step - first) / span * plot_width
-
-    def y(error: float) -> float:
-        if not error > 0:
-            return top + plot_height
-        exponent = min(max(math.log10(error) if math.isfinite(error) else high, low), high)
-        return top + (high - exponent) / (high - low) * plot_height
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="trainparity-drift" width="{width}" '
-        f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
-        'aria-label="relative RMS error per step">',
-        f'<rect x="{left}" y="{top}" width="{plot_width}" height="{plot_height}" '
-        'fill="#ffffff" stroke="#57606a"/>',
-    ]
-    for exponent in range(low, high + 1):
-        level = y(10.0**exponent)
-        parts.append(
-            f'<line x1="{left}" y1="{level:.1f}" x2="{left + plot_width}" y2="{level:.1f}" '
-            'stroke="#d0d7de" stroke-width="0.5"/>'
-            f'<text x="{left - 6}" y="{level + 4:.1f}" font-size="10" text-anchor="end" '
-            f'font-family="sans-serif">1e{exponent}</text>'
-        )
-    for step in sorted(set(steps))[:: max(1, len(set(steps)) // 10)]:
-        parts.append(
-            f'<text x="{x(step):.1f}" y="{top + plot_height + 14}" font-size="10" '
-            f'text-anchor="middle" font-family="sans-serif">{step}</text>'
-        )
-    parts.append(
-        f'<text x="{left + plot_width / 2:.1f}" y="{height - 4}" font-size="11" '
-        'text-anchor="middle" font-family="sans-serif">step</text>'
-    )
-    if first_step is not None:
-        marker = x(first_step)
-        parts.append(
-            f'<line class="first-divergent-step" x1="{marker:.1f}" y1="{top}" x2="{marker:.1f}" '
-            f'y2="{top + plot_height}" stroke="#cf222e" stroke-dasharray="4 3"/>'
-        )
-    components = sorted({name for point in drift for name in point["components"]})
-    palette = ("#0969da", "#1a7f37", "#9a6700", "#8250df", "#bf3989", "#57606a")
-    for index, component in enumerate(components):
-        colour = palette[index % len(palette)]
-        points = " ".join(
-            f"{x(point['step']):.1f},{y(point['components'].get(component, 0.0)):.1f}"
-            for point in drift
-        )
-        parts.append(
-            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>'
-        )
-        legend_y = top + 14 + 16 * index
-        parts.append(
-            f'<line x1="{left + plot_width + 12}" y1="{legend_y - 4}" '
-            f'x2="{left + plot_width + 30}" y2="{legend_y - 4}" stroke="{colour}" stroke-width="2"/>'
-            f'<text x="{left + plot_width + 34}" y="{legend_y}" font-size="11" '
-            f'font-family="sans-serif">{_escape(component)}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text)

@@ -21,9 +21,9 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from trainparity._native import core
-from trainparity.cuda_backend import digest_buffer
-from trainparity.snapshot_file import SnapshotFileError
+from trainparity.native.core import core
+from trainparity.native.cuda import digest_buffer
+from trainparity.state.snapshot_file import SnapshotFileError
 
 MAGIC = b"TPRF"
 HEAD, LAYOUT, STEP = b"H", b"L", b"S"

@@ -13,9 +13,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from trainparity.normalize import normalize_observation
-from trainparity.snapshot_file import decode_tree, encode_tree
-from trainparity.state import FrozenMapping, FrozenTensor, UnsupportedStateError, freeze
+from trainparity.state.freeze import FrozenMapping, FrozenTensor, UnsupportedStateError, freeze
+from trainparity.state.normalize import normalize_observation
+from trainparity.state.snapshot_file import decode_tree, encode_tree
 
 _SCALAR_TAGS = frozenset("n?ifsb")
 _SLOT = ["v"]

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from trainparity.comparison import ComparisonPolicy, Difference
+from trainparity.comparison.policies import ComparisonPolicy, Difference
 from trainparity.recording.reader import Recording, read_recordings
-from trainparity.recording.recorder import PHASE_VARIABLE, RECORD_VARIABLE
 from trainparity.recording.trajectory import StepDivergence, recorded_steps
+from trainparity.recording.variables import PHASE_VARIABLE, RECORD_VARIABLE
 
 __all__ = ["RECORDINGS_DIRECTORY", "PhaseRecordings", "TrajectoryError", "recording_environment"]
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainparity.cuda_backend import digest_buffer
+from trainparity.native.cuda import digest_buffer
 from trainparity.recording.frames import (
     HEAD,
     LAYOUT,
@@ -25,9 +25,9 @@ from trainparity.recording.frames import (
 )
 from trainparity.recording.layout import join_state
 from trainparity.recording.recorder import RECORDING_FORMAT
-from trainparity.recording.summaries import TensorSummary, summarize_tensor
-from trainparity.snapshot import Snapshot
-from trainparity.state import FrozenMapping, FrozenTensor
+from trainparity.state.freeze import FrozenMapping, FrozenTensor
+from trainparity.state.snapshot import Snapshot
+from trainparity.state.summaries import TensorSummary, summarize_tensor
 
 __all__ = ["RecordedStep", "Recording", "read_recording", "read_recordings", "recording_files"]
 
@@ -225,7 +225,7 @@ def _steps(source: Path, frames: list, trust_digests: bool) -> list[RecordedStep
 
 def tensor_at(state: FrozenMapping, name: str) -> FrozenTensor | None:
     """The tensor leaf whose rendered path is `name` (a linear search; summaries are rare)."""
-    from trainparity.paths import render_path
+    from trainparity.state.paths import render_path
 
     stack: list[tuple[Any, tuple]] = [(state, ())]
     while stack:

@@ -18,14 +18,16 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-RECORD_VARIABLE = "TRAINPARITY_RECORD"
-MODE_VARIABLE = "TRAINPARITY_RECORD_MODE"
-EVERY_VARIABLE = "TRAINPARITY_RECORD_EVERY"
-FULL_BELOW_VARIABLE = "TRAINPARITY_RECORD_FULL_BELOW"
-PHASE_VARIABLE = "TRAINPARITY_RECORD_PHASE"
-ALSO_VARIABLE = "TRAINPARITY_RECORD_ALSO"
-# Named here, not in forensics, so that the check below imports no torch.
-TRACE_STEP_VARIABLE = "TRAINPARITY_TRACE_STEP"
+from trainparity.forensics.variables import TRACE_STEP_VARIABLE
+from trainparity.recording.variables import (
+    ALSO_VARIABLE,
+    EVERY_VARIABLE,
+    FULL_BELOW_VARIABLE,
+    MODE_VARIABLE,
+    PHASE_VARIABLE,
+    RECORD_VARIABLE,
+)
+
 MODES = ("auto", "full", "summary")
 # "auto" keeps full values for a step whose tensors total at most this many bytes.
 DEFAULT_FULL_BELOW_BYTES = 4 << 20
@@ -242,7 +244,7 @@ class _Recorder:
             return
         from trainparity.recording.frames import LAYOUT, STEP, STEP_META, TENSOR_RECORD
         from trainparity.recording.layout import split_state
-        from trainparity.recording.summaries import summarize_tensor
+        from trainparity.state.summaries import summarize_tensor
 
         layout, scalars, tensors = split_state(state)
         if self.stream is None:
@@ -277,7 +279,7 @@ class _Recorder:
 
     def _frame(self, kind: bytes, meta: bytes, values: list[Any]) -> None:
         """Append one frame; the stream is flushed, so a completed step survives a killed process."""
-        from trainparity.cuda_backend import write_buffer
+        from trainparity.native.cuda import write_buffer
         from trainparity.recording.frames import frame_header, frame_trailer
 
         data_length = sum(padded_length(len(value)) for value in values)
@@ -287,7 +289,7 @@ class _Recorder:
         for value in values:
             write_buffer(self.stream, value)
             self.stream.write(b"\0" * (-len(value) % 8))
-        from trainparity._native import core
+        from trainparity.native.core import core
 
         self.stream.write(frame_trailer(header, padded_meta, core.DIGEST_VERSION))
         self.stream.flush()

@@ -16,15 +16,15 @@ from __future__ import annotations
 from itertools import zip_longest
 from pathlib import Path
 
-from trainparity.comparison import ComparisonPolicy
+from trainparity.comparison.policies import ComparisonPolicy
 from trainparity.recording.phase_recordings import (
     RECORDINGS_DIRECTORY,
     PhaseRecordings,
     TrajectoryError,
     recording_environment,
 )
-from trainparity.recording.recorder import ALSO_VARIABLE
 from trainparity.recording.trajectory import StepDivergence, first_divergence, rank_named
+from trainparity.recording.variables import ALSO_VARIABLE
 
 __all__ = [
     "RECORDINGS_DIRECTORY",

@@ -8,9 +8,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainparity.comparison import MISSING, ComparisonPolicy, Difference, collect_differences
-from trainparity.paths import path_under
+from trainparity.comparison.policies import (
+    MISSING,
+    ComparisonPolicy,
+    Difference,
+    collect_differences,
+)
 from trainparity.recording.reader import RecordedStep, Recording, tensor_at
+from trainparity.state.paths import path_under
 
 
 @dataclass(frozen=True)

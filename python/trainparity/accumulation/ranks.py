@@ -1,0 +1,345 @@
+"""Several ranks in check_accumulation: the candidate as `world_size` DDP processes on gloo or nccl.
+
+The parent starts one child per rank (`candidate.rank<r>`, in
+`candidate/rank<r>/`) with an env rendezvous on 127.0.0.1 and a free port;
+each rank takes its contiguous share of the microbatches, wraps `state.model`
+in DistributedDataParallel (unless the case built one) and runs the case's
+`train_step`, or, for a case without one, our DDP loop with the plan's
+multi-rank faults. Every rank publishes its observations; the parent first
+checks that the ranks agree with each other (one gradient synchronisation
+per update, equal parameters), then compares rank 0 with the one-process
+reference phase by phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainparity.comparison.policies import Difference
+from trainparity.processes.group import ChildSpec
+from trainparity.protocols import LossAccounting
+
+__all__ = [
+    "RANKS_KEY",
+    "RANK_FIELDS",
+    "RankContext",
+    "plan_train_step",
+    "rank_differences",
+    "rank_names",
+    "rank_specs",
+    "validate_ranks",
+]
+
+RANK_FIELDS = (
+    "world_size",
+    "no_sync_backward_only",
+    "sync_first_microbatch",
+    "clip_before_sync",
+    "per_rank_loss_normalization",
+)
+"""Plan fields beyond CONTRACT §7.3; `to_dict` lists them only when they are not at the default."""
+
+RANK_FAULTS = RANK_FIELDS[1:]
+SINGLE_RANK_FAULTS = (
+    "optimizer_step_per_microbatch",
+    "scheduler_step_per_microbatch",
+    "zero_grad_before_gradient_observation",
+    "clip_per_microbatch",
+    "amp_step_before_unscale",
+    "omit_final_microbatch",
+)
+RANKS_KEY = "ranks"
+"""Observation key of what only a rank has: `gradient_syncs`, the DDP reductions of the update."""
+
+
+def validate_ranks(plan: Any) -> None:
+    """TypeError/ValueError for a multi-rank setting no execution can honour."""
+    size = plan.world_size
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"world_size must be an int, got {type(size).__name__}")
+    if size < 1:
+        raise ValueError("world_size must be positive")
+    if size == 1:
+        wanted = [flag for flag in RANK_FAULTS if getattr(plan, flag)]
+        if wanted:
+            raise ValueError(f"{', '.join(wanted)} needs world_size > 1")
+        return
+    if plan.microbatch_count % size:
+        raise ValueError(
+            f"microbatch_count ({plan.microbatch_count}) must be a multiple of world_size ({size}): "
+            "every rank takes an equal contiguous share"
+        )
+    single = [flag for flag in SINGLE_RANK_FAULTS if getattr(plan, flag)]
+    if single:
+        raise ValueError(f"{', '.join(single)} describes the single-rank loop; use world_size=1")
+    if plan.clip_before_sync and plan.clip_grad_norm is None:
+        raise ValueError("clip_before_sync needs clip_grad_norm")
+
+
+# The parent's side --------------------------------------------------------------------------
+
+
+def rank_names(name: str, world_size: int) -> list[str]:
+    return [f"{name}.rank{rank}" for rank in range(world_size)]
+
+
+def rank_specs(
+    name: str,
+    argv: list[str],
+    *,
+    cwd: Path,
+    environment: Mapping[str, str],
+    directory: Path,
+    world_size: int,
+) -> list[ChildSpec]:
+    """One ChildSpec per rank: argv with this rank's result/observation files, env rendezvous."""
+    port = _free_port()
+    specs = []
+    for rank, child in enumerate(rank_names(name, world_size)):
+        rank_directory = directory / f"rank{rank}"
+        rank_directory.mkdir(parents=True, exist_ok=True)
+        for stale in ("result.json", "observations.safetensors"):
+            (rank_directory / stale).unlink(missing_ok=True)
+        rank_argv = [
+            str(rank_directory / Path(argument).name)
+            if index and argv[index - 1] in ("--result", "--observations")
+            else argument
+            for index, argument in enumerate(argv)
+        ]
+        env = {
+            **environment,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+        }
+        specs.append(
+            ChildSpec(
+                name=child,
+                argv=rank_argv,
+                cwd=cwd,
+                env=env,
+                stdout_path=rank_directory / "stdout.log",
+                stderr_path=rank_directory / "stderr.log",
+            )
+        )
+    return specs
+
+
+def _free_port() -> int:
+    # The port is free now; the ranks bind it a moment later. Rank 0 is the only
+    # binder, so a collision needs another program to take the port in between.
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def rank_differences(
+    policy: Any, views: list[Mapping[str, Any]]
+) -> tuple[str, tuple[Difference, ...]] | None:
+    """The first disagreement among the ranks' own observations: (message, differences), or None.
+
+    First every rank's gradient synchronisations (one per optimizer update;
+    a count is missing where the case's own DDP kept its own comm hook), then
+    each rank's parameters and buffers against rank 0's.
+    """
+    for rank, view in enumerate(views):
+        syncs = view[RANKS_KEY].state.as_dict().get("gradient_syncs")
+        if syncs is not None and syncs != 1:
+            difference = Difference("ranks.gradient_syncs", "value", "1", str(syncs))
+            return (
+                f"first observed divergence in ranks: rank {rank} synchronised gradients "
+                f"{syncs} times in one update; not a root-cause claim",
+                (difference,),
+            )
+    for rank, view in enumerate(views[1:], start=1):
+        differences = policy.compare_all(views[0]["parameter_update"], view["parameter_update"])
+        if differences:
+            renamed = tuple(
+                replace(difference, path=_rank_path(difference.path)) for difference in differences
+            )
+            return (
+                f"first observed divergence in ranks: rank 0 and rank {rank} hold different "
+                "parameters after the update; not a root-cause claim",
+                renamed,
+            )
+    return None
+
+
+def _rank_path(path: str) -> str:
+    for prefix, replacement in (("model", "ranks.parameters"), ("buffer", "ranks.buffers")):
+        if path == prefix or path.startswith((prefix + ".", prefix + "[")):
+            return replacement + path[len(prefix) :]
+    return f"ranks.{path}"
+
+
+# A rank's side ---------------------------------------------------------------------------------
+
+
+class RankContext:
+    """This process's rank: process group, device, DDP wrapping and the sync count."""
+
+    def __init__(self, device: str) -> None:
+        import torch.distributed as dist
+
+        self.rank = int(os.environ["RANK"])
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        self.device = device
+        if device.startswith("cuda"):
+            local = int(os.environ.get("LOCAL_RANK", self.rank))
+            if device == "cuda" and local >= torch.cuda.device_count():
+                # nccl cannot put two ranks on one device.
+                raise RuntimeError(
+                    f"world_size {self.world_size} on CUDA needs one device per rank; "
+                    f"{torch.cuda.device_count()} visible"
+                )
+            self.device = f"cuda:{local}" if device == "cuda" else device
+            torch.cuda.set_device(self.device)
+        dist.init_process_group(
+            "nccl" if device.startswith("cuda") else "gloo", init_method="env://"
+        )
+        self.gradient_syncs: int | None = None
+
+    def share(self, microbatches: list[object]) -> list[object]:
+        """This rank's contiguous share of the microbatches."""
+        size = len(microbatches) // self.world_size
+        return microbatches[self.rank * size : (self.rank + 1) * size]
+
+    def wrap(self, model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+        """(DDP model for the step, the module whose names the reference uses)."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        if isinstance(model, DistributedDataParallel):
+            wrapped = model
+        else:
+            device_ids = (
+                [torch.device(self.device).index] if self.device.startswith("cuda") else None
+            )
+            wrapped = DistributedDataParallel(model, device_ids=device_ids)
+        self._count_syncs(wrapped)
+        return wrapped, wrapped.module
+
+    def _count_syncs(self, model: Any) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        # Unannotated: DDP rejects a hook whose annotations are not its own types.
+        def counting_allreduce(state, bucket):  # noqa: ANN001, ANN202
+            if bucket.index() == 0:  # once per synchronising backward
+                self.gradient_syncs = (self.gradient_syncs or 0) + 1
+            return default_hooks.allreduce_hook(None, bucket)
+
+        try:
+            model.register_comm_hook(None, counting_allreduce)
+        except RuntimeError:
+            return  # the case registered its own hook: the count stays unobserved
+        self.gradient_syncs = 0
+
+    def combined_loss_record(self, record: dict[str, object] | None) -> dict[str, object] | None:
+        """The update's loss record over all ranks: DDP averages, so the effective loss too."""
+        import torch.distributed as dist
+
+        reported = torch.tensor([0.0 if record is None else 1.0], device=self.device)
+        dist.all_reduce(reported)
+        if int(reported.item()) not in (0, self.world_size):
+            raise RuntimeError("some ranks' train_step returned losses and others None")
+        if record is None:
+            return None
+        combined = dict(record)
+        effective = record["effective_loss"].detach().clone()  # type: ignore[union-attr]
+        dist.all_reduce(effective)
+        combined["effective_loss"] = effective / self.world_size
+        if record["normalization_captured"]:
+            numerator = record["numerator"].detach().clone()  # type: ignore[union-attr]
+            dist.all_reduce(numerator)
+            denominator = torch.tensor(
+                [record["denominator"]], dtype=torch.float64, device=self.device
+            )
+            dist.all_reduce(denominator)
+            combined["numerator"] = numerator
+            combined["denominator"] = float(denominator.item())
+        return combined
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def plan_train_step(
+    case: Any, plan: Any, context: RankContext
+) -> Callable[[Any, list[object]], list[LossAccounting]]:
+    """Our DDP accumulation loop for a case without train_step, with the plan's multi-rank faults.
+
+    Correct: every microbatch's forward and backward inside `no_sync()` except
+    the last; explicit accounting divides each numerator by the window's
+    token count over all ranks (times world_size, as DDP averages); clip once
+    after the synchronising backward. Faults: `no_sync_backward_only` runs the
+    forwards outside `no_sync` (DDP then synchronises every backward),
+    `sync_first_microbatch` synchronises the first instead of the last,
+    `clip_before_sync` clips the local gradients before the last backward,
+    `per_rank_loss_normalization` divides by the rank's own token count.
+    """
+    import torch.distributed as dist
+
+    def train_step(state: Any, microbatches: list[object]) -> list[LossAccounting]:
+        model, optimizer = state.model, state.optimizer
+        optimizer.zero_grad(set_to_none=True)
+        scale = _loss_scale(case, plan, context, state, microbatches, dist)
+        terms = []
+        last = len(microbatches) - 1
+        for index, microbatch in enumerate(microbatches):
+            synchronising = index == (0 if plan.sync_first_microbatch else last)
+            if plan.clip_before_sync and synchronising:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), plan.clip_grad_norm)
+            local = contextlib.nullcontext() if synchronising else model.no_sync()
+            if plan.no_sync_backward_only:  # DDP decides at forward time: this syncs anyway
+                term = case.loss(state, microbatch)
+                with local:
+                    loss = scale(term)
+                    loss.backward()
+            else:
+                with local:
+                    term = case.loss(state, microbatch)
+                    loss = scale(term)
+                    loss.backward()
+            terms.append(replace(term, value=loss))
+        if plan.clip_grad_norm is not None and not plan.clip_before_sync:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), plan.clip_grad_norm)
+        optimizer.step()
+        if state.scheduler is not None:
+            state.scheduler.step()
+        return terms
+
+    return train_step
+
+
+def _loss_scale(case, plan, context, state, microbatches, dist) -> Callable[[Any], torch.Tensor]:
+    """How a microbatch's LossAccounting becomes the loss to back-propagate on this rank."""
+    if plan.use_explicit_loss_accounting:
+        # The token counts come out of loss(); a no-grad pass on the bare module gets them
+        # before the first backward, as a trainer counts tokens before its loop.
+        named = state.model.module
+        with torch.no_grad():
+            counts = [case.loss(replace(state, model=named), mb).denominator for mb in microbatches]
+        if all(count is not None for count in counts):
+            local = float(sum(counts))
+            total = torch.tensor([local], dtype=torch.float64, device=context.device)
+            dist.all_reduce(total)
+            divisor = (
+                local
+                if plan.per_rank_loss_normalization
+                else float(total.item()) / context.world_size
+            )
+            return lambda term: term.numerator / divisor
+    divisor = len(microbatches) if plan.scale_accumulated_loss else 1
+    return lambda term: term.value / divisor

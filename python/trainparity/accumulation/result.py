@@ -1,0 +1,22 @@
+"""The result of `check_accumulation`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainparity.processes.check_result import CheckResult
+
+__all__ = ["AccumulationResult"]
+
+
+@dataclass(frozen=True, repr=False)
+class AccumulationResult(CheckResult):
+    """The verdict of `check_accumulation` (CONTRACT §7.10)."""
+
+    equivalence: str
+    first_observed_phase: str | None = None
+    process_ids: tuple[int, ...] = ()
+    verified_equal_initial_state: bool = False
+    loss_normalization_captured: bool = False
+    peak_temporary_directory_bytes: int = 0
+    persisted_artifact_bytes: int = 0

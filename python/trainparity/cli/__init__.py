@@ -1,0 +1,1 @@
+"""The `trainparity` command: main (parser, dispatch), common (shared helpers), one module per command."""

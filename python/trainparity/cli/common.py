@@ -1,0 +1,259 @@
+"""What every `trainparity` command shares: options, argument types, output and exit codes.
+
+Exit codes: 0 PASS, 1 FAIL, 2 ABSTAIN, 3 ERROR, 4 usage error. Output is
+human-readable text on stdout (progress lines on stderr when it is a
+terminal), with control characters of recorded data escaped (terminal_text);
+`--json` prints exactly the machine report instead; `--report PATH`
+also writes it to a file, as JSON or, for a path ending in .html, as a
+self-contained HTML page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainparity.comparison.policies import ComparisonPolicy, ToleranceComparison
+from trainparity.outcomes import Outcome
+from trainparity.reports.terminal_text import printable
+from trainparity.state.input_files import special_file_kind
+
+__all__ = ["EXIT_CODES", "USAGE_ERROR", "CommandOutput", "UsageError"]
+
+EXIT_CODES = {Outcome.PASS: 0, Outcome.FAIL: 1, Outcome.ABSTAIN: 2, Outcome.ERROR: 3}
+USAGE_ERROR = 4
+_HTML_SUFFIXES = (".html", ".htm")
+
+
+class UsageError(Exception):
+    """An argument that parsed but makes no sense (exit code 4)."""
+
+
+@dataclass(frozen=True)
+class CommandOutput:
+    """What a command produced: its machine report, the verdict (None: just information)."""
+
+    report: dict[str, Any]
+    outcome: Outcome | None
+    report_written: bool = False
+
+
+def output_options() -> argparse.ArgumentParser:
+    """--json and --report, shared by every command."""
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("output")
+    group.add_argument(
+        "--json", action="store_true", help="print exactly the machine report (JSON) on stdout"
+    )
+    group.add_argument(
+        "--report",
+        type=Path,
+        metavar="PATH",
+        help="also write the report to PATH: JSON, or a self-contained HTML page for *.html",
+    )
+    return common
+
+
+def add_command(
+    commands: Any,
+    name: str,
+    output_parent: argparse.ArgumentParser,
+    *,
+    summary: str,
+    example: str,
+    run: Callable[[argparse.Namespace], CommandOutput],
+) -> argparse.ArgumentParser:
+    """A sub-command parser whose --help ends with a runnable example."""
+    parser = commands.add_parser(
+        name,
+        parents=[output_parent],
+        help=summary,
+        description=summary,
+        epilog="example:\n" + "\n".join(f"  $ {line}" for line in example.strip().splitlines()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.set_defaults(run=run)
+    return parser
+
+
+def emit(output: CommandOutput, arguments: argparse.Namespace) -> None:
+    """Print the report (text or JSON) and write the --report file unless the check wrote it."""
+    from trainparity.reports.display import text_report
+    from trainparity.reports.html import write_html_report
+    from trainparity.reports.machine import report_text, write_report
+
+    path = arguments.report
+    if path is not None and not output.report_written:
+        if path.suffix.lower() in _HTML_SUFFIXES:
+            write_html_report(path, output.report)
+        else:
+            write_report(path, output.report)
+    if arguments.json:
+        sys.stdout.write(report_text(output.report))
+        return
+    sys.stdout.write(text_report(output.report, include_environment=output.outcome is None))
+    if path is not None:
+        print(printable(f"report written to {path}"), file=sys.stderr)
+
+
+def writes_json_report(arguments: argparse.Namespace) -> Path | None:
+    """The --report path when it is a JSON report the check itself can write, else None."""
+    path = arguments.report
+    if path is None or path.suffix.lower() in _HTML_SUFFIXES:
+        return None
+    return path
+
+
+# Options several commands share -------------------------------------------------------
+
+
+def add_tolerance_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("comparison (exact unless --rtol and --atol are given)")
+    group.add_argument("--rtol", type=float, help="relative tolerance: |a-b| <= atol + rtol*|b|")
+    group.add_argument("--atol", type=float, help="absolute tolerance")
+    group.add_argument("--equal-nan", action="store_true", help="under a tolerance, NaN equals NaN")
+
+
+def comparison_from(arguments: argparse.Namespace) -> ComparisonPolicy | None:
+    """ToleranceComparison from --rtol/--atol/--equal-nan, or None (exact)."""
+    if arguments.rtol is None and arguments.atol is None:
+        if arguments.equal_nan:
+            raise UsageError("--equal-nan needs a tolerance: give --rtol and --atol too")
+        return None
+    if arguments.rtol is None or arguments.atol is None:
+        raise UsageError("give --rtol and --atol together (or neither, for an exact comparison)")
+    try:
+        return ToleranceComparison(
+            rtol=arguments.rtol, atol=arguments.atol, equal_nan=arguments.equal_nan
+        )
+    except ValueError as error:
+        raise UsageError(
+            f"{error} (got --rtol {arguments.rtol}, --atol {arguments.atol})"
+        ) from None
+
+
+def add_run_options(parser: argparse.ArgumentParser, *, kept: str) -> None:
+    """Options of the commands that launch training children; `kept`: what --work-dir keeps."""
+    group = parser.add_argument_group("execution")
+    group.add_argument(
+        "--cwd",
+        type=Path,
+        help="directory the children run in; the case is imported from it (default: .)",
+    )
+    group.add_argument(
+        "--timeout",
+        type=positive_number,
+        default=300.0,
+        help="seconds each child may run (default: 300)",
+    )
+    group.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment variable for the children (repeatable)",
+    )
+    group.add_argument(
+        "--work-dir",
+        type=Path,
+        help=f"keep {kept} here (default: a temporary directory, removed afterwards)",
+    )
+    group.add_argument(
+        "--sequential",
+        action="store_true",
+        help="run one child at a time (default: children run concurrently on CPU)",
+    )
+    group.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no per-phase progress lines (shown on stderr when it is a terminal)",
+    )
+
+
+def positive_number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def environment_from(arguments: argparse.Namespace) -> dict[str, str] | None:
+    """--env KEY=VALUE pairs as a dict (None when none were given)."""
+    pairs = {}
+    for item in arguments.env:
+        key, separator, value = item.partition("=")
+        if not separator or not key:
+            raise UsageError(f"--env expects KEY=VALUE, got {item!r}")
+        pairs[key] = value
+    return pairs or None
+
+
+def require_regular_file(path: Path, option: str) -> None:
+    """A usage error for a FIFO or device given as an input file (reading one could block)."""
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise UsageError(f"{option} {path} is {kind}, not a regular file")
+
+
+def progress_from(arguments: argparse.Namespace) -> bool:
+    """Per-phase progress lines on stderr, when it is a terminal and not switched off."""
+    return not arguments.no_progress and sys.stderr.isatty()
+
+
+def command_directory(arguments: argparse.Namespace) -> Path:
+    """--cwd (default: the current directory), made importable like `python -m` does.
+
+    The console script's sys.path starts at its own bin directory, so a case
+    such as `my_project.cases:Resume` is found only once this is on it.
+    """
+    directory = (arguments.cwd or Path.cwd()).resolve()
+    if not directory.is_dir():
+        raise UsageError(f"--cwd {arguments.cwd} is not a directory")
+    if str(directory) not in sys.path:
+        sys.path.insert(0, str(directory))
+    return directory
+
+
+def run_keywords(arguments: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of check_resume/check_accumulation that add_run_options sets."""
+    return {
+        "cwd": command_directory(arguments),
+        "work_dir": arguments.work_dir,
+        "environment": environment_from(arguments),
+        "timeout": arguments.timeout,
+        "parallel": False if arguments.sequential else None,
+        "progress": progress_from(arguments),
+    }
+
+
+def result_output(result: Any, *, report_written: bool) -> CommandOutput:
+    """The output of a check command: its result's report and outcome."""
+    return CommandOutput(result.to_dict(), Outcome(result.outcome), report_written)

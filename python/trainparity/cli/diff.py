@@ -1,0 +1,96 @@
+"""`trainparity diff A B`: compare two snapshot files, two traces, or two recordings (directories), recorded anywhere."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from trainparity.cli import common
+
+EXAMPLE = """\
+python -c "import torch; torch.save({'weight': torch.ones(2, 3)}, 'a.pt'); torch.save({'weight': torch.ones(2, 3) + 1e-6}, 'b.pt')"
+trainparity snapshot --checkpoint a.pt --output a.safetensors
+trainparity snapshot --checkpoint b.pt --output b.safetensors
+trainparity diff a.safetensors b.safetensors --rtol 1e-5 --atol 1e-8
+"""
+
+
+def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
+    parser = common.add_command(
+        commands,
+        "diff",
+        output_parent,
+        summary="Compare two snapshot files (first divergence, worst tensors), two traces "
+        "(first divergent op, born or inherited) or two recordings (first divergent step, "
+        "drift curve), with environment leads.",
+        example=EXAMPLE,
+        run=run,
+    )
+    parser.add_argument(
+        "baseline",
+        type=Path,
+        help="snapshot file, trace file or recording directory A (the reference)",
+    )
+    parser.add_argument(
+        "candidate", type=Path, help="snapshot file, trace file or recording directory B"
+    )
+    parser.add_argument(
+        "--rank",
+        type=int,
+        default=None,
+        help="for recordings: the rank to compare (default: the first)",
+    )
+    parser.add_argument(
+        "--trust-digests",
+        action="store_true",
+        help="do not check the files' tensor bytes against their recorded digests "
+        "(only for files whose provenance you vouch for; the report says so)",
+    )
+    common.add_tolerance_options(parser)
+
+
+def run(arguments: argparse.Namespace) -> common.CommandOutput:
+    from trainparity.comparison.snapshots import diff_snapshots
+    from trainparity.forensics.trace_diff import diff_traces
+    from trainparity.forensics.trace_file import is_trace_file
+
+    comparison = common.comparison_from(arguments)
+    if arguments.baseline.is_dir() or arguments.candidate.is_dir():
+        return _diff_recordings(arguments, comparison)
+    traces = [is_trace_file(path) for path in (arguments.baseline, arguments.candidate)]
+    if traces[0] != traces[1]:
+        trace, other = (
+            (arguments.baseline, arguments.candidate)
+            if traces[0]
+            else (arguments.candidate, arguments.baseline)
+        )
+        raise common.UsageError(
+            f"{trace} is a trace but {other} is not: diff two traces (trainparity trace) or "
+            "two snapshots (trainparity snapshot)"
+        )
+    differ = diff_traces if traces[0] else diff_snapshots
+    result = differ(
+        arguments.baseline,
+        arguments.candidate,
+        comparison=comparison,
+        trust_digests=arguments.trust_digests,
+    )
+    return common.result_output(result, report_written=False)
+
+
+def _diff_recordings(arguments: argparse.Namespace, comparison: Any) -> common.CommandOutput:
+    from trainparity.recording.diff import diff_recordings
+
+    for path in (arguments.baseline, arguments.candidate):
+        if not path.is_dir():
+            raise common.UsageError(f"{path} is not a recording directory: give two of them")
+    # A damaged or unreadable recording raises: main() reports it as ERROR.
+    result = diff_recordings(
+        arguments.baseline,
+        arguments.candidate,
+        comparison=comparison,
+        rank=arguments.rank,
+        trust_digests=arguments.trust_digests,
+    )
+    return common.result_output(result, report_written=False)

@@ -1,0 +1,44 @@
+"""audit_recorded_ids: every epoch of a record_ids directory audited against one coverage policy."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from trainparity.coverage.audit import CoveragePolicy, SampleCoverageResult, audit_rank_arrays
+from trainparity.distributed.record_ids import recorded_epochs, recorded_ids
+
+__all__ = ["audit_recorded_ids"]
+
+
+def audit_recorded_ids(
+    directory: str | os.PathLike[str],
+    *,
+    policy: CoveragePolicy,
+    epochs: list[int] | None = None,
+    max_examples: int = 10,
+    evidence_dir: str | os.PathLike[str] | None = None,
+) -> dict[int, SampleCoverageResult]:
+    """{epoch: result}: each recorded epoch (or each of `epochs`) is one window of `policy`.
+
+    A policy describes one pass over the data, so every epoch is audited on
+    its own, with the ranks that recorded IDs in it (a rank with no record
+    file for an epoch contributed nothing to it). An epoch in `epochs` without
+    records is audited as empty. `evidence_dir` receives
+    `coverage-epoch{E}.json` per epoch.
+    """
+    found = recorded_epochs(directory)
+    chosen = sorted(found) if epochs is None else sorted(set(epochs))
+    results = {}
+    for epoch in chosen:
+        evidence = None
+        if evidence_dir is not None:
+            evidence = Path(evidence_dir) / f"coverage-epoch{epoch}.json"
+        results[epoch] = audit_rank_arrays(
+            recorded_ids(directory, epoch),
+            policy=policy,
+            epoch=epoch,
+            max_examples=max_examples,
+            evidence_path=evidence,
+        )
+    return results

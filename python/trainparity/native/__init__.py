@@ -1,0 +1,1 @@
+"""The native layer: the C core's Python face, the CUDA backend, and the dtypes both handle."""

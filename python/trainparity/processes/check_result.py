@@ -1,0 +1,55 @@
+"""The verdict core that check_resume, check_runs and check_accumulation results share.
+
+Field order matters for positional construction: `outcome, message, case` stay
+the first three positional fields of every result; the shared fields after them
+are keyword-only, so each check's own positional fields follow the case as
+before. Reports sort their keys, so the order of fields never shows there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+from typing import Any
+
+from trainparity.comparison.policies import Difference
+from trainparity.outcomes import Outcome
+from trainparity.processes.evidence import ExternalProcessEvidence
+from trainparity.reports.reported import ReportedResult
+
+__all__ = ["CheckResult", "PhaseCheckResult"]
+
+
+@dataclass(frozen=True, repr=False)
+class CheckResult(ReportedResult):
+    """What every check answers: the outcome, why, for which case, and what differed first."""
+
+    outcome: Outcome
+    message: str
+    case: str
+    _: KW_ONLY
+    primary_difference: Difference | None = None
+    all_differences: tuple[Difference, ...] = ()
+    comparison_policy: str = "exact"
+    environment: dict[str, Any] | None = (
+        None  # fingerprint incl. the children's allow-listed variables
+    )
+
+
+@dataclass(frozen=True, repr=False)
+class PhaseCheckResult(CheckResult):
+    """A check whose phases are training runs (check_resume, check_runs): their evidence and steps."""
+
+    _: KW_ONLY
+    first_divergent_step: int | None = None
+    processes: tuple[ExternalProcessEvidence, ...] = ()
+    propagated_environment_keys: tuple[str, ...] = ()
+    timing_seconds: dict[str, float] | None = None
+    snapshot_ipc_bytes: int = 0
+    checkpoint_max_bytes: int = 0
+    comparison_rtol: float | None = None
+    comparison_atol: float | None = None
+    comparison_equal_nan: bool | None = None
+    nondeterminism_hints: tuple[str, ...] = ()
+    # Only when the case's processes call record() (docs/trajectories.md):
+    trajectory: dict[str, Any] | None = None
+    final_state_differences: tuple[Difference, ...] | None = None

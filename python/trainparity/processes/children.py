@@ -1,0 +1,352 @@
+"""The training children of one check: launch, wait, account, find the checkpoint.
+
+check_resume and check_runs both run a case's command as fresh child
+processes ("phases": baseline_a, candidate_split, …; or a variant's runs
+`accum4_a`, …). What happens around each child is the same for both and
+lives here: the command callback and its validation, the multi-rank
+additions (a sweep tag, torchrun's own temporary directory, the fixed-port
+check for concurrent phases, the failing rank named in an ERROR), the
+environment for `record()`, the `processes` evidence, and the checkpoint the
+case declares. The decisions (which phase to wait for, what to compare) stay
+with each check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainparity.distributed import phases as multirank
+from trainparity.distributed.rank_processes import (
+    RankEvent,
+    RankSample,
+    RankWatcher,
+    rank_event_detail,
+    rank_evidence,
+)
+from trainparity.outcomes import Outcome
+from trainparity.processes.evidence import ExternalProcessEvidence
+from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
+from trainparity.processes.observer_client import ObserverClient
+from trainparity.processes.setup import RunSettings
+from trainparity.protocols import ProcessExecutionPlan
+from trainparity.state.snapshot import Snapshot
+
+__all__ = [
+    "PhaseChildren",
+    "PhaseError",
+    "TrainingPhase",
+    "nondeterminism_hints",
+    "path_bytes",
+    "validated_command",
+]
+
+# Environment variables whose absence or value commonly explains run-to-run drift.
+_NONDETERMINISM_VARIABLES = {
+    "CUBLAS_WORKSPACE_CONFIG": "CUBLAS_WORKSPACE_CONFIG is unset: cuBLAS may pick non-deterministic algorithms (set ':4096:8' with torch.use_deterministic_algorithms(True))",
+    "PYTHONHASHSEED": "PYTHONHASHSEED is unset: str hashes, and so set/dict iteration over str, differ per process",
+    "OMP_NUM_THREADS": "OMP_NUM_THREADS is unset: CPU reductions may be split differently when the thread count changes",
+}
+
+
+class PhaseError(Exception):
+    """A phase could not run or be observed; carries the verdict to return."""
+
+    def __init__(self, outcome: Outcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+
+
+@dataclass
+class TrainingPhase:
+    """Book-keeping of one training child.
+
+    `extra_args` are appended to the case's command and `extra_env` added to
+    the check's environment (a check_runs variant; the variables for
+    `record()`).
+    """
+
+    name: str
+    end_step: int
+    run_dir: Path
+    resume_from: Path | None = None
+    extra_args: tuple[str, ...] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    started: bool = False
+    tag: str | None = None  # in the phase's environment; what multirank.sweep kills
+    rank_samples: tuple[RankSample, ...] = ()  # a torchrun phase's ranks, as last sampled
+    result: ChildResult | None = None
+    error: PhaseError | None = None
+
+
+class PhaseChildren:
+    """Starts, waits for and accounts the training children of one check.
+
+    `timings` is the check's timing dict: a child's wall time goes in under
+    `timing_keys.get(name, name)` once the decision sequence reaches it.
+    """
+
+    def __init__(
+        self,
+        *,
+        case_spec: str,
+        case: object,
+        settings: RunSettings,
+        phases: Mapping[str, TrainingPhase],
+        timings: dict[str, float],
+        timing_keys: Mapping[str, str] | None = None,
+        case_kind: str = "resume",
+    ) -> None:
+        self.case = case
+        self.settings = settings
+        self.phases = dict(phases)
+        self.timings = timings
+        self.timing_keys = dict(timing_keys or {})
+        self.group = ChildGroup(on_event=self._on_child_event)
+        self.rank_watcher = RankWatcher(self._on_rank_event)
+        # One observer worker in the same group snapshots every phase's checkpoint.
+        self.observer = ObserverClient(
+            group=self.group,
+            case_spec=case_spec,
+            snapshot_dir=settings.run_root / "snapshots",
+            cwd=settings.command_dir,
+            environment=settings.environment,
+            timeout=settings.timeout,
+            progress=settings.progress,
+            case_kind=case_kind,
+            timings=timings,
+        )
+        self.processes: list[ExternalProcessEvidence] = []
+        self.checkpoint_max_bytes = 0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """The group's lifetime; on leaving, every child is killed and every phase tag swept.
+
+        torchrun starts its ranks in new sessions, outside the group's process
+        group: whatever still carries a phase tag (ranks, their workers) is
+        killed by the sweep.
+        """
+        with multirank.swept(self._phase_tags), self.rank_watcher, self.group:
+            try:
+                yield
+            finally:
+                self.observer.stop()
+
+    def start_concurrently(self, names: Iterable[str]) -> None:
+        """Start the observer worker and the named phases at once (they run while others wait)."""
+        self.observer.start()
+        for name in names:
+            self.start(name)
+
+    def observed(self, name: str, checkpoint: Path | None = None) -> Snapshot:
+        """The snapshot of a phase's checkpoint (by default: run the phase, then its checkpoint).
+
+        An observation that fails raises ObservationFailure, which carries its verdict.
+        """
+        if checkpoint is None:
+            checkpoint = self.trained(name)
+        return self.observer.observe(name, checkpoint).snapshot
+
+    def evidence_fields(self) -> dict[str, int]:
+        """The size figures every result of a check with training children reports."""
+        return {
+            "snapshot_ipc_bytes": self.observer.file_bytes,
+            "checkpoint_max_bytes": self.checkpoint_max_bytes,
+        }
+
+    def trained(self, name: str) -> Path:
+        """Run (or finish waiting for) a training child; return its checkpoint path."""
+        phase = self.phases[name]
+        if not phase.started:
+            self.start(name)
+        if phase.error is None:  # else the command callback or the launch failed
+            if phase.result is None:
+                self.group.wait_for(name)
+            self._account(phase)
+        if phase.error is not None:
+            raise phase.error
+        return self._checkpoint_after(phase)
+
+    def start(self, name: str) -> None:
+        """Launch a phase's child; a failure is kept on the phase and raised when it is awaited."""
+        phase = self.phases[name]
+        phase.started = True
+        phase.run_dir.mkdir(parents=True, exist_ok=True)
+        plan = ProcessExecutionPlan(
+            phase=phase.name,
+            cwd=self.settings.command_dir,
+            run_dir=phase.run_dir,
+            end_step=phase.end_step,
+            resume_from=phase.resume_from,
+        )
+        try:
+            argv = [*validated_command(self.case.command(plan)), *phase.extra_args]
+        except Exception as error:
+            phase.error = PhaseError(
+                Outcome.ERROR,
+                f"{phase.name} command callback or validation failed: {type(error).__name__}",
+            )
+            return
+        problem = self.settings.parallel and multirank.concurrency_problem(
+            phase.name, argv, self.settings.environment
+        )
+        if problem:
+            phase.error = PhaseError(Outcome.ERROR, problem)
+            return
+        environment, phase.tag = multirank.phase_environment(
+            argv, {**self.settings.environment, **phase.extra_env}, phase.run_dir
+        )
+        self.rank_watcher.watch(phase.name, phase.tag, argv)  # only torchrun phases are watched
+        try:
+            spec = ChildSpec(
+                name=phase.name,
+                argv=argv,
+                cwd=self.settings.command_dir,
+                env=environment,
+                stdout_path=phase.run_dir / "stdout.log",
+                stderr_path=phase.run_dir / "stderr.log",
+            )
+            self.group.start(spec, timeout=self.settings.timeout)
+        except (ChildLaunchError, OSError, TypeError, ValueError):
+            self.rank_watcher.close(phase.name)  # no ranks will come
+            phase.error = PhaseError(
+                Outcome.ERROR, self.hinted(phase.name, f"{phase.name} child launch failed")
+            )
+
+    def checkpoint_path(self, phase: str, run_dir: Path, when: str) -> Path:
+        """The case's `checkpoint_path(run_dir)`, checked to be a Path; ERROR naming `when` if not."""
+        try:
+            checkpoint = self.case.checkpoint_path(run_dir)
+            if not isinstance(checkpoint, Path):
+                raise TypeError(
+                    f"checkpoint_path must return a pathlib.Path, got {type(checkpoint).__name__}"
+                )
+        except Exception as error:
+            raise PhaseError(
+                Outcome.ERROR,
+                f"{phase} checkpoint path resolution {when} failed: {type(error).__name__}",
+            ) from None
+        return checkpoint
+
+    def hinted(self, phase: str, message: str) -> str:
+        """`message`, pointing at the phase's stderr.log when the user keeps the work_dir."""
+        if not self.settings.preserved:
+            return message
+        return f"{message}; see {phase}/stderr.log under the preserved work_dir"
+
+    def ordered_processes(self) -> tuple[ExternalProcessEvidence, ...]:
+        """The `processes` evidence in phase order (not the order children happened to end)."""
+        order = {name: index for index, name in enumerate(self.phases)}
+        return tuple(sorted(self.processes, key=lambda evidence: order[evidence.phase]))
+
+    # Internals ------------------------------------------------------------------------
+
+    def _on_child_event(self, name: str, kind: str, result: ChildResult | None) -> None:
+        if name not in self.phases:
+            return
+        self.settings.progress.event(
+            name, kind, result.wall_seconds if result is not None else None
+        )
+        if kind == "end":
+            phase = self.phases[name]
+            phase.result = result
+            phase.rank_samples = self.rank_watcher.close(name)  # before the sweep kills them
+            multirank.sweep(phase.tag)  # ranks that left the child's process group
+
+    def _on_rank_event(self, event: RankEvent) -> None:
+        """A torchrun rank seen starting or ending: a progress line (from the watcher's thread)."""
+        sample = event.sample
+        elapsed = sample.last_seen - sample.first_seen if event.kind == "end" else None
+        self.settings.progress.event(
+            sample.phase, event.kind, elapsed, rank=sample.rank, detail=rank_event_detail(event)
+        )
+
+    def _phase_tags(self) -> list[str]:
+        return [phase.tag for phase in self.phases.values() if phase.tag is not None]
+
+    def _account(self, phase: TrainingPhase) -> None:
+        """Record how a finished child ended, when the decision sequence reaches it.
+
+        Evidence of children that ran early (concurrently) but whose phase the
+        verdict never reached is left out, so a report does not depend on
+        scheduling.
+        """
+        result = phase.result
+        name = phase.name
+        if result.timed_out:
+            phase.error = PhaseError(
+                Outcome.ERROR, self.hinted(name, f"{name} child exceeded timeout")
+            )
+            return
+        returncode = result.exit_code if result.exit_code is not None else -(result.signal or 0)
+        self.processes.append(
+            ExternalProcessEvidence(
+                phase=name,
+                pid=result.pid,
+                elapsed_seconds=result.wall_seconds,
+                returncode=returncode,
+                signal=result.signal,
+                user_seconds=result.user_seconds,
+                system_seconds=result.sys_seconds,
+                peak_rss_bytes=result.peak_rss_bytes,
+                ranks=rank_evidence(
+                    phase.rank_samples,
+                    phase_returncode=returncode,
+                    stderr_path=phase.run_dir / "stderr.log",
+                ),
+            )
+        )
+        if returncode != 0:
+            self.timings[name] = result.wall_seconds
+            message = f"{name} child exited with status {returncode}"
+            rank_detail = multirank.rank_failure(phase.run_dir / "stderr.log", phase.run_dir)
+            if rank_detail:
+                message += f": {rank_detail}"
+            phase.error = PhaseError(Outcome.ERROR, self.hinted(name, message))
+            return
+        self.timings[self.timing_keys.get(name, name)] = result.wall_seconds
+
+    def _checkpoint_after(self, phase: TrainingPhase) -> Path:
+        try:
+            checkpoint = self.checkpoint_path(phase.name, phase.run_dir, "after child completion")
+        except PhaseError:
+            self.timings.setdefault(phase.name, phase.result.wall_seconds)
+            raise
+        if not (checkpoint.is_file() or checkpoint.is_dir()):
+            self.timings.setdefault(phase.name, phase.result.wall_seconds)
+            raise PhaseError(
+                Outcome.ERROR,
+                self.hinted(phase.name, f"{phase.name} did not create its declared checkpoint"),
+            )
+        self.checkpoint_max_bytes = max(self.checkpoint_max_bytes, path_bytes(checkpoint))
+        return checkpoint
+
+
+def path_bytes(path: Path) -> int:
+    """Size of a checkpoint file, or of every file under a checkpoint directory."""
+    if path.is_dir():
+        return sum(entry.stat().st_size for entry in path.rglob("*") if entry.is_file())
+    return path.stat().st_size
+
+
+def validated_command(command: object) -> list[str]:
+    """The argv a case's command() returned, refused when it is not a non-empty list of str."""
+    if isinstance(command, (str, bytes)):
+        raise TypeError(
+            "command() must return a sequence of str such as [sys.executable, 'train.py'], not one string"
+        )
+    argv = list(command)  # type: ignore[call-overload]
+    if not argv or not all(isinstance(item, str) and "\0" not in item for item in argv):
+        raise TypeError("command() must return a non-empty sequence of str without NUL characters")
+    return argv
+
+
+def nondeterminism_hints(environment: Mapping[str, str]) -> tuple[str, ...]:
+    """Why runs may drift, for each such variable that the children's environment lacks."""
+    return tuple(
+        hint for variable, hint in _NONDETERMINISM_VARIABLES.items() if variable not in environment
+    )

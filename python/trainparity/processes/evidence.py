@@ -1,0 +1,24 @@
+"""What a check reports of one training child it ran: phase, PID, time, exit status, resources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainparity.distributed.rank_processes import RankProcessEvidence
+
+__all__ = ["ExternalProcessEvidence"]
+
+
+@dataclass(frozen=True)
+class ExternalProcessEvidence:
+    """One training child that ran to exit: which phase, its PID, time, exit status and resources."""
+
+    phase: str
+    pid: int
+    elapsed_seconds: float
+    returncode: int
+    signal: int | None = None
+    user_seconds: float = 0.0
+    system_seconds: float = 0.0
+    peak_rss_bytes: int = 0
+    ranks: tuple[RankProcessEvidence, ...] = ()  # a torchrun phase's ranks, sampled from /proc

@@ -1,0 +1,117 @@
+"""The observer worker: a fresh interpreter that turns resume checkpoints into snapshot files.
+
+Launched by check_resume as `python -m trainparity.processes.observer --case SPEC
+--requests FIFO`. It loads the case once, then serves one request per line
+read from the FIFO: call `observe_checkpoint`, normalise, freeze and write
+the snapshot file, then publish a small JSON result next to it atomically
+(the parent waits for that file). The user's training processes never see it, so one observer
+can serve every phase of a check while the training children stay fresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trainparity.error_text import error_text
+from trainparity.outcomes import Outcome
+
+
+def observe_one(
+    case: Any, load_error: BaseException | None, request: dict[str, Any]
+) -> dict[str, Any]:
+    """Produce the result record of one observation request (CONTRACT §6.7 outcomes)."""
+    from trainparity.state.freeze import UnsupportedStateError
+    from trainparity.state.normalize import StableStateError, normalize_observation
+    from trainparity.state.snapshot_file import write_snapshot
+
+    if load_error is not None:
+        return _failure(Outcome.ERROR, f"process case loading failed: {type(load_error).__name__}")
+    started = time.perf_counter()
+    try:
+        observation = case.observe_checkpoint(Path(request["checkpoint"]))
+    except Exception as error:  # the user's callback: any failure is the check's ERROR
+        return _failure(
+            Outcome.ERROR, f"observe_checkpoint callback failed: {type(error).__name__}"
+        )
+    captured = time.perf_counter()
+    try:
+        normalized = normalize_observation(observation)
+        if not isinstance(normalized, dict):
+            raise UnsupportedStateError(
+                (), f"observation root is a {type(observation).__name__}, not a mapping"
+            )
+        info = write_snapshot(
+            request["snapshot"], normalized, step=case.total_step, environment=_environment()
+        )
+    except (UnsupportedStateError, StableStateError) as error:
+        # The contract's message names the type only; the path is what a user needs next.
+        return _failure(Outcome.ABSTAIN, f"snapshot state is unsupported: {error_text(error)}")
+    except Exception as error:
+        return _failure(Outcome.ERROR, f"snapshot worker failed: {error_text(error)}")
+    written = time.perf_counter()
+    return {
+        "outcome": Outcome.PASS.value,
+        "message": "checkpoint observed",
+        "snapshot": str(request["snapshot"]),
+        "snapshot_bytes": info.file_bytes,
+        "timing_seconds": {"capture": captured - started, "serialization": written - captured},
+    }
+
+
+@functools.cache
+def _environment() -> dict[str, Any]:
+    """This worker's fingerprint, recorded in every snapshot it writes (computed once)."""
+    from trainparity.environment import environment_fingerprint
+
+    return environment_fingerprint()
+
+
+def _failure(outcome: Outcome, message: str) -> dict[str, Any]:
+    return {"outcome": outcome.value, "message": message}
+
+
+def write_result(path: str, record: dict[str, Any]) -> None:
+    temporary = f"{path}.tmp"
+    with open(temporary, "w", encoding="utf-8") as stream:
+        json.dump(record, stream, sort_keys=True)
+    os.replace(temporary, path)
+
+
+def serve(case_spec: str, requests_path: str, case_kind: str = "resume") -> None:
+    from trainparity.importing import load_process_case, load_runs_case
+
+    case: Any = None
+    load_error: BaseException | None = None
+    try:
+        case = (load_runs_case if case_kind == "runs" else load_process_case)(case_spec)
+    except Exception as error:
+        load_error = error
+    with open(requests_path, encoding="utf-8") as requests:
+        for line in requests:
+            request = json.loads(line)
+            if request.get("stop"):
+                break
+            write_result(request["result"], observe_one(case, load_error, request))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainparity.processes.observer", description=__doc__
+    )
+    parser.add_argument("--case", required=True)
+    parser.add_argument("--case-kind", choices=("resume", "runs"), default="resume")
+    parser.add_argument("--requests", required=True)
+    arguments = parser.parse_args(argv)
+    serve(arguments.case, arguments.requests, arguments.case_kind)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

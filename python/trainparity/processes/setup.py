@@ -1,0 +1,128 @@
+"""Set-up shared by the checks that run children: their runners' options, run directory and settings."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from trainparity.comparison.policies import ComparisonPolicy
+from trainparity.comparison.states import checked_policy
+from trainparity.processes.progress import ProgressCallback, ProgressReporter
+from trainparity.processes.run_directory import run_directory
+from trainparity.processes.termination import terminating_signals_unwind
+from trainparity.reports.machine import write_report
+
+
+class _Reported(Protocol):
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+ResultT = TypeVar("ResultT", bound=_Reported)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Where and how one check runs its children; the same for every orchestrator.
+
+    command_dir is the children's working directory, run_root the directory
+    holding each child's own directory, environment the children's complete
+    environment, timeout the per-child limit in seconds. preserved is True when
+    run_root is the user's work_dir (kept afterwards, so messages may point
+    into it); parallel says whether independent children run at once.
+    """
+
+    command_dir: Path
+    run_root: Path
+    environment: Mapping[str, str]
+    timeout: float
+    preserved: bool
+    parallel: bool
+    progress: ProgressReporter
+
+
+def checked_timeout(timeout: object) -> float:
+    """The per-child timeout in seconds; TypeError/ValueError as the contract words them."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout):
+        raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
+    if timeout <= 0:
+        raise ValueError("timeout must be positive")
+    return float(timeout)
+
+
+def checked_parallel(parallel: object) -> bool | None:
+    if parallel is not None and not isinstance(parallel, bool):
+        raise TypeError(f"parallel must be None, True or False, not {parallel!r}")
+    return parallel
+
+
+def wants_parallel(parallel: bool | None, device: object) -> bool:
+    """Independent children run at once unless asked not to, on CUDA, or on one core."""
+    if parallel is not None:
+        return parallel
+    on_cuda = isinstance(device, str) and device.startswith("cuda")
+    return not on_cuda and (os.cpu_count() or 1) > 1
+
+
+class CheckRunner:
+    """The options every check runner takes (check_resume's, check_runs', check_accumulation's).
+
+    Each is checked here, the same way for all three, before anything runs:
+    `comparison` (None: exact), `timeout` per child, `temporary_root` for the
+    run directory, `parallel` (None: decided per device) and `progress`.
+    """
+
+    def __init__(
+        self,
+        *,
+        comparison: ComparisonPolicy | None = None,
+        timeout: float = 300.0,
+        temporary_root: Path | None = None,
+        parallel: bool | None = None,
+        progress: bool | ProgressCallback | None = None,
+    ) -> None:
+        self.policy = checked_policy(comparison)  # first, as the contract's accumulation tests ask
+        self.timeout = checked_timeout(timeout)
+        self.parallel = checked_parallel(parallel)
+        self.temporary_root = Path(temporary_root) if temporary_root is not None else None
+        self.progress = ProgressReporter(progress)
+
+    @contextmanager
+    def run_settings(
+        self,
+        *,
+        work_dir: Path | None,
+        prefix: str,
+        command_dir: Path,
+        environment: Mapping[str, str],
+        device: object,
+    ) -> Iterator[RunSettings]:
+        """One check's run directory and settings, for the duration of the block.
+
+        The run directory is `work_dir` (kept) or a managed temporary directory
+        named with `prefix` (removed); SIGTERM/SIGHUP unwind like Ctrl-C inside
+        the block, so children are killed and the directory removed.
+        """
+        with (
+            terminating_signals_unwind(),
+            run_directory(work_dir, self.temporary_root, prefix) as (root, managed),
+        ):
+            yield RunSettings(
+                command_dir=command_dir,
+                run_root=root,
+                environment=environment,
+                timeout=self.timeout,
+                preserved=not managed,
+                parallel=wants_parallel(self.parallel, device),
+                progress=self.progress,
+            )
+
+    def finished(self, result: ResultT, report_path: Path | None) -> ResultT:
+        """`result`, after writing its machine report to `report_path` when one was asked for."""
+        if report_path is not None:
+            write_report(report_path, result.to_dict())
+        return result

@@ -1,0 +1,1 @@
+"""The reports layer: text and HTML views, machine reports, figures, and the result mixin."""

@@ -1,0 +1,46 @@
+"""Machine reports: a result as a report dictionary, written as sorted, indented JSON, replaced atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from trainparity.outcomes import Outcome
+from trainparity.version import add_report_metadata
+
+
+def report_text(payload: dict[str, Any]) -> str:
+    """The exact text of a report file: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(payload, indent=2, sort_keys=True) + "\n"
+
+
+def write_report(path: str | os.PathLike[str], payload: dict[str, Any]) -> int:
+    """Write `payload` to `path` via `<path>.tmp` and a rename; returns the byte size."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    data = report_text(payload).encode("utf-8")
+    temporary = target.with_name(target.name + ".tmp")
+    try:
+        with open(temporary, "wb") as stream:
+            stream.write(data)
+        os.replace(temporary, target)
+    except BaseException:  # e.g. the path is a directory: leave no <path>.tmp behind
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return len(data)
+
+
+def report_dict(result: Any) -> dict[str, Any]:
+    """`{"schema_version", "trainparity_version", **fields}` with outcome as its string value.
+
+    Like dataclasses.asdict: nested dataclasses become dicts, tuples stay tuples
+    (they become JSON arrays when serialised).
+    """
+    fields = dataclasses.asdict(result)
+    fields["outcome"] = str(Outcome(fields["outcome"]).value)
+    return add_report_metadata(fields)

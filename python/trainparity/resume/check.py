@@ -1,0 +1,137 @@
+"""check_resume: resume parity through real processes — baselines, split, fresh-process resume.
+
+Order of decisions follows CONTRACT §6.4: setup; baseline_a and baseline_b
+(each trained, then observed); baseline self-consistency (else ABSTAIN);
+candidate_split; staging of its checkpoint; candidate_resume in a fresh
+process; its observation; the final comparison. Independent children
+(baseline_a, baseline_b, candidate_split and the observer worker) run
+concurrently by default; verdicts are still decided in that order, so the
+comparison part of the report is the same either way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from trainparity.comparison.policies import (
+    ExactComparison,
+    ToleranceComparison,
+    policy_report_fields,
+)
+from trainparity.environment import environment_fingerprint
+from trainparity.importing import load_process_case
+from trainparity.outcomes import Outcome
+from trainparity.processes.child_environment import child_environment
+from trainparity.processes.progress import ProgressCallback
+from trainparity.processes.run_directory import PROCESS_RESUME_PREFIX
+from trainparity.processes.setup import CheckRunner
+from trainparity.protocols import ProcessResumeCase
+from trainparity.resume.execution import ResumeExecution
+from trainparity.resume.result import ProcessResumeResult
+
+__all__ = ["ProcessResumeRunner", "check_resume"]
+
+
+def check_resume(
+    case: str,
+    *,
+    comparison: ExactComparison | ToleranceComparison | None = None,
+    cwd: Path | None = None,
+    work_dir: Path | None = None,
+    report_path: Path | None = None,
+    environment: Mapping[str, str] | None = None,
+    timeout: float = 300.0,
+    temporary_root: Path | None = None,
+    parallel: bool | None = None,
+    progress: bool | ProgressCallback | None = None,
+) -> ProcessResumeResult:
+    """Check that save → exit → fresh-process load → continue reproduces uninterrupted training.
+
+    `case` is an importable "package.module:ClassName" implementing
+    ProcessResumeCase. `timeout` applies to each child. `parallel=None` runs
+    the independent phases concurrently on CPU and sequentially when the case
+    declares `device = "cuda..."`; True/False force it. `progress=True`
+    prints phase start/end lines to stderr; a callable receives ProgressEvent
+    objects. Returns PASS, FAIL (first divergent path), ABSTAIN or ERROR.
+    """
+    runner = ProcessResumeRunner(
+        comparison=comparison,
+        timeout=timeout,
+        temporary_root=temporary_root,
+        parallel=parallel,
+        progress=progress,
+    )
+    return runner.run(
+        case, cwd=cwd, work_dir=work_dir, report_path=report_path, environment=environment
+    )
+
+
+class ProcessResumeRunner(CheckRunner):
+    """Runs one resume check; the internal object behind check_resume (CONTRACT §1.4)."""
+
+    def run(
+        self,
+        case: str,
+        *,
+        cwd: Path | None = None,
+        work_dir: Path | None = None,
+        report_path: Path | None = None,
+        environment: Mapping[str, str] | None = None,
+        staged_checkpoint_hook: Callable[[Path], None] | None = None,
+    ) -> ProcessResumeResult:
+        started = time.perf_counter()
+        command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
+        propagated = tuple(sorted(environment)) if environment is not None else ()
+        fields: dict[str, Any] = {
+            "case": case,
+            "propagated_environment_keys": propagated,
+            **policy_report_fields(self.policy),
+        }
+        try:
+            loaded, child_environment = _setup(case, environment)
+        except Exception as error:
+            fields["timing_seconds"] = {"total_wall": time.perf_counter() - started}
+            result = ProcessResumeResult(
+                outcome=Outcome.ERROR,
+                message=f"process case setup failed: {type(error).__name__}",
+                environment=environment_fingerprint(),
+                **fields,
+            )
+            return self.finished(result, report_path)
+        # The children's allow-listed variables (CUBLAS_WORKSPACE_CONFIG, ...) are what mattered.
+        fields["environment"] = environment_fingerprint(variables=child_environment)
+        with self.run_settings(
+            work_dir=work_dir,
+            prefix=PROCESS_RESUME_PREFIX,
+            command_dir=command_dir,
+            environment=child_environment,
+            device=getattr(loaded, "device", "cpu"),
+        ) as settings:
+            execution = ResumeExecution(
+                case_spec=case,
+                case=loaded,
+                policy=self.policy,
+                settings=settings,
+                staged_checkpoint_hook=staged_checkpoint_hook,
+            )
+            result = execution.run(fields, started)
+        return self.finished(result, report_path)
+
+
+def _setup(
+    spec: str, environment: Mapping[str, str] | None
+) -> tuple[ProcessResumeCase, dict[str, str]]:
+    """Load and validate the case and build the children's environment (CONTRACT §6.2, §6.5)."""
+    case = load_process_case(spec)
+    if not case.name:
+        raise ValueError("case name must be non-empty")
+    split, total = case.split_step, case.total_step
+    for value in (split, total):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"split_step and total_step must be ints, got {value!r}")
+    if not 0 < split < total:
+        raise ValueError(f"need 0 < split_step < total_step, got {split} and {total}")
+    return case, child_environment(spec, environment)

@@ -1,0 +1,242 @@
+"""One resume check's children, observations and decisions: the execution behind check_resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
+from trainparity.distributed.resume_coverage import resume_coverage_differences
+from trainparity.outcomes import Outcome
+from trainparity.processes.children import (
+    PhaseChildren,
+    PhaseError,
+    TrainingPhase,
+    nondeterminism_hints,
+)
+from trainparity.processes.observer_client import ObservationFailure
+from trainparity.processes.setup import RunSettings
+from trainparity.protocols import ProcessResumeCase
+from trainparity.recording.resume import (
+    ResumeTrajectories,
+    TrajectoryError,
+    phase_recording_environment,
+)
+from trainparity.resume.result import ProcessResumeResult
+
+__all__ = ["ResumeExecution"]
+
+_CONCURRENT_PHASES = ("baseline_a", "baseline_b", "candidate_split")
+# Where each phase's wall time goes in the report's timing section.
+_TIMING_KEYS = {
+    "candidate_split": "candidate_save_exit",
+    "candidate_resume": "candidate_new_process_load_resume",
+}
+
+
+class ResumeExecution:
+    """One check's children, observations and decisions."""
+
+    def __init__(
+        self,
+        *,
+        case_spec: str,
+        case: ProcessResumeCase,
+        policy: ExactComparison | ToleranceComparison,
+        settings: RunSettings,
+        staged_checkpoint_hook: Callable[[Path], None] | None,
+    ) -> None:
+        self.case_spec = case_spec
+        self.case = case
+        self.policy = policy
+        self.settings = settings
+        self.staged_checkpoint_hook = staged_checkpoint_hook
+        root = settings.run_root
+        end_steps = {
+            "baseline_a": case.total_step,
+            "baseline_b": case.total_step,
+            "candidate_split": case.split_step,
+            "candidate_resume": case.total_step,
+        }
+        self.timings: dict[str, float] = {}
+        self.children = PhaseChildren(
+            case_spec=case_spec,
+            case=case,
+            settings=settings,
+            phases={
+                name: TrainingPhase(
+                    name,
+                    end_step,
+                    root / name,
+                    extra_env=phase_recording_environment(root, name, case.split_step),
+                )
+                for name, end_step in end_steps.items()
+            },
+            timings=self.timings,
+            timing_keys=_TIMING_KEYS,
+        )
+
+    # The decision sequence ----------------------------------------------------------
+
+    def run(self, fields: dict[str, Any], started: float) -> ProcessResumeResult:
+        with self.children.running():
+            try:
+                if self.settings.parallel:
+                    self.children.start_concurrently(_CONCURRENT_PHASES)
+                result = self._decide(fields)
+            except (PhaseError, ObservationFailure) as failure:
+                result = self._result(fields, failure.outcome, failure.message)
+        timing = dict(self.timings)
+        timing["total_wall"] = time.perf_counter() - started
+        if result.outcome in (Outcome.PASS, Outcome.FAIL):
+            timing["single_normal_run"] = timing["baseline_a"]
+            if timing["single_normal_run"] > 0:
+                timing["end_to_end_multiplier"] = timing["total_wall"] / timing["single_normal_run"]
+        return dataclasses.replace(
+            result, timing_seconds=timing, processes=self.children.ordered_processes()
+        )
+
+    def _decide(self, fields: dict[str, Any]) -> ProcessResumeResult:
+        snapshot_a = self.children.observed("baseline_a")
+        snapshot_b = self.children.observed("baseline_b")
+        trajectories = ResumeTrajectories(self.settings.run_root, self.policy, self.case.split_step)
+        parted = _recorded(trajectories.baselines_part)
+        began = time.perf_counter()
+        baseline_differences = self.policy.compare_all(snapshot_a, snapshot_b)
+        self.timings["baseline_comparison"] = time.perf_counter() - began
+        self.timings["baseline_self_consistency"] = sum(
+            self.timings.get(key, 0.0)
+            for key in (
+                "baseline_a",
+                "baseline_b",
+                "snapshot_baseline_a",
+                "snapshot_baseline_b",
+                "baseline_comparison",
+            )
+        )
+        total = self.case.total_step
+        step, first_differences = _first_divergence(parted, total, baseline_differences)
+        if first_differences:
+            at_step = f" at step {step}" if parted is not None else ""
+            return self._result(
+                fields,
+                Outcome.ABSTAIN,
+                f"baseline self-consistency failed{at_step}; resume attribution is unsafe",
+                first_divergent_step=step,
+                primary_difference=first_differences[0],
+                all_differences=first_differences,
+                nondeterminism_hints=nondeterminism_hints(self.settings.environment),
+                **trajectories.report_fields(baseline_differences),
+            )
+        split_checkpoint = self.children.trained("candidate_split")
+        staged = self._stage(split_checkpoint)
+        self.children.phases["candidate_resume"].resume_from = staged
+        resumed_checkpoint = self.children.trained("candidate_resume")
+        split_pid = self.children.phases["candidate_split"].result.pid
+        resume_pid = self.children.phases["candidate_resume"].result.pid
+        if split_pid == resume_pid:
+            raise PhaseError(
+                Outcome.ERROR, "save/exit and load/resume did not prove distinct process IDs"
+            )
+        snapshot_resume = self.children.observed("candidate_resume", resumed_checkpoint)
+        parted = _recorded(trajectories.candidates_part)
+        began = time.perf_counter()
+        differences = self.policy.compare_all(snapshot_a, snapshot_resume)
+        # Sample order first: a resume that repeats or skips samples explains the states.
+        differences = (*resume_coverage_differences(self.settings.run_root), *differences)
+        self.timings["candidate_comparison"] = time.perf_counter() - began
+        self.timings["comparison"] = (
+            self.timings["baseline_comparison"] + self.timings["candidate_comparison"]
+        )
+        self.timings["candidate_save_exit_new_process_load_resume"] = sum(
+            self.timings.get(key, 0.0)
+            for key in (
+                "candidate_save_exit",
+                "checkpoint_staging",
+                "candidate_new_process_load_resume",
+            )
+        )
+        recorded = trajectories.report_fields(differences)
+        step, first_differences = _first_divergence(parted, total, differences)
+        if first_differences:
+            return self._result(
+                fields,
+                Outcome.FAIL,
+                f"first observed divergence at step {step}: {first_differences[0].path}",
+                first_divergent_step=step,
+                primary_difference=first_differences[0],
+                all_differences=first_differences,
+                fresh_resume_processes_distinct=True,
+                **recorded,
+            )
+        wording = (
+            "exactly equivalent"
+            if isinstance(self.policy, ExactComparison)
+            else "equivalent under the declared tolerance"
+        )
+        return self._result(
+            fields,
+            Outcome.PASS,
+            f"final states are {wording} at step {total}",
+            fresh_resume_processes_distinct=True,
+            **recorded,
+        )
+
+    def _result(
+        self, fields: dict[str, Any], outcome: Outcome, message: str, **extra: Any
+    ) -> ProcessResumeResult:
+        return ProcessResumeResult(
+            outcome=outcome,
+            message=message,
+            **self.children.evidence_fields(),
+            **fields,
+            **extra,
+        )
+
+    # Phases ---------------------------------------------------------------------------
+
+    def _stage(self, split_checkpoint: Path) -> Path:
+        """Copy the split checkpoint to where candidate_resume's location contract says it lives."""
+        began = time.perf_counter()
+        resume_dir = self.settings.run_root / "candidate_resume"
+        resume_dir.mkdir(parents=True, exist_ok=True)
+        staged = self.children.checkpoint_path(
+            "candidate_resume", resume_dir, "before child launch"
+        )
+        try:
+            staged.parent.mkdir(parents=True, exist_ok=True)
+            if split_checkpoint.is_dir():
+                shutil.copytree(
+                    split_checkpoint, staged, copy_function=shutil.copy2, dirs_exist_ok=True
+                )
+            else:
+                shutil.copy2(split_checkpoint, staged)
+            if self.staged_checkpoint_hook is not None:
+                self.staged_checkpoint_hook(staged)
+        except Exception as error:
+            raise PhaseError(
+                Outcome.ERROR, f"candidate_resume checkpoint staging failed: {type(error).__name__}"
+            ) from None
+        self.timings["checkpoint_staging"] = time.perf_counter() - began
+        return staged
+
+
+def _first_divergence(
+    parted: Any, total_step: int, final_differences: tuple[Difference, ...]
+) -> tuple[int, tuple[Difference, ...]]:
+    """(step, differences) of the first divergence: a recorded step's, else the final state's."""
+    if parted is not None:
+        return parted.step, parted.differences
+    return total_step, final_differences
+
+
+def _recorded(part: Callable[[], Any]) -> Any:
+    """One step of the trajectory comparison; unusable recordings are the check's ERROR."""
+    try:
+        return part()
+    except TrajectoryError as error:
+        raise PhaseError(Outcome.ERROR, str(error)) from None

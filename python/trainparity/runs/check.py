@@ -1,0 +1,165 @@
+"""check_runs: two or more configurations of one training script that must end in the same state.
+
+Each variant (extra arguments and environment for the case's command) runs
+twice, every run a fresh process, concurrently by default. Order of
+decisions: setup; each variant's two runs, observed and compared with each
+other (a variant that disagrees with itself: ABSTAIN, nothing can be said
+about the others); then every other variant against the first (the
+reference): the first variant that differs is the FAIL, at its first
+differing path. Verdicts are decided in that order whatever order the
+children finish in, so the comparison part of the report does not depend on
+scheduling.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainparity.comparison.policies import (
+    ExactComparison,
+    ToleranceComparison,
+    policy_report_fields,
+)
+from trainparity.environment import environment_fingerprint
+from trainparity.importing import load_runs_case
+from trainparity.outcomes import Outcome
+from trainparity.processes.child_environment import child_environment
+from trainparity.processes.progress import ProgressCallback
+from trainparity.processes.run_directory import RUNS_PREFIX
+from trainparity.processes.setup import CheckRunner
+from trainparity.protocols import RunsCase
+from trainparity.runs.execution import RunsExecution
+from trainparity.runs.plan import VARIANT_NAME, RunVariant
+from trainparity.runs.result import RunsResult
+
+__all__ = ["RunVariant", "check_runs"]
+
+
+def check_runs(
+    case: str,
+    variants: Mapping[str, RunVariant | Mapping[str, Any]] | None = None,
+    *,
+    comparison: ExactComparison | ToleranceComparison | None = None,
+    cwd: Path | None = None,
+    work_dir: Path | None = None,
+    report_path: Path | None = None,
+    environment: Mapping[str, str] | None = None,
+    timeout: float = 300.0,
+    temporary_root: Path | None = None,
+    parallel: bool | None = None,
+    progress: bool | ProgressCallback | None = None,
+) -> RunsResult:
+    """Check that every variant of the case's run ends in the same observed state.
+
+    `case` is an importable "package.module:ClassName" with `name`,
+    `total_step`, `command(plan)`, `checkpoint_path(run_dir)` and
+    `observe_checkpoint(path)` (any resume case qualifies). `variants` maps
+    a name to `RunVariant(args=..., env=...)` or `{"args": [...], "env":
+    {...}}`; None takes the case's own `variants` attribute. The first
+    variant is the reference. Each variant runs twice; PASS when all agree
+    under `comparison` (exact by default), FAIL naming the first variant
+    that differs and its first path, ABSTAIN when a variant disagrees with
+    itself, ERROR when something could not run or be observed.
+    """
+    runner = _RunsRunner(
+        comparison=comparison,
+        timeout=timeout,
+        temporary_root=temporary_root,
+        parallel=parallel,
+        progress=progress,
+    )
+    return runner.run(
+        case,
+        variants,
+        cwd=cwd,
+        work_dir=work_dir,
+        report_path=report_path,
+        environment=environment,
+    )
+
+
+class _RunsRunner(CheckRunner):
+    """Runs one check_runs."""
+
+    def run(
+        self,
+        case: str,
+        variants: Mapping[str, Any] | None,
+        *,
+        cwd: Path | None,
+        work_dir: Path | None,
+        report_path: Path | None,
+        environment: Mapping[str, str] | None,
+    ) -> RunsResult:
+        started = time.perf_counter()
+        command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
+        fields: dict[str, Any] = {
+            "case": case,
+            "propagated_environment_keys": tuple(sorted(environment))
+            if environment is not None
+            else (),
+            **policy_report_fields(self.policy),
+        }
+        try:
+            loaded = load_runs_case(case)
+            declared = _declared_variants(loaded, variants)
+            environment_for_children = child_environment(case, environment)
+        except Exception as error:
+            result = RunsResult(
+                outcome=Outcome.ERROR,
+                message=f"runs case setup failed: {type(error).__name__}: {error}",
+                timing_seconds={"total_wall": time.perf_counter() - started},
+                environment=environment_fingerprint(),
+                **fields,
+            )
+            return self.finished(result, report_path)
+        fields["variants"] = tuple(declared)
+        fields["reference_variant"] = next(iter(declared))
+        fields["variant_environment_keys"] = {
+            name: tuple(sorted(variant.env)) for name, variant in declared.items()
+        }
+        fields["environment"] = environment_fingerprint(variables=environment_for_children)
+        with self.run_settings(
+            work_dir=work_dir,
+            prefix=RUNS_PREFIX,
+            command_dir=command_dir,
+            environment=environment_for_children,
+            device=getattr(loaded, "device", "cpu"),
+        ) as settings:
+            execution = RunsExecution(
+                case_spec=case,
+                case=loaded,
+                variants=declared,
+                policy=self.policy,
+                settings=settings,
+            )
+            result = execution.run(fields, started)
+        return self.finished(result, report_path)
+
+
+def _declared_variants(case: RunsCase, variants: Mapping[str, Any] | None) -> dict[str, RunVariant]:
+    source = variants if variants is not None else getattr(case, "variants", None)
+    if source is None:
+        raise ValueError("give variants=... or declare a `variants` mapping on the case")
+    if not isinstance(source, Mapping):
+        raise TypeError(
+            f"variants must be a mapping of name to variant, not {type(source).__name__}"
+        )
+    if len(source) < 2:
+        raise ValueError(f"check_runs needs at least two variants, got {len(source)}")
+    declared = {}
+    for name, variant in source.items():
+        if not isinstance(name, str) or not VARIANT_NAME.fullmatch(name):
+            raise ValueError(
+                f"variant name {name!r} must be letters, digits, '_', '.' or '-' (it names a directory)"
+            )
+        declared[name] = RunVariant.of(name, variant)
+    total = case.total_step
+    if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
+        raise ValueError(f"total_step must be a positive int, got {total!r}")
+    if not case.name:
+        raise ValueError("case name must be non-empty")
+    return declared

@@ -1,0 +1,247 @@
+"""The package's import graph, read from the sources: no cycles, and every arrow runs down the layers.
+
+Layers, top to bottom (docs/design.md): the public surface and the command
+line; the checks, one wing each; the processes layer and the packages beside
+it; state and comparison; reports; the native core; the foundation modules
+that everything may use. Imports inside functions count like any other, and
+so does `from trainparity import name` when `name` is a module. Faces (thin
+re-exports kept at contract and documented paths) sit at the top, and no
+module below the top may import a face: internal code names a module's home.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import trainparity
+
+PACKAGE_ROOT = Path(trainparity.__file__).resolve().parent
+SOURCE_ROOT = Path(__file__).resolve().parents[1] / "python" / "trainparity"
+# The sources when the checkout is at hand, else the installed copy (same files).
+ROOT = SOURCE_ROOT if SOURCE_ROOT.is_dir() else PACKAGE_ROOT
+
+SURFACE, CHECKS, PROCESSES, STATE, REPORTS, NATIVE, FOUNDATION = range(7)
+LAYER_NAMES = ("surface", "checks", "processes", "state", "reports", "native", "foundation")
+
+# The first component below `trainparity`, and the layer it lives in.
+LAYERS = {
+    "__main__": SURFACE,
+    "api": SURFACE,
+    "testing": SURFACE,
+    "pytest_plugin": SURFACE,
+    "cli": SURFACE,
+    "integrations": SURFACE,
+    "resume": CHECKS,
+    "runs": CHECKS,
+    "accumulation": CHECKS,
+    "coverage": CHECKS,
+    "processes": PROCESSES,
+    "distributed": PROCESSES,
+    "recording": PROCESSES,
+    "forensics": PROCESSES,
+    "checkpoints": PROCESSES,
+    "state": STATE,
+    "comparison": STATE,
+    "reports": REPORTS,
+    "native": NATIVE,
+    "_trainparity": NATIVE,
+    "environment": FOUNDATION,
+    "error_text": FOUNDATION,
+    "importing": FOUNDATION,
+    "outcomes": FOUNDATION,
+    "protocols": FOUNDATION,
+    "version": FOUNDATION,
+}
+
+FACES = frozenset(
+    {
+        "trainparity.process_resume",
+        "trainparity.sample_coverage",
+        "trainparity.results",
+        "trainparity.snapshot",
+        "trainparity.snapshot_file",
+        "trainparity.snapshot_diff",
+        "trainparity.display",
+        "trainparity.html_report",
+        "trainparity.cuda_backend",
+        "trainparity.phase_plan",
+        "trainparity.progress",
+        "trainparity.termination",
+        "trainparity.distributed.ids_audit",
+        # Wing and layer packages whose own names are a contract or documented path:
+        "trainparity.accumulation",
+        "trainparity.state",
+        "trainparity.comparison",
+        "trainparity.processes",
+    }
+)
+
+
+def module_files() -> dict[str, Path]:
+    modules = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = ("trainparity", *path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported_modules(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every trainparity module `name` imports, at module level or inside a function."""
+
+    def known(target: str) -> str | None:
+        while target and target not in modules:
+            target = target.rpartition(".")[0]
+        return target or None
+
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            # `from pkg import sub` imports the module pkg.sub; `from mod import name` imports mod.
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                for alias in node.names
+            ]
+            if base == "trainparity":
+                targets = [
+                    f"trainparity.{alias.name}" if alias.name == "_trainparity" else target
+                    for alias, target in zip(node.names, targets, strict=True)
+                ]
+        else:
+            continue
+        for target in targets:
+            if target == "trainparity._trainparity":
+                found.add(target)
+            elif target.startswith("trainparity") and (resolved := known(target)):
+                found.add(resolved)
+    found.discard(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_files()
+    return {name: imported_modules(name, path, modules) for name, path in modules.items()}
+
+
+def layer_of(module: str) -> int:
+    if module == "trainparity" or module in FACES:
+        return SURFACE
+    component = module.split(".")[1]
+    assert component in LAYERS, f"{module}: give its package a layer in tests/test_import_layers.py"
+    return LAYERS[component]
+
+
+def test_the_graph_is_read_from_the_real_sources():
+    graph = import_graph()
+    assert len(graph) > 80
+    assert "trainparity.resume.execution" in graph["trainparity.resume.check"]
+    # An import inside a function counts.
+    assert "trainparity.forensics.step_trace" in graph["trainparity.recording.recorder"]
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                cycles.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == [], "\n".join(" -> ".join(cycle) for cycle in cycles)
+
+
+def test_every_import_runs_down_the_layers():
+    upward = [
+        f"{module} ({LAYER_NAMES[layer_of(module)]}) -> {target} ({LAYER_NAMES[layer_of(target)]})"
+        for module, targets in sorted(import_graph().items())
+        for target in sorted(targets)
+        if layer_of(target) < layer_of(module)
+    ]
+    assert upward == [], "\n".join(upward)
+
+
+def test_no_two_packages_import_each_other():
+    """Between two subpackages (wings, layers, the packages beside them) arrows run one way only."""
+
+    def package(module: str) -> str:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 2 else module
+
+    ties = {
+        (package(module), package(target))
+        for module, targets in import_graph().items()
+        if module not in FACES
+        for target in targets
+        if package(module) != package(target)
+    }
+    both_ways = sorted(f"{a} <-> {b}" for a, b in ties if (b, a) in ties and a < b)
+    assert both_ways == [], "\n".join(both_ways)
+
+
+def test_no_module_below_the_surface_imports_a_face():
+    through_faces = [
+        f"{module} -> {target}"
+        for module, targets in sorted(import_graph().items())
+        if module not in FACES and layer_of(module) != SURFACE
+        for target in sorted(targets & FACES)
+    ]
+    assert through_faces == [], "\n".join(through_faces)
+
+
+def test_faces_only_re_export():
+    for face in sorted(FACES - {"trainparity.accumulation"}):
+        path = module_files()[face]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        body = tree.body[1:] if ast.get_docstring(tree) else tree.body
+        assert all(isinstance(node, ast.ImportFrom) for node in body), face
+        if path.name != "__init__.py":
+            assert len(path.read_text(encoding="utf-8").splitlines()) <= 40, face
+
+
+def test_workers_never_import_their_orchestrators():
+    graph = import_graph()
+
+    def reachable(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for target in graph.get(todo.pop(), set()) - seen:
+                seen.add(target)
+                todo.append(target)
+        return seen
+
+    assert "trainparity.accumulation.check" not in reachable("trainparity.accumulation.worker")
+    assert "trainparity.accumulation.execution" not in reachable("trainparity.accumulation.worker")
+    assert "trainparity.processes.observer_client" not in reachable(
+        "trainparity.processes.observer"
+    )
+    # The package the worker is launched from hands out the check's names only on first use.
+    assert graph["trainparity.accumulation"] == set()
+
+
+def test_top_level_holds_at_most_twelve_modules_with_code():
+    with_code = sorted(
+        path.stem
+        for path in ROOT.glob("*.py")
+        if f"trainparity.{path.stem}" not in FACES and path.stem != "__init__"
+    )
+    assert len(with_code) + 1 <= 12, with_code  # + __init__
