@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import resource
@@ -193,6 +194,32 @@ def test_watcher_finds_the_ranks_of_a_tagged_tree_and_not_their_workers(tmp_path
     ended = next(event for event in events if event.kind == "end")
     assert "CPU s" in rank_event_detail(ended) and rank_event_detail(ended).endswith("sampled")
     assert tagged_processes(tag) == []
+
+
+def test_a_rank_whose_environment_first_reads_empty_is_still_found(tmp_path, monkeypatch):
+    # A process caught between the two halves of its exec reads as an empty environment
+    # (/proc/PID/environ of its new image is not set up yet). Under load a sample can land
+    # there; taking such a rank as untagged lost it for the whole phase.
+    real_open = open
+    emptied = set()
+
+    def open_mid_exec(path, *args, **kwargs):
+        if str(path).endswith("/environ") and path not in emptied:
+            emptied.add(path)
+            return io.BytesIO(b"")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(rank_processes, "open", open_mid_exec, raising=False)
+    env, tag = phase_environment(TORCHRUN, dict(os.environ), tmp_path)
+    with RankWatcher() as watcher:
+        assert watcher.watch("baseline_a", tag, TORCHRUN)
+        try:
+            subprocess.run([sys.executable, "-c", FAKE_AGENT], env=env, timeout=30, check=True)
+            samples = watcher.close("baseline_a")
+        finally:
+            sweep(tag)
+    assert [sample.rank for sample in samples] == [0, 1]
+    assert all(sample.ended for sample in samples)
 
 
 def test_a_raising_callback_is_called_once_and_raised_by_stop(tmp_path):

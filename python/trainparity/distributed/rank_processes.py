@@ -50,6 +50,10 @@ SAMPLE_INTERVAL_SECONDS = 0.1
 _STOP_SECONDS = 2.0
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 _TAG_PREFIX = f"{PHASE_TAG_VARIABLE}=".encode()
+# How many samples a PID whose environment reads empty is looked at again before it is taken
+# as untagged: a process in the middle of its exec reads empty for a moment; a zombie or a
+# kernel thread reads empty for good, so the number is small.
+_EMPTY_ENVIRONMENT_SAMPLES = 5
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,8 @@ class RankWatcher:
         self._phase_of_tag: dict[str, str] = {}
         # PIDs whose environment was read and need not be again (see _scan).
         self._resolved: set[int] = set()
+        # PIDs whose environment read empty, and how many times so far.
+        self._empty_reads: dict[int, int] = {}
         self._live: dict[int, _LiveRank] = {}
         self._ended: dict[str, list[RankSample]] = {}
         self._stopping = False
@@ -233,6 +239,7 @@ class RankWatcher:
             if not self._phase_of_tag:
                 # Idle from now on: PIDs cached now may be reused before the next phase.
                 self._resolved.clear()
+                self._empty_reads.clear()
         return tuple(sorted(samples, key=lambda sample: (sample.rank, sample.first_seen)))
 
     def stop(self) -> None:
@@ -270,8 +277,18 @@ class RankWatcher:
         except OSError:
             return
         self._resolved &= pids  # a PID that went away may come back as another process
+        self._empty_reads = {pid: count for pid, count in self._empty_reads.items() if pid in pids}
         for pid in pids - self._resolved:
             known = _read_identity(pid)
+            if known is None:
+                # Read again next time: a rank caught in the middle of its exec shows no
+                # environment yet, and taking it as untagged would lose it for good.
+                count = self._empty_reads.get(pid, 0) + 1
+                if count < _EMPTY_ENVIRONMENT_SAMPLES:
+                    self._empty_reads[pid] = count
+                    continue
+                known = _UNTAGGED
+            self._empty_reads.pop(pid, None)
             if known.tag is not None and known.rank is None:
                 # Read again next time: a rank between torchrun's fork and its exec
                 # still has the agent's environment.
@@ -291,7 +308,8 @@ class RankWatcher:
             return None
         # Read afresh: we may have cached the agent's environment from before its exec.
         parent = _read_identity(stat.parent_pid)
-        return stat if parent.tag == known.tag and parent.rank is None else None
+        is_rank = parent is not None and parent.tag == known.tag and parent.rank is None
+        return stat if is_rank else None
 
     def _start(self, pid: int, known: _Known, stat: _Stat, now: float) -> None:
         assert known.tag is not None and known.rank is not None
@@ -369,12 +387,15 @@ class _LiveRank:
 _UNTAGGED = _Known(None, None, None)
 
 
-def _read_identity(pid: int) -> _Known:
+def _read_identity(pid: int) -> _Known | None:
+    """What `pid`'s environment says; None when it reads empty (not known yet: see _scan)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as handle:
             environ = handle.read()
     except OSError:  # gone, or another user's
         return _UNTAGGED
+    if not environ:  # mid-exec (the new image's environment is not set up yet), zombie, kthread
+        return None
     if _TAG_PREFIX not in environ:
         return _UNTAGGED
     variables = dict(item.split(b"=", 1) for item in environ.split(b"\0") if b"=" in item)
