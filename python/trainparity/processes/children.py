@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainparity.distributed import phases as multirank
+from trainparity.distributed.launch import local_ranks
 from trainparity.distributed.rank_processes import (
     RankEvent,
     RankSample,
@@ -77,6 +78,7 @@ class TrainingPhase:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     started: bool = False
     tag: str | None = None  # in the phase's environment; what multirank.sweep kills
+    ranks: int = 1  # a torchrun phase's local ranks, which share the phase's threads
     rank_samples: tuple[RankSample, ...] = ()  # a torchrun phase's ranks, as last sampled
     result: ChildResult | None = None
     error: PhaseError | None = None
@@ -197,9 +199,11 @@ class PhaseChildren:
         if problem:
             phase.error = PhaseError(Outcome.ERROR, problem)
             return
-        environment, phase.tag = multirank.phase_environment(
-            argv, {**self.settings.environment, **phase.extra_env}, phase.run_dir
+        phase.ranks = local_ranks(argv, {**self.settings.environment, **phase.extra_env})
+        variables = self.settings.threads.environment(
+            self.settings.environment, ranks=phase.ranks, own=phase.extra_env
         )
+        environment, phase.tag = multirank.phase_environment(argv, variables, phase.run_dir)
         self.rank_watcher.watch(phase.name, phase.tag, argv)  # only torchrun phases are watched
         try:
             spec = ChildSpec(
@@ -248,11 +252,15 @@ class PhaseChildren:
     def _on_child_event(self, name: str, kind: str, result: ChildResult | None) -> None:
         if name not in self.phases:
             return
+        phase = self.phases[name]
+        threads = self.settings.threads.describe(phase.ranks, own=phase.extra_env)
         self.settings.progress.event(
-            name, kind, result.wall_seconds if result is not None else None
+            name,
+            kind,
+            result.wall_seconds if result is not None else None,
+            detail=threads if kind == "start" else None,
         )
         if kind == "end":
-            phase = self.phases[name]
             phase.result = result
             phase.rank_samples = self.rank_watcher.close(name)  # before the sweep kills them
             multirank.sweep(phase.tag)  # ranks that left the child's process group
