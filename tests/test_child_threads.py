@@ -56,7 +56,7 @@ def test_every_resume_phase_runs_with_the_fair_share(tmp_path, no_thread_variabl
     assert result.environment["variables"]["OMP_NUM_THREADS"] == str(expected)
     starts = {event.phase: event.detail for event in events if event.kind == "start"}
     for phase in RESUME_PHASES:
-        assert starts[phase] == f"threads: {expected} ({decided['reason']})"
+        assert starts[phase] == f"threads: {expected}, {decided['reason']}"
 
 
 @pytest.mark.parametrize("where", ["environment", "parent"])
@@ -107,7 +107,7 @@ def test_ranks_share_the_phase_threads_and_a_phase_setting_wins():
     assert threads.environment({"A": "1"}) == {"A": "1", "OMP_NUM_THREADS": "6"}
     assert threads.environment({}, ranks=4)["OMP_NUM_THREADS"] == "1"
     assert threads.environment({}, ranks=8)["OMP_NUM_THREADS"] == "1"  # at least one
-    assert threads.describe(4) == "threads: 1 per rank over 4 ranks (fair share)"
+    assert threads.describe(4) == "threads: 1 per rank over 4 ranks, fair share"
     # A check_runs variant's own variable is the user's setting for that phase.
     own = {"MKL_NUM_THREADS": "5"}
     assert "OMP_NUM_THREADS" not in threads.environment({}, own=own)

@@ -45,10 +45,10 @@ __all__ = [
 ]
 
 # Environment variables whose absence or value commonly explains run-to-run drift.
+# (Not OMP_NUM_THREADS: every child runs with a thread count the check decides.)
 _NONDETERMINISM_VARIABLES = {
     "CUBLAS_WORKSPACE_CONFIG": "CUBLAS_WORKSPACE_CONFIG is unset: cuBLAS may pick non-deterministic algorithms (set ':4096:8' with torch.use_deterministic_algorithms(True))",
     "PYTHONHASHSEED": "PYTHONHASHSEED is unset: str hashes, and so set/dict iteration over str, differ per process",
-    "OMP_NUM_THREADS": "OMP_NUM_THREADS is unset: CPU reductions may be split differently when the thread count changes",
 }
 
 

@@ -68,8 +68,8 @@ class ChildThreads:
         if threads is None:
             return f"threads: {self.reason}"
         if ranks > 1:
-            return f"threads: {threads} per rank over {ranks} ranks ({self.reason})"
-        return f"threads: {threads} ({self.reason})"
+            return f"threads: {threads} per rank over {ranks} ranks, {self.reason}"
+        return f"threads: {threads}, {self.reason}"
 
     def report(self) -> dict[str, Any]:
         """The report's `environment.child_threads`: keys sorted, values from this machine."""
