@@ -21,6 +21,7 @@ TRAINPARITY_REFERENCE_VENV to reuse one elsewhere).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -60,7 +61,8 @@ def main() -> int:
     arguments = parser.parse_args()
     if arguments.runs < 3:
         parser.error("--runs must be at least 3 (medians of >= 3 runs)")
-    reference = arguments.reference_python or reference_python()
+    # Absolute, not resolved: a venv's python is a symlink that must keep its venv.
+    reference = os.path.abspath(arguments.reference_python or reference_python())
     if not Path(reference).exists():
         parser.error(f"{reference} does not exist")
     with tempfile.TemporaryDirectory(prefix="bench-accumulation-") as empty:
