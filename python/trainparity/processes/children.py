@@ -246,13 +246,14 @@ class PhaseChildren:
             return str(path)
         return str(path.relative_to(self.settings.run_root))
 
-    def explained(self, phase: TrainingPhase, message: str) -> str:
+    def explained(self, phase: TrainingPhase, message: str, *, with_reason: bool = True) -> str:
         """`message` and, on the lines below it, the last lines of the child's stderr.
 
         Read now, before the run directory is removed; a torchrun phase gives
         each failed rank's own log where torchrun kept one (else its tee'd
         lines are in the phase's stderr). The first line ends with the last
-        stderr line (a traceback's `RuntimeError: ...`) when `message` has no detail yet.
+        stderr line (a traceback's `RuntimeError: ...`) when `message` has no detail
+        yet and `with_reason` (a timed-out child's last line is no reason).
         """
         kept = self.settings.preserved
         stderr_path = phase.run_dir / "stderr.log"
@@ -265,7 +266,7 @@ class PhaseChildren:
         if not blocks:
             blocks.append(failure_block(f"{phase.name}'s stderr", tail, stderr_path, kept=kept))
             reason = last_line(tail)
-            if reason and ": " not in message:
+            if with_reason and reason and ": " not in message:
                 message += f": {reason}"
         return "\n".join([message, *blocks])
 
@@ -309,8 +310,8 @@ class PhaseChildren:
         result = phase.result
         name = phase.name
         if result.timed_out:
-            message = f"{name} child exceeded timeout ({self.settings.timeout:g} s)"
-            phase.error = PhaseError(Outcome.ERROR, self.explained(phase, message))
+            message = self.explained(phase, f"{name} child exceeded timeout", with_reason=False)
+            phase.error = PhaseError(Outcome.ERROR, message)
             return
         returncode = result.exit_code if result.exit_code is not None else -(result.signal or 0)
         self.processes.append(

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainparity.reports.diagnosis import diagnosis_rows
 from trainparity.reports.figures import drift_svg, error_growth_svg
 from trainparity.reports.terminal_text import printable
 
@@ -107,6 +108,7 @@ def report_sections(
 ) -> list[Section]:
     """The report's content as sections, most important first; tables keep `max_rows` rows."""
     builders = (
+        _diagnosis,
         _context,
         _first_divergence,
         _first_divergent_op,
@@ -138,6 +140,11 @@ def _truncated(section: Section, max_rows: int) -> Section:
         (*section.rows[:max_rows], (f"... {hidden} more", *filler)),
         section.columns,
     )
+
+
+def _diagnosis(report: Mapping[str, Any]) -> Section | None:
+    rows = diagnosis_rows(report)
+    return Section("Diagnosis", rows) if rows else None
 
 
 def _context(report: Mapping[str, Any]) -> Section | None:
