@@ -24,6 +24,7 @@ import torch
 from trainparity import trace
 from trainparity.forensics.trace_diff import diff_traces
 from trainparity.forensics.trace_file import read_trace
+from trainparity.native.cuda import digest_buffer
 from trainparity.recording.diff import diff_recordings
 from trainparity.recording.frames import RecordingError
 from trainparity.recording.recorder import record, recording_to
@@ -90,31 +91,49 @@ def padded(length: int) -> int:
     return length + (-length % 8)
 
 
-def recording_regions(data: bytes) -> list[Region]:
-    """Every frame's header fields, meta, data and trailer, walked by the header's length fields."""
-    regions = []
+def _frames(data: bytes) -> Iterator[tuple[int, int, int]]:
+    """(start, meta end, trailer start) of each frame, walked by the header's length fields."""
     offset = 0
-    steps = 0
     while offset < len(data):
-        kind = data[offset + 4 : offset + 5].decode()
         (meta_length,) = struct.unpack_from("<I", data, offset + 8)
         (data_length,) = struct.unpack_from("<Q", data, offset + 16)
+        meta_end = offset + HEADER_BYTES + padded(meta_length)
+        trailer_start = meta_end + padded(data_length)
+        yield offset, meta_end, trailer_start
+        offset = trailer_start + TRAILER_BYTES
+    assert offset == len(data), "the frames do not tile the file"
+
+
+def recording_regions(data: bytes) -> list[Region]:
+    """Every frame's header fields, meta, data and trailer; step frames are S1, S2, ..."""
+    regions = []
+    steps = 0
+    for offset, meta_end, trailer_start in _frames(data):
+        kind = data[offset + 4 : offset + 5].decode()
         steps += kind == "S"
         frame = f"{kind}{steps}" if kind == "S" else kind
         regions += [
             Region(frame, f"header: {name}", offset + start, offset + end)
             for name, start, end in HEADER_FIELDS
         ]
-        meta_start = offset + HEADER_BYTES
-        data_start = meta_start + padded(meta_length)
-        trailer_start = data_start + padded(data_length)
-        regions.append(Region(frame, "meta", meta_start, data_start))
-        if data_length:
-            regions.append(Region(frame, "data", data_start, trailer_start))
+        regions.append(Region(frame, "meta", offset + HEADER_BYTES, meta_end))
+        if trailer_start > meta_end:
+            regions.append(Region(frame, "data", meta_end, trailer_start))
         regions.append(Region(frame, "trailer", trailer_start, trailer_start + TRAILER_BYTES))
-        offset = trailer_start + TRAILER_BYTES
-    assert offset == len(data), "the frames do not tile the file"
     return regions
+
+
+def as_frame_version_0(data: bytes) -> bytes:
+    """The same recording as written before frame headers had a checksum: those bytes zero, trailers redone."""
+    older = bytearray()
+    for offset, meta_end, trailer_start in _frames(data):
+        header = bytearray(data[offset : offset + HEADER_BYTES])
+        header[6] = 0
+        header[12:16] = bytes(4)
+        covered = bytes(header) + data[offset + HEADER_BYTES : meta_end]
+        older += covered + data[meta_end:trailer_start]
+        older += digest_buffer(covered, version=header[5])[0]
+    return bytes(older)
 
 
 def trace_regions(data: bytes) -> list[Region]:
@@ -197,16 +216,22 @@ def _print_counts(title: str, counts: dict, seconds: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", default="summary", choices=("summary", "full"))
+    parser.add_argument(
+        "--frame-version", type=int, default=1, choices=(0, 1), help="0: an older recording"
+    )
     parser.add_argument("--skip-trace", action="store_true")
     arguments = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bit-flips-") as root:
         workspace = Path(root)
         seed = write_recording(workspace / "recording", arguments.mode)
+        if arguments.frame_version == 0:
+            seed.write_bytes(as_frame_version_0(seed.read_bytes()))
         started = time.perf_counter()
         regions = recording_regions(seed.read_bytes())
         counts = census(seed, regions, recording_outcome, workspace)
         _print_counts(
-            f"recording ({arguments.mode}, 4 steps, {seed.stat().st_size} bytes)",
+            f"recording ({arguments.mode}, 4 steps, frame version {arguments.frame_version}, "
+            f"{seed.stat().st_size} bytes)",
             counts,
             time.perf_counter() - started,
         )
