@@ -45,10 +45,10 @@ HEADER_BYTES = 24
 TRAILER_BYTES = 16
 
 
-def _model() -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.Tensor]:
+def _model(lr: float = 0.1) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.Tensor]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 1))
-    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), torch.randn(8, 4)
+    return model, torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9), torch.randn(8, 4)
 
 
 def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor) -> None:
@@ -57,13 +57,24 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, batch: torch
     optimizer.step()
 
 
-def write_recording(directory: Path, mode: str = "summary") -> Path:
-    """A recording of RECORDED_STEPS of a tiny model by the real `record()`; returns its rank file."""
-    model, optimizer, batch = _model()
+def write_recording(
+    directory: Path,
+    mode: str = "summary",
+    *,
+    steps: tuple[int, ...] = RECORDED_STEPS,
+    lr: float = 0.1,
+) -> Path:
+    """A tiny model trained up to the last of `steps` by the real `record()`, recording `steps`.
+
+    Returns the rank file. Fewer steps than RECORDED_STEPS stand for a
+    resumed run (from its split step on) or one killed early.
+    """
+    model, optimizer, batch = _model(lr)
     with recording_to(directory, mode=mode) as rank_file:
-        for step in RECORDED_STEPS:
+        for step in range(1, max(steps) + 1):
             _step(model, optimizer, batch)
-            record(step, {"model": model.state_dict(), "step": step, "lr": 0.1})
+            if step in steps:
+                record(step, {"model": model.state_dict(), "step": step, "lr": lr})
     return Path(rank_file)
 
 
@@ -82,6 +93,7 @@ class Region:
     part: str
     start: int
     end: int
+    frame_start: int = 0  # where the frame holding the range starts
 
     def bits(self) -> range:
         return range(8 * self.start, 8 * self.end)
@@ -113,13 +125,14 @@ def recording_regions(data: bytes) -> list[Region]:
         steps += kind == "S"
         frame = f"{kind}{steps}" if kind == "S" else kind
         regions += [
-            Region(frame, f"header: {name}", offset + start, offset + end)
+            Region(frame, f"header: {name}", offset + start, offset + end, offset)
             for name, start, end in HEADER_FIELDS
         ]
-        regions.append(Region(frame, "meta", offset + HEADER_BYTES, meta_end))
+        regions.append(Region(frame, "meta", offset + HEADER_BYTES, meta_end, offset))
         if trailer_start > meta_end:
-            regions.append(Region(frame, "data", meta_end, trailer_start))
-        regions.append(Region(frame, "trailer", trailer_start, trailer_start + TRAILER_BYTES))
+            regions.append(Region(frame, "data", meta_end, trailer_start, offset))
+        trailer_end = trailer_start + TRAILER_BYTES
+        regions.append(Region(frame, "trailer", trailer_start, trailer_end, offset))
     return regions
 
 

@@ -214,7 +214,7 @@ def _unmatched(
     unless the caller asked for the common steps only.
     """
     sides = [
-        f"{step_list(steps)} only in {side}"
+        f"{_step_list(steps)} only in {side}"
         for side, steps in (("baseline", only_left), ("candidate", only_right))
         if steps
     ]
@@ -239,7 +239,9 @@ def _file_notes(side: str, recording: Recording) -> str:
             if recording.partial_tail_step is not None
             else "its last frame"
         )
-        notes += f"; the {side} ends in {cut} cut short by a killed writer (partial tail)"
+        notes += (
+            f"; the {side} ends in {cut} cut short, as a killed writer leaves it (partial tail)"
+        )
     if recording.frame_version is not None and recording.frame_version < FRAME_VERSION:
         notes += (
             f"; the {side} is an older recording (frame version {recording.frame_version}) "
@@ -248,7 +250,7 @@ def _file_notes(side: str, recording: Recording) -> str:
     return notes
 
 
-def step_list(steps: tuple[int, ...]) -> str:
+def _step_list(steps: tuple[int, ...]) -> str:
     """`steps 1-3, 7` for (1, 2, 3, 7); `step 4` for one."""
     runs: list[list[int]] = []
     for step in steps:

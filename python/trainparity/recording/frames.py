@@ -55,9 +55,10 @@ def padded(length: int) -> int:
 def header_checksum(header: bytes) -> int:
     """CRC-32 of the header's other 20 bytes.
 
-    CRC-32 rather than the core's 128-bit digest cut to 32 bits: it detects
-    every error of up to 5 bits in a block this short, and every burst of up
-    to 32 bits, with certainty; a cut digest only with probability 1 - 2**-32.
+    CRC-32 rather than the core's 128-bit digest cut to 32 bits: over these
+    20 bytes and its own 4 it detects every error of up to 6 bits and every
+    burst of up to 32 bits with certainty (tests/test_recording_damage.py), a
+    cut digest only with probability 1 - 2**-32.
     """
     return zlib.crc32(header[: _CHECKSUM.start] + header[_CHECKSUM.stop :])
 
