@@ -10,10 +10,11 @@ leaves every flushed ID readable; the only possible torn tail is part of one
 resume) may append to the same directory one after the other.
 
 Beside each record, `rank{R}.epoch{E}.steps` places its IDs on the step axis
-of `record()`: pairs of little-endian int64 (step, end), one per record()
-call after which this epoch held IDs not yet placed; the IDs at positions
-[previous end, end) were consumed during that step (after the record() call
-before it). `record()` writes them through `mark_step`, so a script that
+of `record()`: triples of little-endian int64 (step, start, end), one per
+record() call after which this epoch held IDs not yet placed; the IDs at
+positions [start, end) were consumed during that step (after the record()
+call before it). IDs in no triple were consumed after a process's last
+record() call. `record()` writes them through `mark_step`, so a script that
 never calls record() gets no such file.
 """
 
@@ -53,6 +54,7 @@ _FILE_PATTERN = re.compile(r"^rank(\d+)\.epoch(\d+)\.ids$")
 
 
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+_MARK = struct.Struct("<qqq")  # step, first position, end position
 
 
 def ids_file_name(rank: int, epoch: int) -> str:
@@ -101,7 +103,7 @@ class _Writer:
     def mark(self, step: int) -> None:
         """The IDs consumed since the last mark were consumed during `step`."""
         if self.count > self.placed:
-            self.marks += struct.pack("<qq", step, self.count)
+            self.marks += _MARK.pack(step, self.placed, self.count)
             self.placed = self.count
 
     def flush(self) -> None:
@@ -254,14 +256,17 @@ def read_recorded_ids(path: str | os.PathLike[str]) -> memoryview:
 class ConsumptionSteps:
     """The step during which each position of one ID record was consumed (its `.steps` marks)."""
 
-    def __init__(self, marks: list[tuple[int, int]]) -> None:
-        self.ends = [end for _step, end in marks]
-        self.steps = [step for step, _end in marks]
+    def __init__(self, marks: list[tuple[int, int, int]]) -> None:
+        self.marks = marks
+        self.ends = [end for _step, _start, end in marks]
 
     def step_at(self, position: int) -> int | None:
         """The step of the ID at `position`; None when no record() call followed it."""
         index = bisect.bisect_right(self.ends, position)
-        return self.steps[index] if index < len(self.steps) else None
+        if index == len(self.marks):
+            return None
+        step, start, _end = self.marks[index]
+        return step if start <= position else None
 
 
 def consumption_steps(ids_path: str | os.PathLike[str]) -> ConsumptionSteps:
@@ -270,8 +275,8 @@ def consumption_steps(ids_path: str | os.PathLike[str]) -> ConsumptionSteps:
         data = _steps_path(Path(ids_path)).read_bytes()
     except FileNotFoundError:
         data = b""
-    whole = len(data) - len(data) % 16  # a torn last mark is dropped, as a torn ID is
-    return ConsumptionSteps(list(struct.iter_unpack("<qq", data[:whole])))
+    whole = len(data) - len(data) % _MARK.size  # a torn last mark is dropped, as a torn ID is
+    return ConsumptionSteps(list(_MARK.iter_unpack(data[:whole])))
 
 
 def recorded_ids(directory: str | os.PathLike[str], epoch: int) -> dict[int, memoryview]:
