@@ -245,7 +245,7 @@ def test_a_declarative_fault_flag_with_an_own_step_is_a_setup_error():
     result = check("TokenLoopCase", AccumulationExecutionPlan(2, omit_final_microbatch=True))
     assert result.outcome == "ERROR"
     assert result.message == (
-        "case setup failed: ValueError: the case defines train_step, so the candidate runs "
+        "case setup failed: the case defines train_step, so the candidate runs "
         "that step, not the plan's loop; leave omit_final_microbatch at the default"
     )
     assert result.process_ids == ()

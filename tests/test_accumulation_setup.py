@@ -255,7 +255,8 @@ def test_missing_case_is_a_setup_error_with_identical_reports(tmp_path, monkeypa
         )
         results.append(result)
         assert result.outcome == "ERROR"
-        assert result.message.startswith("case setup failed: CaseImportError: cannot import case")
+        assert result.message.startswith("case setup failed: cannot import case")
+        assert result.usage_error == "case"
         assert MISSING_CASE in result.message and "MissingAccumulationCase" in result.message
         assert "Traceback" not in result.message
         assert result.equivalence == "" and result.process_ids == ()
@@ -299,7 +300,8 @@ def test_invalid_plan_is_a_setup_error(tmp_path):
         report_path=tmp_path / "report.json",
     )
     assert result.outcome == "ERROR"
-    assert result.message == "case setup failed: ValueError: microbatch_count must be positive"
+    assert result.message == "case setup failed: microbatch_count must be positive"
+    assert result.usage_error == "candidate"
     assert_report_matches(result, tmp_path / "report.json")
 
 
@@ -310,7 +312,7 @@ def test_blank_equivalence_is_a_setup_error():
     )
     assert result.outcome == "ERROR"
     assert result.message == (
-        "case setup failed: ValueError: case must declare a non-empty equivalence relation"
+        "case setup failed: case must declare a non-empty equivalence relation"
     )
     assert result.equivalence == ""
 
@@ -357,7 +359,8 @@ def test_non_string_equivalence_is_a_setup_error():
         candidate=AccumulationExecutionPlan(2),
     )
     assert result.outcome == "ERROR"
-    assert result.message.startswith("case setup failed: TypeError: case equivalence must be a str")
+    assert result.message.startswith("case setup failed: case equivalence must be a str")
+    assert result.usage_error == "equivalence"
 
 
 @ours_only

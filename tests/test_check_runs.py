@@ -64,9 +64,8 @@ def test_a_variant_that_disagrees_with_itself_abstains(tmp_path):
 def test_a_variant_that_cannot_run_is_an_error_naming_its_run(tmp_path):
     result = check_runs(CASE, {"fine": {}, "broken": {"args": ["--crash"]}}, work_dir=tmp_path)
     assert result.outcome == Outcome.ERROR
-    assert result.message == (
-        "broken_a child exited with status 1; see broken_a/stderr.log under the preserved work_dir"
-    )
+    # The toy exits 1 without a word: the message says so instead of pointing at an empty log.
+    assert result.message == "broken_a child exited with status 1\nbroken_a's stderr is empty"
 
 
 @pytest.mark.parametrize(
@@ -84,6 +83,7 @@ def test_bad_variant_declarations_are_setup_errors_before_anything_runs(tmp_path
     assert result.outcome == Outcome.ERROR
     assert result.message.startswith("runs case setup failed")
     assert words in result.message
+    assert result.usage_error == "variants"
     assert result.processes == () and list(tmp_path.iterdir()) == []
 
 

@@ -60,10 +60,14 @@ def test_resume_fail_exits_1_with_the_report_progress_and_no_secret(capsys, tmp_
     assert "scheduler.last_epoch" in text
 
 
-def test_resume_setup_error_exits_3_with_the_message(capsys):
-    code, text, _ = _run(capsys, "resume", "no_such_module_anywhere:Case", "--no-progress")
-    assert code == 3
-    assert text.startswith("ERROR: process case setup failed: CaseImportError\n")
+def test_resume_setup_error_is_a_usage_error_with_the_cause(capsys):
+    code, text, error = _run(capsys, "resume", "no_such_module_anywhere:Case", "--no-progress")
+    assert code == 4
+    assert text == ""
+    assert error.startswith(
+        "trainparity resume: error: process case setup failed: cannot import case "
+        "'no_such_module_anywhere:Case': No module named 'no_such_module_anywhere' (imported from "
+    )
 
 
 @dataclass(frozen=True)

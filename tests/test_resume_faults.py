@@ -241,13 +241,13 @@ def test_clean_case_passes_on_every_repeat(tmp_path, repeat):
             "not_a_real_module:Case",
             300.0,
             Outcome.ERROR,
-            "process case setup failed: CaseImportError",
+            "process case setup failed: cannot import case 'not_a_real_module:Case'",
         ),
         (
             case_spec("SplitAtTotalCase"),
             300.0,
             Outcome.ERROR,
-            "process case setup failed: ValueError",
+            "process case setup failed: need 0 < split_step < total_step, got 2 and 2",
         ),
     ],
     ids=[
@@ -263,7 +263,8 @@ def test_clean_case_passes_on_every_repeat(tmp_path, repeat):
 def test_prototype_control(tmp_path, case, timeout, expected_outcome, expected_message):
     result = trainparity.check_resume(case, cwd=REPO_ROOT, temporary_root=tmp_path, timeout=timeout)
     assert result.outcome is expected_outcome
-    assert result.message == expected_message
+    # Ours adds the cause: a child's last stderr lines, the missing module (docs/compatibility.md).
+    assert result.message.startswith(expected_message)
     assert result.fresh_resume_processes_distinct is False
     if expected_outcome is Outcome.ABSTAIN:
         assert result.first_divergent_step == TOTAL_STEP

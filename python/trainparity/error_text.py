@@ -7,8 +7,8 @@ from __future__ import annotations
 MAX_ERROR_TEXT = 2000
 
 
-def error_text(error: BaseException, limit: int = MAX_ERROR_TEXT) -> str:
-    """`Type: message`, cut after `limit` characters with a note of how much was cut.
+def error_text(error: BaseException, limit: int = MAX_ERROR_TEXT, *, with_type: bool = True) -> str:
+    """`Type: message` (just the message without `with_type`), cut after `limit` characters.
 
     Exceptions come from user code, so str() itself may raise; the text then
     says so instead of letting a second exception escape the error path.
@@ -17,7 +17,7 @@ def error_text(error: BaseException, limit: int = MAX_ERROR_TEXT) -> str:
         message = str(error)
     except Exception as failure:
         message = f"<str() of the exception raised {type(failure).__name__}>"
-    text = f"{type(error).__name__}: {message}"
+    text = f"{type(error).__name__}: {message}" if with_type else message
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text) - limit} more characters cut)"

@@ -3,14 +3,41 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 
 from trainparity.protocols import AccumulationCase, ProcessResumeCase, RunsCase
 
-__all__ = ["CaseImportError", "load_accumulation_case", "load_process_case", "load_runs_case"]
+__all__ = [
+    "CaseImportError",
+    "CaseSetupError",
+    "CaseSetupTypeError",
+    "load_accumulation_case",
+    "load_process_case",
+    "load_runs_case",
+]
 
 
-class CaseImportError(ValueError):
+class CaseSetupError(ValueError):
+    """The user's case or check arguments cannot run; `field` names the input at fault.
+
+    A check returns these as ERROR results (CONTRACT §6.2) that say what was
+    wrong; the command line exits 4 (usage error) on them.
+    """
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class CaseSetupTypeError(CaseSetupError, TypeError):
+    """A setup input of the wrong type (e.g. a str `split_step`)."""
+
+
+class CaseImportError(CaseSetupError):
     """The case spec is malformed, cannot be imported, or does not name a usable class."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, field="case")
 
 
 def load_process_case(spec: str) -> ProcessResumeCase:
@@ -58,5 +85,18 @@ def _load(spec: str, protocol: type, protocol_name: str):
             f"case class {spec!r} must have a zero-argument constructor"
         ) from error
     if not isinstance(case, protocol):
-        raise CaseImportError(f"case {spec!r} does not implement {protocol_name}")
+        missing = ", ".join(_missing_members(case, protocol))
+        raise CaseImportError(
+            f"case {spec!r} does not implement {protocol_name}: it has no {missing}"
+        )
     return case
+
+
+def _missing_members(case: object, protocol: type) -> list[str]:
+    """The protocol's members `case` lacks, methods with their parameters: `checkpoint_path(run_dir)`."""
+    missing = [name for name in protocol.__annotations__ if not hasattr(case, name)]
+    for name, member in vars(protocol).items():
+        if callable(member) and not name.startswith("_") and not hasattr(case, name):
+            parameters = list(inspect.signature(member).parameters)[1:]
+            missing.append(f"{name}({', '.join(parameters)})")
+    return missing

@@ -2,7 +2,8 @@
 
 A recording read back must be a Recording or RecordingError (a
 SnapshotFileError); diff_recordings raises RecordingError for a damaged one,
-which `trainparity diff` reports as ERROR (exit 3). A trace must be a Trace or
+which `trainparity diff` reports as ERROR (exit 3), and never passes over
+fewer steps than were written. A trace must be a Trace or
 SnapshotFileError; diff_traces answers ERROR. Never another exception, a hang
 or a crash.
 """
@@ -85,6 +86,8 @@ def test_damaged_recordings_read_or_raise_recording_error(recording_seeds, mode,
             result = diff_recordings(seed.parent, mutant_directory)
             assert_well_formed_result(result)
             assert readable
+            if result.outcome is Outcome.PASS:  # never over fewer steps than were written
+                assert result.compared_steps == (1, 2, 3), result.message
         except RecordingError:
             assert not readable
         code, _, _ = run_cli(["diff", str(seed.parent), str(mutant_directory)])

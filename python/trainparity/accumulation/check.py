@@ -31,9 +31,9 @@ from trainparity.accumulation.plan import (
 from trainparity.accumulation.result import AccumulationResult
 from trainparity.accumulation.user_step import check_own_step_plan, has_train_step
 from trainparity.comparison.policies import ComparisonPolicy, ExactComparison, ToleranceComparison
-from trainparity.error_text import error_text
-from trainparity.importing import load_accumulation_case
+from trainparity.importing import CaseSetupError, CaseSetupTypeError, load_accumulation_case
 from trainparity.outcomes import Outcome
+from trainparity.processes.case_setup import setup_failure
 from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import ACCUMULATION_PREFIX
 from trainparity.processes.setup import CheckRunner
@@ -134,10 +134,12 @@ class AccumulationRunner(CheckRunner):
             raise TypeError(f"seed must be an int, not {seed!r}")
         baseline = AccumulationExecutionPlan(1, clip_grad_norm=candidate.clip_grad_norm)
         policy_name = self.policy.name
+        command_dir = Path(cwd) if cwd is not None else Path.cwd()
         try:
             candidate.validate()  # a TypeError (wrong field type) is raised to the caller
         except ValueError as error:
-            return self.finished(_setup_error(case, policy_name, error), report_path)
+            usage = CaseSetupError(str(error), field="candidate")
+            return self.finished(_setup_error(case, policy_name, usage, command_dir), report_path)
         try:
             loaded = load_accumulation_case(case)
             equivalence = declared_equivalence(loaded)
@@ -145,13 +147,13 @@ class AccumulationRunner(CheckRunner):
             if own_step:
                 check_own_step_plan(candidate)
         except Exception as error:  # importing runs the user's module: anything can fail
-            return self.finished(_setup_error(case, policy_name, error), report_path)
+            return self.finished(_setup_error(case, policy_name, error, command_dir), report_path)
         # The children's complete environment: ours, with the caller's variables on top.
         child_environment = {**os.environ, **dict(environment or {})}
         with self.run_settings(
             work_dir=work_dir,
             prefix=ACCUMULATION_PREFIX,
-            command_dir=Path(cwd) if cwd is not None else Path.cwd(),
+            command_dir=command_dir,
             environment=child_environment,
             device=device,
             concurrent_children=len(CHILD_NAMES),  # a multi-rank candidate shares its child's
@@ -188,21 +190,28 @@ def declared_equivalence(case: object) -> str:
     """The case's declared equivalence relation: a non-empty str."""
     equivalence = case.equivalence  # type: ignore[attr-defined]
     if not isinstance(equivalence, str):
-        raise TypeError(
-            f"case equivalence must be a str describing the declared relation, got {type(equivalence).__name__}"
+        raise CaseSetupTypeError(
+            f"case equivalence must be a str describing the declared relation, got {type(equivalence).__name__}",
+            field="equivalence",
         )
     if not equivalence.strip():
-        raise ValueError("case must declare a non-empty equivalence relation")
+        raise CaseSetupError(
+            "case must declare a non-empty equivalence relation", field="equivalence"
+        )
     return equivalence
 
 
-def _setup_error(case: str, policy_name: str, error: Exception) -> AccumulationResult:
+def _setup_error(
+    case: str, policy_name: str, error: Exception, command_dir: Path
+) -> AccumulationResult:
+    failure = setup_failure("", error, command_dir=command_dir)
     return AccumulationResult(
         outcome=Outcome.ERROR,
-        message=f"case setup failed: {error_text(error)}",
+        message=failure.message,
         case=case,
         equivalence="",
         comparison_policy=policy_name,
+        usage_error=failure.usage_field,
     )
 
 

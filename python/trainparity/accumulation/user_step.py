@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from trainparity.importing import CaseSetupError
 from trainparity.protocols import LossAccounting
 from trainparity.state.capture import (
     CaptureResult,
@@ -75,9 +76,10 @@ def check_own_step_plan(plan: Any) -> None:
         flag for flag in DECLARATIVE_LOOP_FLAGS if getattr(plan, flag) != getattr(defaults, flag)
     ]
     if changed:
-        raise ValueError(
+        raise CaseSetupError(
             "the case defines train_step, so the candidate runs that step, not the plan's "
-            f"loop; leave {', '.join(changed)} at the default"
+            f"loop; leave {', '.join(changed)} at the default",
+            field="candidate",
         )
 
 

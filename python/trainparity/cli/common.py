@@ -255,5 +255,11 @@ def run_keywords(arguments: argparse.Namespace) -> dict[str, Any]:
 
 
 def result_output(result: Any, *, report_written: bool) -> CommandOutput:
-    """The output of a check command: its result's report and outcome."""
+    """The output of a check command: its result's report and outcome.
+
+    A check that could not start because of the user's input (a bad case path,
+    case shape, step numbers) is a usage error here, not an ERROR verdict.
+    """
+    if getattr(result, "usage_error", None) is not None:
+        raise UsageError(result.message)
     return CommandOutput(result.to_dict(), Outcome(result.outcome), report_written)

@@ -42,6 +42,12 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         help="for recordings: the rank to compare (default: the first)",
     )
     parser.add_argument(
+        "--common-steps-only",
+        action="store_true",
+        help="for recordings: compare only the steps both recorded (a resumed run against its "
+        "baseline); without it, steps recorded on one side only make equal runs ABSTAIN",
+    )
+    parser.add_argument(
         "--trust-digests",
         action="store_true",
         help="do not check the files' tensor bytes against their recorded digests "
@@ -92,5 +98,6 @@ def _diff_recordings(arguments: argparse.Namespace, comparison: Any) -> common.C
         comparison=comparison,
         rank=arguments.rank,
         trust_digests=arguments.trust_digests,
+        common_steps_only=arguments.common_steps_only,
     )
     return common.result_output(result, report_written=False)

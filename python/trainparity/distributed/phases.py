@@ -170,9 +170,27 @@ def rank_failure(stderr_path: Path, rank_log_root: Path) -> str | None:
     return detail
 
 
+def failed_rank_logs(stderr_path: Path, rank_log_root: Path) -> tuple[tuple[int, Path], ...]:
+    """Each failed rank torchrun reported (root cause first) with its own stderr log, where kept."""
+    try:
+        text = stderr_path.read_text(errors="replace")
+    except OSError:
+        return ()
+    logs = []
+    for exit in reported_rank_exits(text):
+        candidates = _rank_logs(rank_log_root, str(exit.local_rank))
+        if candidates:
+            logs.append((exit.rank, candidates[-1]))
+    return tuple(logs)
+
+
+def _rank_logs(rank_log_root: Path, local_rank: str) -> list[Path]:
+    return sorted(rank_log_root.glob(f"**/attempt_*/{local_rank}/stderr.log"))
+
+
 def _last_rank_line(text: str, rank: int, rank_log_root: Path, local_rank: str) -> str | None:
     prefix = f"[rank{rank}]:"  # torchrun's --tee prefix, also written into the rank's own log
-    candidates = sorted(rank_log_root.glob(f"**/attempt_*/{local_rank}/stderr.log"))
+    candidates = _rank_logs(rank_log_root, local_rank)
     for path in reversed(candidates):
         try:
             lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]

@@ -8,14 +8,24 @@ changes, on `flush_ids()` and at interpreter exit), so a killed process
 leaves every flushed ID readable; the only possible torn tail is part of one
 8-byte value, which readers drop. Several processes (a split run and its
 resume) may append to the same directory one after the other.
+
+Beside each record, `rank{R}.epoch{E}.steps` places its IDs on the step axis
+of `record()`: triples of little-endian int64 (step, start, end), one per
+record() call after which this epoch held IDs not yet placed; the IDs at
+positions [start, end) were consumed during that step (after the record()
+call before it). IDs in no triple were consumed after a process's last
+record() call. `record()` writes them through `mark_step`, so a script that
+never calls record() gets no such file.
 """
 
 from __future__ import annotations
 
 import atexit
+import bisect
 import mmap
 import os
 import re
+import struct
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,8 +33,11 @@ from typing import Any
 __all__ = [
     "FLUSH_IDS",
     "IDS_DIR_VARIABLE",
+    "ConsumptionSteps",
+    "consumption_steps",
     "flush_ids",
     "ids_file_name",
+    "mark_step",
     "read_recorded_ids",
     "record_ids",
     "recorded_epochs",
@@ -40,31 +53,65 @@ FLUSH_IDS = 1 << 16
 _FILE_PATTERN = re.compile(r"^rank(\d+)\.epoch(\d+)\.ids$")
 
 
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+_MARK = struct.Struct("<qqq")  # step, first position, end position
+
+
 def ids_file_name(rank: int, epoch: int) -> str:
     return f"rank{rank}.epoch{epoch}.ids"
 
 
+def _steps_path(ids_path: Path) -> Path:
+    return ids_path.with_suffix(".steps")
+
+
+def _append(path: Path, data: bytes | bytearray | memoryview) -> None:
+    descriptor = os.open(path, _APPEND, 0o644)
+    try:
+        _write_all(descriptor, data)
+    finally:
+        os.close(descriptor)
+
+
+def _write_all(descriptor: int, data: bytes | bytearray | memoryview) -> None:
+    with memoryview(data) as view:
+        offset = 0
+        while offset < len(view):
+            offset += os.write(descriptor, view[offset:])
+
+
 class _Writer:
-    """The buffered appender of one (directory, rank, epoch) file."""
+    """The buffered appender of one (directory, rank, epoch) file, and of its step marks."""
 
     def __init__(self, path: Path, epoch: int) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        self.descriptor = os.open(path, flags, 0o644)
+        self.path = path
+        self.descriptor = os.open(path, _APPEND, 0o644)
         self.epoch = epoch
         self.buffer = bytearray()
+        # Positions count from the file's start: an earlier process may have appended to it.
+        self.count = os.fstat(self.descriptor).st_size // 8
+        self.placed = self.count  # IDs before this position belong to a marked step
+        self.marks = bytearray()
 
     def append(self, data: memoryview) -> None:
         self.buffer += data
+        self.count += len(data) // 8
         if len(self.buffer) >= 8 * FLUSH_IDS:
             self.flush()
 
+    def mark(self, step: int) -> None:
+        """The IDs consumed since the last mark were consumed during `step`."""
+        if self.count > self.placed:
+            self.marks += _MARK.pack(step, self.placed, self.count)
+            self.placed = self.count
+
     def flush(self) -> None:
-        with memoryview(self.buffer) as view:
-            offset = 0
-            while offset < len(view):
-                offset += os.write(self.descriptor, view[offset:])
+        _write_all(self.descriptor, self.buffer)
         self.buffer.clear()
+        if self.marks:  # after the IDs they place, so a mark never precedes its IDs on disk
+            _append(_steps_path(self.path), self.marks)
+            self.marks.clear()
 
     def close(self) -> None:
         try:
@@ -74,6 +121,8 @@ class _Writer:
 
 
 _writers: dict[tuple[str, int], _Writer] = {}
+# Writers of a finished epoch whose last IDs await the next record() call's step.
+_unplaced: list[_Writer] = []
 _initialised_rank: int | None = None  # torch.distributed's rank, once it has one
 
 
@@ -145,6 +194,8 @@ def _opened(key: tuple[str, int], epoch: object) -> _Writer:
     previous = _writers.pop(key, None)
     if previous is not None:
         previous.close()
+        if previous.count > previous.placed:
+            _unplaced.append(previous)
     writer = _Writer(Path(directory) / ids_file_name(rank, epoch), epoch)
     _writers[key] = writer
     return writer
@@ -156,8 +207,25 @@ def flush_ids() -> None:
         writer.flush()
 
 
+def mark_step(step: int) -> None:
+    """Place the IDs recorded since the last call on the step axis: consumed during `step`.
+
+    Called by `record()` (before it decides whether this step is stored), so
+    IDs appended between record(step - 1, …) and record(step, …) belong to
+    `step`. A finished epoch's last IDs are placed by the next call.
+    """
+    for writer in _writers.values():
+        writer.mark(step)
+    while _unplaced:
+        writer = _unplaced.pop()
+        writer.mark(step)
+        _append(_steps_path(writer.path), writer.marks)
+        writer.marks.clear()
+
+
 @atexit.register
 def _close_all() -> None:
+    _unplaced.clear()  # consumed after the last record() call: during no recorded step
     while _writers:
         _key, writer = _writers.popitem()
         writer.close()
@@ -183,6 +251,32 @@ def read_recorded_ids(path: str | os.PathLike[str]) -> memoryview:
             return memoryview(b"")
         mapped = mmap.mmap(handle.fileno(), whole, access=mmap.ACCESS_READ)
     return memoryview(mapped)
+
+
+class ConsumptionSteps:
+    """The step during which each position of one ID record was consumed (its `.steps` marks)."""
+
+    def __init__(self, marks: list[tuple[int, int, int]]) -> None:
+        self.marks = marks
+        self.ends = [end for _step, _start, end in marks]
+
+    def step_at(self, position: int) -> int | None:
+        """The step of the ID at `position`; None when no record() call followed it."""
+        index = bisect.bisect_right(self.ends, position)
+        if index == len(self.marks):
+            return None
+        step, start, _end = self.marks[index]
+        return step if start <= position else None
+
+
+def consumption_steps(ids_path: str | os.PathLike[str]) -> ConsumptionSteps:
+    """The step marks beside the record file `ids_path` (none when record() was not called)."""
+    try:
+        data = _steps_path(Path(ids_path)).read_bytes()
+    except FileNotFoundError:
+        data = b""
+    whole = len(data) - len(data) % _MARK.size  # a torn last mark is dropped, as a torn ID is
+    return ConsumptionSteps(list(_MARK.iter_unpack(data[:whole])))
 
 
 def recorded_ids(directory: str | os.PathLike[str], epoch: int) -> dict[int, memoryview]:

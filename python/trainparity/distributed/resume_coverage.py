@@ -7,27 +7,57 @@ of candidate_resume must be exactly baseline_a's sequence. The first position
 where they part is reported at `coverage.epoch{E}.rank{R}`, as a repeated ID
 (a resumed sampler that restarted its epoch, or fast-forwarded too little),
 a missing ID (one that skipped ahead), an extra ID, or a different order.
+
+When the script also calls `record()`, each ID is placed on the step axis
+(the `.steps` marks beside the records): a difference comes with the step
+during which the candidate consumed the differing position, or, where the
+candidate never reached it, the step during which baseline_a did.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainparity.comparison.policies import Difference
-from trainparity.distributed.record_ids import read_recorded_ids, recorded_epochs
+from trainparity.distributed.record_ids import (
+    ConsumptionSteps,
+    consumption_steps,
+    read_recorded_ids,
+    recorded_epochs,
+)
 
-__all__ = ["resume_coverage_differences"]
+__all__ = ["BoundaryDifference", "resume_coverage_differences"]
 
 _CHUNK = 1 << 16  # values compared at once as bytes before looking inside a chunk
 
 
-def _values(records: dict[int, dict[int, Path]], epoch: int, rank: int) -> memoryview:
+@dataclass(frozen=True)
+class BoundaryDifference:
+    """A difference in sample order, and the step of its position (None: no record() placed it)."""
+
+    difference: Difference
+    step: int | None
+
+
+@dataclass(frozen=True)
+class _PhaseIds:
+    """One phase's IDs of one epoch on one rank, and the step during which each was consumed."""
+
+    values: memoryview
+    steps: ConsumptionSteps
+
+
+def _phase_ids(records: dict[int, dict[int, Path]], epoch: int, rank: int) -> _PhaseIds:
     path = records.get(epoch, {}).get(rank)
-    view = read_recorded_ids(path) if path is not None else memoryview(b"")
+    if path is None:
+        return _PhaseIds(memoryview(b"").cast("q"), ConsumptionSteps([]))
+    view = read_recorded_ids(path)
     if sys.byteorder != "little":  # records are little-endian
         raise NotImplementedError("ID records are read on little-endian hosts only")
-    return view.cast("q") if len(view) else memoryview(b"").cast("q")
+    values = view.cast("q") if len(view) else memoryview(b"").cast("q")
+    return _PhaseIds(values, consumption_steps(path))
 
 
 def _records(directory: Path) -> dict[int, dict[int, Path]]:
@@ -46,37 +76,68 @@ def _first_mismatch(expected: memoryview, actual: list[int]) -> int | None:
     return None if len(expected) == len(actual) else common
 
 
+def _during(step: int | None) -> str:
+    return "" if step is None else f" during step {step}"
+
+
 def _describe(
-    epoch: int, rank: int, expected: memoryview, actual: list[int], split_count: int, position: int
-) -> Difference:
-    phase, offset = (
-        ("candidate_split", position)
+    epoch: int,
+    rank: int,
+    baseline: _PhaseIds,
+    split: _PhaseIds,
+    resume: _PhaseIds,
+    actual: list[int],
+    position: int,
+) -> BoundaryDifference:
+    expected, split_count = baseline.values, len(split.values)
+    phase, offset, steps = (
+        ("candidate_split", position, split.steps)
         if position < split_count
-        else ("candidate_resume", position - split_count)
+        else ("candidate_resume", position - split_count, resume.steps)
     )
-    where = f"position {position} of epoch {epoch} on rank {rank} ({phase}'s position {offset})"
-    baseline = f"ID {expected[position]}" if position < len(expected) else "no more IDs"
-    baseline = f"{baseline} at position {position} ({len(expected)} IDs in the epoch)"
+    baseline_step = baseline.steps.step_at(position) if position < len(expected) else None
+    candidate_step = steps.step_at(offset) if position < len(actual) else None
+    where = (
+        f"position {position} of epoch {epoch} on rank {rank} "
+        f"({phase}'s position {offset}{_during(candidate_step)})"
+    )
+    baseline_text = f"ID {expected[position]}" if position < len(expected) else "no more IDs"
+    baseline_text = (
+        f"{baseline_text} at position {position}{_during(baseline_step)} "
+        f"({len(expected)} IDs in the epoch)"
+    )
+    path = f"coverage.epoch{epoch}.rank{rank}"
     if position >= len(actual):
-        missing = expected[position]
-        return Difference(
-            path=f"coverage.epoch{epoch}.rank{rank}",
+        difference = Difference(
+            path=path,
             reason="sample_missing",
-            baseline=baseline,
-            candidate=f"ID {missing} never consumed: split + resume stop after {len(actual)} IDs",
+            baseline=baseline_text,
+            candidate=f"ID {expected[position]} never consumed: split + resume stop after "
+            f"{len(actual)} IDs",
         )
+        return BoundaryDifference(difference, baseline_step)
+    return BoundaryDifference(
+        _consumed_difference(path, expected, actual, position, where, baseline_text),
+        candidate_step,
+    )
+
+
+def _consumed_difference(
+    path: str, expected: memoryview, actual: list[int], position: int, where: str, baseline: str
+) -> Difference:
+    """The difference at a position the candidate consumed: what it took there instead."""
     value = actual[position]
     earlier = actual.index(value) if value in actual[:position] else None
     if earlier is not None:
         return Difference(
-            path=f"coverage.epoch{epoch}.rank{rank}",
+            path=path,
             reason="sample_repeated",
             baseline=baseline,
             candidate=f"ID {value} consumed again at {where}; first consumed at position {earlier}",
         )
     if position >= len(expected):
         return Difference(
-            path=f"coverage.epoch{epoch}.rank{rank}",
+            path=path,
             reason="sample_extra",
             baseline=baseline,
             candidate=f"ID {value} at {where}, after the baseline's last ID",
@@ -84,20 +145,17 @@ def _describe(
     wanted = expected[position]
     if wanted not in actual:
         return Difference(
-            path=f"coverage.epoch{epoch}.rank{rank}",
+            path=path,
             reason="sample_missing",
             baseline=baseline,
             candidate=f"ID {wanted} never consumed; ID {value} at {where} instead",
         )
     return Difference(
-        path=f"coverage.epoch{epoch}.rank{rank}",
-        reason="sample_order",
-        baseline=baseline,
-        candidate=f"ID {value} at {where}",
+        path=path, reason="sample_order", baseline=baseline, candidate=f"ID {value} at {where}"
     )
 
 
-def resume_coverage_differences(run_root: Path) -> list[Difference]:
+def resume_coverage_differences(run_root: Path) -> list[BoundaryDifference]:
     """Differences of split + resume's sample order from baseline_a's, epoch by epoch, rank by rank.
 
     Empty when baseline_a recorded no IDs (the script does not call record_ids).
@@ -111,12 +169,9 @@ def resume_coverage_differences(run_root: Path) -> list[Difference]:
     for epoch in sorted(set(baseline) | set(split) | set(resume)):
         ranks = set(baseline.get(epoch, {})) | set(split.get(epoch, {}))
         for rank in sorted(ranks | set(resume.get(epoch, {}))):
-            expected = _values(baseline, epoch, rank)
-            split_part = _values(split, epoch, rank).tolist()
-            actual = split_part + _values(resume, epoch, rank).tolist()
-            position = _first_mismatch(expected, actual)
+            phases = [_phase_ids(records, epoch, rank) for records in (baseline, split, resume)]
+            actual = phases[1].values.tolist() + phases[2].values.tolist()
+            position = _first_mismatch(phases[0].values, actual)
             if position is not None:
-                differences.append(
-                    _describe(epoch, rank, expected, actual, len(split_part), position)
-                )
+                differences.append(_describe(epoch, rank, *phases, actual, position))
     return differences

@@ -8,7 +8,7 @@ before. Reports sort their keys, so the order of fields never shows there.
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from trainparity.comparison.policies import Difference
@@ -33,6 +33,9 @@ class CheckResult(ReportedResult):
     environment: dict[str, Any] | None = (
         None  # fingerprint incl. the children's allow-listed variables
     )
+    # The input at fault when the check could not start because of the user's input
+    # (`case`, `split_step`, ...): the command line's usage error. Not a report key.
+    usage_error: str | None = field(default=None, compare=False, metadata={"reported": False})
 
 
 @dataclass(frozen=True, repr=False)

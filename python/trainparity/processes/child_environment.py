@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from trainparity.importing import case_module_name
+from trainparity.importing import CaseSetupError, CaseSetupTypeError, case_module_name
 
 
 def child_environment(spec: str, environment: Mapping[str, str] | None) -> dict[str, str]:
@@ -20,9 +20,14 @@ def child_environment(spec: str, environment: Mapping[str, str] | None) -> dict[
     variables = dict(os.environ)
     for key, value in dict(environment or {}).items():
         if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"environment keys and values must be str, got {key!r}: {value!r}")
+            raise CaseSetupTypeError(
+                f"environment keys and values must be str, got {key!r}: {value!r}",
+                field="environment",
+            )
         if not key or "=" in key or "\0" in key or "\0" in value:
-            raise ValueError(f"invalid environment variable name or value: {key!r}")
+            raise CaseSetupError(
+                f"invalid environment variable name or value: {key!r}", field="environment"
+            )
         variables[key] = value
     module_file = getattr(sys.modules.get(case_module_name(spec)), "__file__", None)
     if module_file:

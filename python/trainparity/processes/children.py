@@ -27,8 +27,15 @@ from trainparity.distributed.rank_processes import (
     rank_event_detail,
     rank_evidence,
 )
+from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
 from trainparity.processes.evidence import ExternalProcessEvidence
+from trainparity.processes.failure_text import (
+    directory_listing,
+    failure_block,
+    last_line,
+    log_tail,
+)
 from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
 from trainparity.processes.observer_client import ObserverClient
 from trainparity.processes.setup import RunSettings
@@ -190,7 +197,7 @@ class PhaseChildren:
         except Exception as error:
             phase.error = PhaseError(
                 Outcome.ERROR,
-                f"{phase.name} command callback or validation failed: {type(error).__name__}",
+                f"{phase.name} command callback or validation failed: {error_text(error)}",
             )
             return
         problem = self.settings.parallel and multirank.concurrency_problem(
@@ -215,10 +222,10 @@ class PhaseChildren:
                 stderr_path=phase.run_dir / "stderr.log",
             )
             self.group.start(spec, timeout=self.settings.timeout)
-        except (ChildLaunchError, OSError, TypeError, ValueError):
+        except (ChildLaunchError, OSError, TypeError, ValueError) as error:
             self.rank_watcher.close(phase.name)  # no ranks will come
             phase.error = PhaseError(
-                Outcome.ERROR, self.hinted(phase.name, f"{phase.name} child launch failed")
+                Outcome.ERROR, f"{phase.name} child launch failed: {error_text(error)}"
             )
 
     def checkpoint_path(self, phase: str, run_dir: Path, when: str) -> Path:
@@ -232,15 +239,40 @@ class PhaseChildren:
         except Exception as error:
             raise PhaseError(
                 Outcome.ERROR,
-                f"{phase} checkpoint path resolution {when} failed: {type(error).__name__}",
+                f"{phase} checkpoint path resolution {when} failed: {error_text(error)}",
             ) from None
         return checkpoint
 
-    def hinted(self, phase: str, message: str) -> str:
-        """`message`, pointing at the phase's stderr.log when the user keeps the work_dir."""
-        if not self.settings.preserved:
-            return message
-        return f"{message}; see {phase}/stderr.log under the preserved work_dir"
+    def shown(self, path: Path) -> str:
+        """`path` for a message: whole under a kept work_dir; else from the run root, whose
+        temporary name would make two reports of the same inputs differ."""
+        if self.settings.preserved or not path.is_relative_to(self.settings.run_root):
+            return str(path)
+        return str(path.relative_to(self.settings.run_root))
+
+    def explained(self, phase: TrainingPhase, message: str, *, with_reason: bool = True) -> str:
+        """`message` and, on the lines below it, the last lines of the child's stderr.
+
+        Read now, before the run directory is removed; a torchrun phase gives
+        each failed rank's own log where torchrun kept one (else its tee'd
+        lines are in the phase's stderr). The first line ends with the last
+        stderr line (a traceback's `RuntimeError: ...`) when `message` has no detail
+        yet and `with_reason` (a timed-out child's last line is no reason).
+        """
+        kept = self.settings.preserved
+        stderr_path = phase.run_dir / "stderr.log"
+        tail = log_tail(stderr_path)
+        rank_logs = multirank.failed_rank_logs(stderr_path, phase.run_dir)
+        blocks = [
+            failure_block(f"rank {rank}'s stderr", log_tail(log), log, kept=kept)
+            for rank, log in rank_logs
+        ]
+        if not blocks:
+            blocks.append(failure_block(f"{phase.name}'s stderr", tail, stderr_path, kept=kept))
+            reason = last_line(tail)
+            if with_reason and reason and ": " not in message:
+                message += f": {reason}"
+        return "\n".join([message, *blocks])
 
     def ordered_processes(self) -> tuple[ExternalProcessEvidence, ...]:
         """The `processes` evidence in phase order (not the order children happened to end)."""
@@ -286,9 +318,8 @@ class PhaseChildren:
         result = phase.result
         name = phase.name
         if result.timed_out:
-            phase.error = PhaseError(
-                Outcome.ERROR, self.hinted(name, f"{name} child exceeded timeout")
-            )
+            message = self.explained(phase, f"{name} child exceeded timeout", with_reason=False)
+            phase.error = PhaseError(Outcome.ERROR, message)
             return
         returncode = result.exit_code if result.exit_code is not None else -(result.signal or 0)
         self.processes.append(
@@ -314,7 +345,7 @@ class PhaseChildren:
             rank_detail = multirank.rank_failure(phase.run_dir / "stderr.log", phase.run_dir)
             if rank_detail:
                 message += f": {rank_detail}"
-            phase.error = PhaseError(Outcome.ERROR, self.hinted(name, message))
+            phase.error = PhaseError(Outcome.ERROR, self.explained(phase, message))
             return
         self.timings[self.timing_keys.get(name, name)] = result.wall_seconds
 
@@ -326,10 +357,12 @@ class PhaseChildren:
             raise
         if not (checkpoint.is_file() or checkpoint.is_dir()):
             self.timings.setdefault(phase.name, phase.result.wall_seconds)
-            raise PhaseError(
-                Outcome.ERROR,
-                self.hinted(phase.name, f"{phase.name} did not create its declared checkpoint"),
+            message = (
+                f"{phase.name} did not create its declared checkpoint {self.shown(checkpoint)}; "
+                f"the phase directory {self.shown(phase.run_dir)} held: "
+                f"{directory_listing(phase.run_dir)}"
             )
+            raise PhaseError(Outcome.ERROR, self.explained(phase, message))
         self.checkpoint_max_bytes = max(self.checkpoint_max_bytes, path_bytes(checkpoint))
         return checkpoint
 

@@ -18,6 +18,7 @@ from trainparity.recording.frames import (
     STEP,
     STEP_META,
     TENSOR_RECORD,
+    PartialTail,
     RecordingError,
     damaged,
     padded,
@@ -64,7 +65,14 @@ class RecordedStep:
 
 @dataclass(frozen=True)
 class Recording:
-    """One rank's recording: its head (phase, mode, environment) and its complete steps."""
+    """One rank's recording: its head (phase, mode, environment) and its complete steps.
+
+    `partial_tail`: the file ends in a frame cut short by a killed writer,
+    which was left out; `partial_tail_step` is the step that frame claims
+    (None when the file ends before that field, or the frame is not a step).
+    `frame_version`: 1 when every frame header carries a checksum, 0 for a
+    recording written before they did (None: the file holds no whole header).
+    """
 
     path: Path
     rank: int
@@ -72,8 +80,10 @@ class Recording:
     mode: str
     environment: dict[str, Any] | None
     steps: tuple[RecordedStep, ...]
-    partial_tail: bool  # a step cut short by a killed process was found and ignored
+    partial_tail: bool
     file_bytes: int
+    partial_tail_step: int | None = None
+    frame_version: int | None = None
 
 
 def recording_files(directory: str | os.PathLike[str]) -> dict[int, Path]:
@@ -104,11 +114,12 @@ def read_recording(
 ) -> Recording:
     """Map one rank's recording (a rank file, or a directory and `rank`, default its only/first rank).
 
-    Every frame is checked against its trailer digest and every stored tensor
-    against its recorded digest, as `read_snapshot` checks snapshot files
-    (`trust_digests=True` skips the tensor check). A step cut short by a killed
-    process is ignored (`partial_tail`); anything else wrong raises
-    RecordingError (a SnapshotFileError).
+    Every frame header is checked against its checksum, every frame against
+    its trailer digest and every stored tensor against its recorded digest,
+    as `read_snapshot` checks snapshot files (`trust_digests=True` skips the
+    tensor check). A last frame cut short by a killed process, with a header
+    that verifies, is left out (`partial_tail`); anything else wrong raises
+    RecordingError (a SnapshotFileError) naming the frame's byte offset.
     """
     source = Path(path)
     if source.is_dir():
@@ -127,9 +138,10 @@ def read_recording(
         if size == 0:
             return _empty(source)
         mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-    frames, partial = scan_frames(source, mapped)
+    scan = scan_frames(source, mapped)
+    frames = scan.frames
     if not frames:
-        return _empty(source, partial=partial)
+        return _empty(source, scan.partial_tail, scan.frame_version)
     if frames[0].kind != HEAD:
         raise damaged(source, "it does not start with a head frame")
     try:
@@ -150,14 +162,29 @@ def read_recording(
         mode=str(head["mode"]),
         environment=head.get("environment"),
         steps=tuple(steps),
-        partial_tail=partial,
+        partial_tail=scan.partial_tail is not None,
         file_bytes=size,
+        partial_tail_step=None if scan.partial_tail is None else scan.partial_tail.step,
+        frame_version=scan.frame_version,
     )
 
 
-def _empty(source: Path, *, partial: bool = False) -> Recording:
+def _empty(
+    source: Path, partial_tail: PartialTail | None = None, frame_version: int | None = None
+) -> Recording:
     """A process killed before its first frame was complete: nothing was recorded."""
-    return Recording(source, 0, None, "auto", None, (), partial, source.stat().st_size)
+    return Recording(
+        source,
+        0,
+        None,
+        "auto",
+        None,
+        (),
+        partial_tail is not None,
+        source.stat().st_size,
+        None if partial_tail is None else partial_tail.step,
+        frame_version,
+    )
 
 
 def _steps(source: Path, frames: list, trust_digests: bool) -> list[RecordedStep]:
@@ -200,6 +227,12 @@ def _steps(source: Path, frames: list, trust_digests: bool) -> list[RecordedStep
                         source, f"step at byte {frame.offset} is shorter than its tensors"
                     )
                 data = frame.data[data_offset : data_offset + nbytes]
+                # No digest covers the padding: zero is checked, so no byte goes unverified.
+                if any(frame.data[data_offset + nbytes : data_offset + padded(nbytes)]):
+                    raise damaged(
+                        source,
+                        f"the padding after tensor {entry['name']} of step {step} is not zero",
+                    )
                 data_offset += padded(nbytes)
                 if not trust_digests:
                     recorded = digest_buffer(data, version=frame.digest_version)[0]
@@ -218,6 +251,8 @@ def _steps(source: Path, frames: list, trust_digests: bool) -> list[RecordedStep
                 )
             tensors.append(tensor)
             summaries[entry["name"]] = summary
+        if data_offset != len(frame.data):
+            raise damaged(source, f"step at byte {frame.offset} holds bytes beyond its tensors")
         state = join_state(layout, scalars, tensors)
         steps.append(RecordedStep(len(steps), step, bool(full), state, summaries))
     return steps

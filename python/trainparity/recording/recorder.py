@@ -50,7 +50,8 @@ def record(step: int, state: Mapping[str, object]) -> None:
     numbers, strings, lists, tuples, dicts, numpy values. Does nothing, at
     the cost of one comparison, unless this process records or traces a step.
     Call it after every optimizer step, and once right after loading a
-    checkpoint (or building the model: as step 0).
+    checkpoint (or building the model: as step 0). Sample IDs given to
+    `record_ids` since the previous call are placed at this step.
 
     Under `TRAINPARITY_TRACE_STEP=N` each call is also a step boundary: the
     trace of step N holds the ops between record(N-1) and record(N), none of
@@ -240,6 +241,10 @@ class _Recorder:
         self._frame(HEAD, json.dumps(head, sort_keys=True).encode(), [])
 
     def record(self, step: int, state: Mapping[str, object]) -> None:
+        from trainparity.distributed.record_ids import mark_step
+
+        # Every call, stored or not: the sample IDs taken since the last one belong to this step.
+        mark_step(step)
         if self.records and step % self.every and step not in self.also:
             return
         from trainparity.recording.frames import LAYOUT, STEP, STEP_META, TENSOR_RECORD

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from trainparity.reports.diagnosis import diagnosis_rows
 from trainparity.reports.figures import drift_svg, error_growth_svg
 from trainparity.reports.terminal_text import printable
 
@@ -107,6 +108,7 @@ def report_sections(
 ) -> list[Section]:
     """The report's content as sections, most important first; tables keep `max_rows` rows."""
     builders = (
+        _diagnosis,
         _context,
         _first_divergence,
         _first_divergent_op,
@@ -138,6 +140,11 @@ def _truncated(section: Section, max_rows: int) -> Section:
         (*section.rows[:max_rows], (f"... {hidden} more", *filler)),
         section.columns,
     )
+
+
+def _diagnosis(report: Mapping[str, Any]) -> Section | None:
+    rows = diagnosis_rows(report)
+    return Section("Diagnosis", rows) if rows else None
 
 
 def _context(report: Mapping[str, Any]) -> Section | None:
@@ -478,11 +485,20 @@ def _joined(values: Sequence[Any]) -> str:
 
 
 def headline(report: Mapping[str, Any]) -> str:
-    """`OUTCOME: message`, or the report's kind when it has no outcome."""
+    """`OUTCOME: message` (its first line), or the report's kind when it has no outcome."""
     outcome = report.get("outcome")
     if outcome is None:
         return "trainparity environment" if "environment" in report else "trainparity report"
-    return f"{outcome}: {report.get('message', '')}"
+    return f"{outcome}: {_message_lines(report)[0]}"
+
+
+def message_detail(report: Mapping[str, Any]) -> list[str]:
+    """The message's lines after its first: a failed child's last stderr lines, where its log is."""
+    return _message_lines(report)[1:]
+
+
+def _message_lines(report: Mapping[str, Any]) -> list[str]:
+    return str(report.get("message", "")).split("\n")
 
 
 def text_report(
@@ -494,6 +510,7 @@ def text_report(
     holding a newline or an escape sequence cannot forge or restyle a line.
     """
     lines = [printable(headline(report))]
+    lines.extend("  " + printable(line) for line in message_detail(report))
     for section in report_sections(
         report, max_rows=max_rows, include_environment=include_environment
     ):
@@ -547,6 +564,8 @@ _FRAGMENT_STYLE = """
   text-align: left; vertical-align: top; font-family: ui-monospace, monospace; font-size: 12px; }
 .trainparity-result th { background: #f6f8fa; }
 .trainparity-result .tp-message { font-weight: 600; }
+.trainparity-result .tp-detail { font-size: 12px; background: #f6f8fa; padding: 6px 8px;
+  white-space: pre-wrap; margin: 6px 0; }
 """
 
 
@@ -561,10 +580,13 @@ def html_fragment(
         parts.append(
             f"<div class='tp-headline'><span class='tp-badge' id='tp-outcome' "
             f"style='background:{colour}'>{_escape(outcome)}</span>"
-            f"<span class='tp-message'>{_escape(report.get('message', ''))}</span></div>"
+            f"<span class='tp-message'>{_escape(headline(report).partition(': ')[2])}</span></div>"
         )
     else:
         parts.append(f"<div class='tp-headline tp-message'>{_escape(headline(report))}</div>")
+    detail, newline = message_detail(report), "\n"
+    if detail:
+        parts.append(f"<pre class='tp-detail'>{_escape(newline.join(detail))}</pre>")
     if report.get("drift"):
         parts.append(drift_svg(report["drift"], report.get("first_divergent_step")))
     for section in report_sections(

@@ -39,8 +39,12 @@ def report_dict(result: Any) -> dict[str, Any]:
     """`{"schema_version", "trainparity_version", **fields}` with outcome as its string value.
 
     Like dataclasses.asdict: nested dataclasses become dicts, tuples stay tuples
-    (they become JSON arrays when serialised).
+    (they become JSON arrays when serialised). Fields marked
+    `metadata={"reported": False}` are left out.
     """
     fields = dataclasses.asdict(result)
+    for field in dataclasses.fields(result):
+        if not field.metadata.get("reported", True):
+            del fields[field.name]
     fields["outcome"] = str(Outcome(fields["outcome"]).value)
     return add_report_metadata(fields)

@@ -22,8 +22,9 @@ from trainparity.comparison.policies import (
     policy_report_fields,
 )
 from trainparity.environment import environment_fingerprint
-from trainparity.importing import load_process_case
+from trainparity.importing import CaseSetupError, CaseSetupTypeError, load_process_case
 from trainparity.outcomes import Outcome
+from trainparity.processes.case_setup import setup_failure
 from trainparity.processes.child_environment import child_environment
 from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import PROCESS_RESUME_PREFIX
@@ -92,12 +93,14 @@ class ProcessResumeRunner(CheckRunner):
         }
         try:
             loaded, child_environment = _setup(case, environment)
-        except Exception as error:
+        except Exception as error:  # importing runs the user's module: anything can fail
+            failure = setup_failure("process ", error, command_dir=command_dir)
             fields["timing_seconds"] = {"total_wall": time.perf_counter() - started}
             result = ProcessResumeResult(
                 outcome=Outcome.ERROR,
-                message=f"process case setup failed: {type(error).__name__}",
+                message=failure.message,
                 environment=environment_fingerprint(),
+                usage_error=failure.usage_field,
                 **fields,
             )
             return self.finished(result, report_path)
@@ -128,11 +131,13 @@ def _setup(
     """Load and validate the case and build the children's environment (CONTRACT §6.2, §6.5)."""
     case = load_process_case(spec)
     if not case.name:
-        raise ValueError("case name must be non-empty")
+        raise CaseSetupError("case name must be non-empty", field="name")
     split, total = case.split_step, case.total_step
-    for value in (split, total):
+    for field, value in (("split_step", split), ("total_step", total)):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"split_step and total_step must be ints, got {value!r}")
+            raise CaseSetupTypeError(f"{field} must be an int, got {value!r}", field=field)
     if not 0 < split < total:
-        raise ValueError(f"need 0 < split_step < total_step, got {split} and {total}")
+        raise CaseSetupError(
+            f"need 0 < split_step < total_step, got {split} and {total}", field="split_step"
+        )
     return case, child_environment(spec, environment)

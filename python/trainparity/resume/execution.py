@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
-from trainparity.distributed.resume_coverage import resume_coverage_differences
+from trainparity.distributed.resume_coverage import (
+    BoundaryDifference,
+    resume_coverage_differences,
+)
 from trainparity.outcomes import Outcome
 from trainparity.processes.children import (
     PhaseChildren,
@@ -120,7 +124,7 @@ class ResumeExecution:
             )
         )
         total = self.case.total_step
-        step, first_differences = _first_divergence(parted, total, baseline_differences)
+        step, first_differences = _first_divergence(parted, total, (), baseline_differences)
         if first_differences:
             at_step = f" at step {step}" if parted is not None else ""
             return self._result(
@@ -146,9 +150,10 @@ class ResumeExecution:
         snapshot_resume = self.children.observed("candidate_resume", resumed_checkpoint)
         parted = _recorded(trajectories.candidates_part)
         began = time.perf_counter()
-        differences = self.policy.compare_all(snapshot_a, snapshot_resume)
+        final_differences = self.policy.compare_all(snapshot_a, snapshot_resume)
+        coverage = resume_coverage_differences(self.settings.run_root)
         # Sample order first: a resume that repeats or skips samples explains the states.
-        differences = (*resume_coverage_differences(self.settings.run_root), *differences)
+        differences = (*(placed.difference for placed in coverage), *final_differences)
         self.timings["candidate_comparison"] = time.perf_counter() - began
         self.timings["comparison"] = (
             self.timings["baseline_comparison"] + self.timings["candidate_comparison"]
@@ -162,7 +167,7 @@ class ResumeExecution:
             )
         )
         recorded = trajectories.report_fields(differences)
-        step, first_differences = _first_divergence(parted, total, differences)
+        step, first_differences = _first_divergence(parted, total, coverage, final_differences)
         if first_differences:
             return self._result(
                 fields,
@@ -227,12 +232,26 @@ class ResumeExecution:
 
 
 def _first_divergence(
-    parted: Any, total_step: int, final_differences: tuple[Difference, ...]
+    parted: Any,
+    total_step: int,
+    coverage: Sequence[BoundaryDifference],
+    final_differences: tuple[Difference, ...],
 ) -> tuple[int, tuple[Difference, ...]]:
-    """(step, differences) of the first divergence: a recorded step's, else the final state's."""
-    if parted is not None:
-        return parted.step, parted.differences
-    return total_step, final_differences
+    """(step, differences) of the first divergence: a recorded step's, else the final state's.
+
+    Sample-order differences come with the step of their position when the
+    script calls record() too: the earliest leads when it is at or before the
+    first differing record, and follows the record's differences otherwise.
+    Without differing records they lead, at their step (else the last step).
+    """
+    placed = sorted(coverage, key=lambda item: math.inf if item.step is None else item.step)
+    leading = placed[0].step if placed else None
+    ordered = tuple(item.difference for item in placed)
+    if parted is None:
+        return total_step if leading is None else leading, (*ordered, *final_differences)
+    if leading is not None and leading <= parted.step:
+        return leading, (*ordered, *parted.differences)
+    return parted.step, (*parted.differences, *ordered)
 
 
 def _recorded(part: Callable[[], Any]) -> Any:

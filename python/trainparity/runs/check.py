@@ -24,8 +24,9 @@ from trainparity.comparison.policies import (
     policy_report_fields,
 )
 from trainparity.environment import environment_fingerprint
-from trainparity.importing import load_runs_case
+from trainparity.importing import CaseSetupError, CaseSetupTypeError, load_runs_case
 from trainparity.outcomes import Outcome
+from trainparity.processes.case_setup import setup_failure
 from trainparity.processes.child_environment import child_environment
 from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import RUNS_PREFIX
@@ -107,12 +108,14 @@ class _RunsRunner(CheckRunner):
             loaded = load_runs_case(case)
             declared = _declared_variants(loaded, variants)
             environment_for_children = child_environment(case, environment)
-        except Exception as error:
+        except Exception as error:  # importing runs the user's module: anything can fail
+            failure = setup_failure("runs ", error, command_dir=command_dir)
             result = RunsResult(
                 outcome=Outcome.ERROR,
-                message=f"runs case setup failed: {type(error).__name__}: {error}",
+                message=failure.message,
                 timing_seconds={"total_wall": time.perf_counter() - started},
                 environment=environment_fingerprint(),
+                usage_error=failure.usage_field,
                 **fields,
             )
             return self.finished(result, report_path)
@@ -144,23 +147,41 @@ class _RunsRunner(CheckRunner):
 def _declared_variants(case: RunsCase, variants: Mapping[str, Any] | None) -> dict[str, RunVariant]:
     source = variants if variants is not None else getattr(case, "variants", None)
     if source is None:
-        raise ValueError("give variants=... or declare a `variants` mapping on the case")
+        raise CaseSetupError(
+            "give variants=... or declare a `variants` mapping on the case", field="variants"
+        )
     if not isinstance(source, Mapping):
-        raise TypeError(
-            f"variants must be a mapping of name to variant, not {type(source).__name__}"
+        raise CaseSetupTypeError(
+            f"variants must be a mapping of name to variant, not {type(source).__name__}",
+            field="variants",
         )
     if len(source) < 2:
-        raise ValueError(f"check_runs needs at least two variants, got {len(source)}")
+        raise CaseSetupError(
+            f"check_runs needs at least two variants, got {len(source)}", field="variants"
+        )
     declared = {}
     for name, variant in source.items():
         if not isinstance(name, str) or not VARIANT_NAME.fullmatch(name):
-            raise ValueError(
-                f"variant name {name!r} must be letters, digits, '_', '.' or '-' (it names a directory)"
+            raise CaseSetupError(
+                f"variant name {name!r} must be letters, digits, '_', '.' or '-' (it names a directory)",
+                field="variants",
             )
-        declared[name] = RunVariant.of(name, variant)
+        declared[name] = _variant(name, variant)
     total = case.total_step
     if isinstance(total, bool) or not isinstance(total, int) or total <= 0:
-        raise ValueError(f"total_step must be a positive int, got {total!r}")
+        raise CaseSetupError(
+            f"total_step must be a positive int, got {total!r}", field="total_step"
+        )
     if not case.name:
-        raise ValueError("case name must be non-empty")
+        raise CaseSetupError("case name must be non-empty", field="name")
     return declared
+
+
+def _variant(name: str, variant: object) -> RunVariant:
+    """RunVariant.of, its complaints about the variant's shape as usage errors."""
+    try:
+        return RunVariant.of(name, variant)
+    except TypeError as error:
+        raise CaseSetupTypeError(str(error), field="variants") from error
+    except ValueError as error:
+        raise CaseSetupError(str(error), field="variants") from error

@@ -1,0 +1,97 @@
+"""A check's verdict in plain words: what was compared, what differs and where, what to try next."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["diagnosis_rows"]
+
+_PHASE_ROLES = {
+    "baseline_a": "the uninterrupted run",
+    "baseline_b": "its repeat",
+    "candidate_resume": "the resumed run",
+}
+# One line per difference reason: the first thing to look at.
+_NEXT_STEPS = {
+    "round_trip": "save {components} in the checkpoint and load it back (load_state_dict) before training continues",
+    "value": "compare how {components} is saved and restored, or advanced after loading",
+    "tensor_value": "{components} loads equal but training drifts: check what the checkpoint leaves out (data order, RNG, data loader position)",
+    "missing_candidate": "the resumed run lacks {components}: save and restore it",
+    "missing_baseline": "the resumed run has {components} that the uninterrupted run lacks",
+}
+
+
+def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(label, sentence) rows for a resume report that found a divergence; () for others."""
+    trajectory = report.get("trajectory")
+    first = trajectory.get("first_divergence") if isinstance(trajectory, Mapping) else None
+    if isinstance(first, Mapping):
+        return _step_rows(first)
+    differences = report.get("all_differences") or ()
+    is_resume = "fresh_resume_processes_distinct" in report
+    if report.get("outcome") != "FAIL" or not differences or not is_resume:
+        return ()
+    paths = [str(item["path"]) for item in differences]
+    step = report.get("first_divergent_step")
+    rows = [
+        ("compared", _compared("baseline_a", "candidate_resume")),
+        (
+            "finding",
+            f"the final states differ at step {step}; the first path in order is "
+            f"{paths[0]}, which may be a downstream effect (record() per step finds the first step)",
+        ),
+        ("differing paths", ", ".join(paths)),
+    ]
+    rows += _next_rows(differences)
+    return tuple(rows)
+
+
+def _step_rows(first: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    paths = [str(path) for path in first.get("paths") or ()]
+    components = _components(paths)
+    step = first.get("step")
+    rows = [("compared", _compared(str(first["baseline_phase"]), str(first["candidate_phase"])))]
+    if first.get("round_trip"):
+        finding = (
+            f"right after loading, {components} differs from the uninterrupted run at step "
+            f"{step}: the resume does not restore it"
+        )
+    else:
+        finding = f"{components} first differs from the uninterrupted run at step {step}"
+    rows += [("finding", finding), (f"differing at step {step}", ", ".join(paths))]
+    # The step's own reasons are not in the report: after loading, any difference is a
+    # restore problem; later ones are drift from what the checkpoint leaves out.
+    reason = "round_trip" if first.get("round_trip") else "tensor_value"
+    rows += _next_rows([{"path": path, "reason": reason} for path in paths])
+    return tuple(rows)
+
+
+def _next_rows(differences: Any) -> list[tuple[str, str]]:
+    by_reason: dict[str, list[str]] = {}
+    for item in differences:
+        by_reason.setdefault(str(item["reason"]), []).append(str(item["path"]))
+    rows = []
+    for reason, paths in by_reason.items():
+        template = _NEXT_STEPS.get(reason)
+        if template is not None:
+            rows.append(("try next", template.format(components=_components(paths))))
+    return rows
+
+
+def _compared(baseline: str, candidate: str) -> str:
+    def named(phase: str) -> str:
+        role = _PHASE_ROLES.get(phase)
+        return f"{phase} ({role})" if role else phase
+
+    return f"baseline = {named(baseline)}; candidate = {named(candidate)}"
+
+
+def _components(paths: list[str]) -> str:
+    """The top-level components of `paths` (`scheduler` for `scheduler._last_lr[0]`), in order."""
+    seen: list[str] = []
+    for path in paths:
+        head = path.split(".", 1)[0].split("[", 1)[0]
+        if head not in seen:
+            seen.append(head)
+    return ", ".join(seen) if seen else "the state"
