@@ -1,15 +1,15 @@
-"""Benchmark: the accumulation quickstart's clean case, ours vs TrainParity 0.1.0, same run.
+"""Benchmark: the accumulation quickstart's clean check, ours vs TrainParity 0.1.0, same run.
 
-Each measurement is a fresh interpreter (ours: this Python; the original: the
+Each run is a fresh interpreter (ours: this Python; the original: the
 reference venv's Python, see benchmarks/reference_venv.sh) running a small
-driver that imports its own trainparity and calls check_accumulation on the
-quickstart's `Case` with the quickstart's clean plan and tolerance. Three
-figures per run: the check's own wall time (measured inside the driver), the
-whole process's wall time (interpreter start and imports included), and the
-CPU time (user + system) of the whole process tree, which says how much of
-the machine a check takes whatever else runs on it. Runs alternate between
-the two implementations so that load on the machine hits both alike;
-medians and the ratios ours / original are printed.
+driver that imports its own trainparity and calls the accumulation runner on
+the quickstart's `Case` with the quickstart's clean plan and tolerance. The
+rows are issue 28's: the original (children one after another), ours with
+`parallel=False`, ours by default (children at once, each with the fair share
+of the cores), and ours by default under the user's `OMP_NUM_THREADS=1`.
+Whole process wall time and the CPU time of the process tree, medians of
+interleaved runs (benchmarks/against_original.py). Targets, ours by default
+against the original: wall <= 0.55x, CPU <= 1.0x.
 
     python benchmarks/bench_accumulation.py [--runs 5] [--reference-python PATH]
 
@@ -21,26 +21,27 @@ TRAINPARITY_REFERENCE_VENV to reuse one elsewhere).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import resource
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REFERENCE_VENV_SCRIPT = Path(__file__).resolve().parent / "reference_venv.sh"
+from against_original import measure, reference_python, report, table_variants
+
+WALL_TARGET = 0.55
+CPU_TARGET = 1.0
 
 # Run by either interpreter: only names both versions define in the same modules
 # (AccumulationRunner is what check_accumulation runs, CONTRACT §1.4, §10.2).
+# argv[1]: the runner options of the variant (`parallel`, ours only).
 DRIVER = """
 import json, sys, time
 from trainparity.accumulation import AccumulationExecutionPlan, AccumulationRunner
 from trainparity.comparison import ToleranceComparison
 began = time.perf_counter()
-runner = AccumulationRunner(comparison=ToleranceComparison(rtol=1e-6, atol=1e-7))
+runner = AccumulationRunner(
+    comparison=ToleranceComparison(rtol=1e-6, atol=1e-7), **json.loads(sys.argv[1])
+)
 result = runner.run(
     "trainparity.quickstarts.accumulation:Case", candidate=AccumulationExecutionPlan(2)
 )
@@ -49,71 +50,32 @@ print(json.dumps({"outcome": str(result.outcome.value), "check_seconds": elapsed
 """
 
 
-def measure(python: str) -> tuple[float, float, float]:
-    """(check seconds, whole-process seconds, CPU seconds of the process tree) of one driver run."""
-    with tempfile.TemporaryDirectory(prefix="bench-accumulation-") as empty:
-        cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        began = time.perf_counter()
-        completed = subprocess.run(
-            [python, "-c", DRIVER],
-            cwd=empty,  # neither interpreter may import this checkout by accident
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"},
-        )
-        whole = time.perf_counter() - began
-        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    # Every worker is reaped by its driver, and the driver by us: all of it is counted here.
-    cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
-    if completed.returncode != 0:
-        sys.exit(f"{python} failed:\n{completed.stderr[-2000:]}")
-    record = json.loads(completed.stdout.strip().splitlines()[-1])
-    if record["outcome"] != "PASS":
-        sys.exit(f"{python}: the clean case did not PASS: {record}")
-    return record["check_seconds"], whole, cpu
-
-
-def reference_python() -> str:
-    """The original's interpreter, from the project's reference-venv script."""
-    completed = subprocess.run(
-        ["bash", str(REFERENCE_VENV_SCRIPT)], capture_output=True, text=True, check=True
-    )
-    return completed.stdout.strip().splitlines()[-1]
+def passed(record: dict) -> str | None:
+    return None if record["outcome"] == "PASS" else f"the clean case did not PASS: {record}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5, help="runs per implementation (>= 3)")
+    parser.add_argument("--runs", type=int, default=5, help="runs per variant (>= 3)")
     parser.add_argument("--reference-python", help="python of a venv with trainparity==0.1.0")
     arguments = parser.parse_args()
     if arguments.runs < 3:
         parser.error("--runs must be at least 3 (medians of >= 3 runs)")
-    reference = arguments.reference_python or reference_python()
+    # Absolute, not resolved: a venv's python is a symlink that must keep its venv.
+    reference = os.path.abspath(arguments.reference_python or reference_python())
     if not Path(reference).exists():
         parser.error(f"{reference} does not exist")
-    implementations = {"ours": sys.executable, "0.1.0": reference}
-    samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in implementations}
-    for run in range(arguments.runs):
-        for name, python in implementations.items():
-            check, whole, cpu = measure(python)
-            samples[name].append((check, whole, cpu))
-            print(
-                f"run {run + 1} {name:>5}: check {check:6.2f} s, "
-                f"process {whole:6.2f} s, cpu {cpu:6.2f} s"
-            )
-    medians = {
-        name: tuple(statistics.median(figures) for figures in zip(*runs, strict=True))
-        for name, runs in samples.items()
-    }
-    for name, (check, whole, cpu) in medians.items():
-        print(f"median {name:>5}: check {check:6.2f} s, process {whole:6.2f} s, cpu {cpu:6.2f} s")
-    ours, original = medians["ours"], medians["0.1.0"]
-    print(
-        f"ratio ours/0.1.0: check {ours[0] / original[0]:.2f}x, "
-        f"process {ours[1] / original[1]:.2f}x, cpu {ours[2] / original[2]:.2f}x "
-        f"(cpu count {os.cpu_count()}, load average {os.getloadavg()[0]:.1f})"
-    )
+    with tempfile.TemporaryDirectory(prefix="bench-accumulation-") as empty:
+        # An empty cwd: neither interpreter may import this checkout by accident.
+        samples = measure(
+            DRIVER,
+            table_variants(sys.executable, reference),
+            arguments.runs,
+            [],
+            Path(empty),
+            passed,
+        )
+    report(samples, wall_target=WALL_TARGET, cpu_target=CPU_TARGET)
     return 0
 
 

@@ -1,7 +1,10 @@
 """Resume benchmark: trainparity vs TrainParity 0.1.0 (separate venv, black box), same run.
 
-1. The quickstart clean case end to end (fresh interpreter, import included):
-   median wall seconds of each, and the ratio (target <= 0.6).
+1. The quickstart clean case end to end (fresh interpreter, import included),
+   the rows of issue 28 (the original; ours with parallel=False; ours by
+   default; ours under OMP_NUM_THREADS=1): medians of the whole process's
+   wall time and its process tree's CPU time (benchmarks/against_original.py).
+   Targets, ours by default against the original: wall <= 0.5x, CPU <= 0.9x.
 2. A case whose observed state is ~1 GiB (wide MLP + Adam): the parent's peak
    RSS growth during the check relative to the state size (target <= 0.25),
    and snapshot+compare seconds of both implementations.
@@ -12,21 +15,23 @@ Usage: python benchmarks/bench_resume.py [--repeats N] [--skip-large] [--width W
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+from against_original import Variant, measure, reference_python, report, run_once, table_variants
+
 HERE = Path(__file__).resolve().parent
+WALL_TARGET = 0.5
+CPU_TARGET = 0.9
 
 # Runs inside either implementation's interpreter; prints one JSON line.
+# argv: the variant's check_resume options (JSON, ours only), the case, this folder.
 DRIVER = r"""
 import json, resource, sys, time
 from pathlib import Path
-sys.path.insert(0, sys.argv[2])
+sys.path.insert(0, sys.argv[3])
 started = time.perf_counter()
 import torch
 from trainparity import check_resume
@@ -38,7 +43,7 @@ def status(field):
 with open("/proc/self/clear_refs", "w") as stream:
     stream.write("5")  # resets the peak RSS (VmHWM) so it measures the check alone
 rss_before = status("VmRSS")
-result = check_resume(sys.argv[1], cwd=Path(sys.argv[2]))
+result = check_resume(sys.argv[2], cwd=Path(sys.argv[3]), **json.loads(sys.argv[1]))
 wall = time.perf_counter() - started
 timing = result.timing_seconds or {}
 snapshot_seconds = sum(v for k, v in timing.items() if k.startswith("snapshot_") and k != "snapshot_capture")
@@ -52,49 +57,23 @@ print(json.dumps({
 """
 
 
-def reference_python() -> str:
-    completed = subprocess.run(
-        ["bash", str(HERE / "reference_venv.sh")], capture_output=True, text=True, check=True
-    )
-    return completed.stdout.strip().splitlines()[-1]
-
-
-def run_driver(python: str, case: str, environment: dict[str, str] | None = None) -> dict:
-    env = {**os.environ, **(environment or {})}
-    completed = subprocess.run(
-        [python, "-c", DRIVER, case, str(HERE)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=3600,
-        cwd=HERE,
-    )
-    if completed.returncode != 0:
-        raise RuntimeError(f"{python} failed:\n{completed.stderr[-3000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])
+def passed(record: dict) -> str | None:
+    return None if record["outcome"].endswith("PASS") else f"did not PASS: {record}"
 
 
 def quickstart(ours: str, theirs: str, repeats: int) -> None:
     case = "trainparity.quickstarts.resume:CleanCase"
-    ours_walls, theirs_walls = [], []
-    for _ in range(repeats):  # interleaved, so machine load hits both alike
-        ours_walls.append(run_driver(ours, case)["wall"])
-        theirs_walls.append(run_driver(theirs, case)["wall"])
-    ours_median, theirs_median = statistics.median(ours_walls), statistics.median(theirs_walls)
     print("quickstart clean case, end to end (fresh interpreter, import included)")
-    print(
-        f"  trainparity      median {ours_median:6.2f} s   runs {[round(w, 2) for w in ours_walls]}"
+    samples = measure(
+        DRIVER, table_variants(ours, theirs), repeats, [case, str(HERE)], HERE, passed
     )
-    print(
-        f"  TrainParity 0.1.0 median {theirs_median:6.2f} s   runs {[round(w, 2) for w in theirs_walls]}"
-    )
-    print(f"  ratio ours/0.1.0 = {ours_median / theirs_median:.2f}   (target <= 0.6)")
+    report(samples, wall_target=WALL_TARGET, cpu_target=CPU_TARGET)
 
 
 def large_state(ours: str, theirs: str, width: int) -> None:
     environment = {"BENCH_RESUME_WIDTH": str(width)}
     case = "resume_bench_cases:WideMLPCase"
-    mine = run_driver(ours, case, environment)
+    mine = run_once(DRIVER, Variant("ours", ours, {}, environment), [case, str(HERE)], HERE).record
     state_bytes = mine["checkpoint_max_bytes"]
     growth = mine["rss_peak"] - mine["rss_before"]
     print(
@@ -109,7 +88,9 @@ def large_state(ours: str, theirs: str, width: int) -> None:
     )
     started = time.perf_counter()
     try:
-        reference = run_driver(theirs, case, environment)
+        reference = run_once(
+            DRIVER, Variant("0.1.0", theirs, {}, environment), [case, str(HERE)], HERE
+        ).record
     except RuntimeError as error:
         print(f"  TrainParity 0.1.0 failed on this case: {str(error)[-300:]}")
         return

@@ -387,6 +387,6 @@ def test_children_run_concurrently_by_default_except_on_cuda():
 
     assert wants_parallel(None, "cuda") is False
     assert wants_parallel(None, "cuda:1") is False
-    assert wants_parallel(None, "cpu") is ((os.cpu_count() or 1) > 1)
+    assert wants_parallel(None, "cpu") is (len(os.sched_getaffinity(0)) > 1)
     assert wants_parallel(True, "cuda") is True
     assert wants_parallel(False, "cpu") is False

@@ -119,7 +119,14 @@ def test_ctrl_c_stops_every_child_and_removes_the_temporary_directory(tmp_path):
 
 def _comparison_part(result) -> str:
     report = result.to_dict()
-    for volatile in ("processes", "timing_seconds", "snapshot_ipc_bytes", "checkpoint_max_bytes"):
+    # environment: the children's thread count is the fair share over those that run at once.
+    for volatile in (
+        "processes",
+        "timing_seconds",
+        "snapshot_ipc_bytes",
+        "checkpoint_max_bytes",
+        "environment",
+    ):
         report.pop(volatile)
     return json.dumps(report, sort_keys=True)
 
@@ -130,6 +137,8 @@ def test_parallel_and_sequential_runs_give_the_same_comparison_report(case, tmp_
     concurrent = check_resume(spec, parallel=True, temporary_root=tmp_path)
     sequential = check_resume(spec, parallel=False, temporary_root=tmp_path)
     assert _comparison_part(concurrent) == _comparison_part(sequential)
+    assert concurrent.environment["child_threads"]["concurrent_children"] == 3
+    assert sequential.environment["child_threads"]["concurrent_children"] == 1
     assert [p.phase for p in sequential.processes] == [
         "baseline_a",
         "baseline_b",

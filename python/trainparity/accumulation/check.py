@@ -31,7 +31,6 @@ from trainparity.accumulation.plan import (
 from trainparity.accumulation.result import AccumulationResult
 from trainparity.accumulation.user_step import check_own_step_plan, has_train_step
 from trainparity.comparison.policies import ComparisonPolicy, ExactComparison, ToleranceComparison
-from trainparity.environment import environment_fingerprint
 from trainparity.importing import CaseSetupError, CaseSetupTypeError, load_accumulation_case
 from trainparity.outcomes import Outcome
 from trainparity.processes.case_setup import setup_failure
@@ -157,6 +156,7 @@ class AccumulationRunner(CheckRunner):
             command_dir=command_dir,
             environment=child_environment,
             device=device,
+            concurrent_children=len(CHILD_NAMES),  # a multi-rank candidate shares its child's
         ) as settings:
             execution = AccumulationExecution(
                 case_spec=case,
@@ -168,12 +168,13 @@ class AccumulationRunner(CheckRunner):
                 own_step=own_step,
             )
             verdict = execution.run()
+            environment_report = settings.environment_report()
         result = AccumulationResult(
             case=case,
             equivalence=equivalence,
             comparison_policy=policy_name,
             peak_temporary_directory_bytes=execution.peak_bytes,
-            environment=environment_fingerprint(variables=child_environment),
+            environment=environment_report,
             **verdict,
         )
         return self.finished(result, report_path)

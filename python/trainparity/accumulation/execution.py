@@ -84,6 +84,7 @@ class AccumulationExecution:
         self.rank_pids: list[tuple[str, int]] = []
         self.peak_bytes = 0
         self.process_ids: list[int] = []
+        self.thread_details: dict[str, str] = {}  # each child's threads, for its progress line
 
     def run(self) -> dict[str, Any]:
         with self.group:
@@ -134,14 +135,16 @@ class AccumulationExecution:
         try:
             world_size = self.plans[name].world_size
             if world_size > 1:
+                threads = self.settings.threads
                 for rank in rank_specs(
                     name,
                     argv,
                     cwd=self.settings.command_dir,
-                    environment=self.settings.environment,
+                    environment=threads.environment(self.settings.environment, ranks=world_size),
                     directory=directory,
                     world_size=world_size,
                 ):
+                    self.thread_details[rank.name] = threads.describe(world_size)
                     started = self.group.start(rank, timeout=self.settings.timeout)
                     self.rank_pids.append((rank.name, started))
                 return
@@ -153,13 +156,17 @@ class AccumulationExecution:
                 stdout_path=directory / "stdout.log",
                 stderr_path=directory / "stderr.log",
             )
+            self.thread_details[name] = self.settings.threads.describe()
             self.group.start(spec, timeout=self.settings.timeout)
         except (ChildLaunchError, OSError, TypeError, ValueError) as error:
             self.launch_errors[name] = f"worker launch failed ({name}): {error_text(error)}"
 
     def _on_child_event(self, name: str, kind: str, result: ChildResult | None) -> None:
         self.settings.progress.event(
-            name, kind, result.wall_seconds if result is not None else None
+            name,
+            kind,
+            result.wall_seconds if result is not None else None,
+            detail=self.thread_details.get(name) if kind == "start" else None,
         )
         if kind == "end":
             self.peak_bytes = max(self.peak_bytes, _tree_bytes(self.settings.run_root))

@@ -18,10 +18,11 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["fixed_port_problem", "is_torchrun", "torchrun_command"]
+__all__ = ["fixed_port_problem", "is_torchrun", "local_ranks", "torchrun_command"]
 
 _RUN_MODULE = "torch.distributed.run"
 _DEFAULT_MASTER_PORT = 29500  # torchrun's default for the static rendezvous
@@ -89,15 +90,8 @@ def _torchrun_arguments(argv: Sequence[str]) -> list[str]:
     return list(argv[index + 2 :])
 
 
-def fixed_port_problem(argv: Sequence[str], environment: dict[str, str]) -> str | None:
-    """Why concurrent copies of this torchrun argv would collide on a port, or None.
-
-    Parsed by torchrun's own argument parser (so every spelling and the
-    `PET_*` environment defaults count as torchrun counts them).
-    """
-    if not is_torchrun(argv):
-        return None
-    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+def _parsed_torchrun_arguments(argv: Sequence[str], environment: Mapping[str, str]) -> Any:
+    """torchrun's own parse of argv (its `PET_*` defaults from `environment`), or None if it refuses."""
     from torch.distributed.run import get_args_parser
 
     saved = {key: os.environ.get(key) for key in environment if key.startswith("PET_")}
@@ -107,7 +101,7 @@ def fixed_port_problem(argv: Sequence[str], environment: dict[str, str]) -> str 
             os.environ.pop(key, None)
         os.environ.update({k: v for k, v in environment.items() if k.startswith("PET_")})
         try:
-            arguments = get_args_parser().parse_args(_torchrun_arguments(argv))
+            return get_args_parser().parse_args(_torchrun_arguments(argv))
         except SystemExit:
             return None  # torchrun itself will reject the command and the phase will say so
     finally:
@@ -116,6 +110,36 @@ def fixed_port_problem(argv: Sequence[str], environment: dict[str, str]) -> str 
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def local_ranks(argv: Sequence[str], environment: Mapping[str, str]) -> int:
+    """How many ranks argv starts on this machine: torchrun's --nproc-per-node, else 1."""
+    if not is_torchrun(argv):
+        return 1
+    arguments = _parsed_torchrun_arguments(argv, environment)
+    if arguments is None:
+        return 1
+    from torch.distributed.run import determine_local_world_size
+
+    try:  # "auto", "cpu", "gpu" or a number, resolved as torchrun resolves it
+        return max(1, determine_local_world_size(str(arguments.nproc_per_node)))
+    except ValueError:
+        return 1  # torchrun will refuse it and the phase will say so
+
+
+def fixed_port_problem(argv: Sequence[str], environment: Mapping[str, str]) -> str | None:
+    """Why concurrent copies of this torchrun argv would collide on a port, or None.
+
+    Parsed by torchrun's own argument parser (so every spelling and the
+    `PET_*` environment defaults count as torchrun counts them).
+    """
+    if not is_torchrun(argv):
+        return None
+    from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+
+    arguments = _parsed_torchrun_arguments(argv, environment)
+    if arguments is None:
+        return None
     if arguments.standalone:
         return None
     if arguments.rdzv_backend == "static":

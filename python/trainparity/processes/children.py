@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainparity.distributed import phases as multirank
+from trainparity.distributed.launch import local_ranks
 from trainparity.distributed.rank_processes import (
     RankEvent,
     RankSample,
@@ -51,10 +52,10 @@ __all__ = [
 ]
 
 # Environment variables whose absence or value commonly explains run-to-run drift.
+# (Not OMP_NUM_THREADS: every child runs with a thread count the check decides.)
 _NONDETERMINISM_VARIABLES = {
     "CUBLAS_WORKSPACE_CONFIG": "CUBLAS_WORKSPACE_CONFIG is unset: cuBLAS may pick non-deterministic algorithms (set ':4096:8' with torch.use_deterministic_algorithms(True))",
     "PYTHONHASHSEED": "PYTHONHASHSEED is unset: str hashes, and so set/dict iteration over str, differ per process",
-    "OMP_NUM_THREADS": "OMP_NUM_THREADS is unset: CPU reductions may be split differently when the thread count changes",
 }
 
 
@@ -84,6 +85,7 @@ class TrainingPhase:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     started: bool = False
     tag: str | None = None  # in the phase's environment; what multirank.sweep kills
+    ranks: int = 1  # a torchrun phase's local ranks, which share the phase's threads
     rank_samples: tuple[RankSample, ...] = ()  # a torchrun phase's ranks, as last sampled
     result: ChildResult | None = None
     error: PhaseError | None = None
@@ -204,9 +206,11 @@ class PhaseChildren:
         if problem:
             phase.error = PhaseError(Outcome.ERROR, problem)
             return
-        environment, phase.tag = multirank.phase_environment(
-            argv, {**self.settings.environment, **phase.extra_env}, phase.run_dir
+        phase.ranks = local_ranks(argv, {**self.settings.environment, **phase.extra_env})
+        variables = self.settings.threads.environment(
+            self.settings.environment, ranks=phase.ranks, own=phase.extra_env
         )
+        environment, phase.tag = multirank.phase_environment(argv, variables, phase.run_dir)
         self.rank_watcher.watch(phase.name, phase.tag, argv)  # only torchrun phases are watched
         try:
             spec = ChildSpec(
@@ -280,11 +284,15 @@ class PhaseChildren:
     def _on_child_event(self, name: str, kind: str, result: ChildResult | None) -> None:
         if name not in self.phases:
             return
+        phase = self.phases[name]
+        threads = self.settings.threads.describe(phase.ranks, own=phase.extra_env)
         self.settings.progress.event(
-            name, kind, result.wall_seconds if result is not None else None
+            name,
+            kind,
+            result.wall_seconds if result is not None else None,
+            detail=threads if kind == "start" else None,
         )
         if kind == "end":
-            phase = self.phases[name]
             phase.result = result
             phase.rank_samples = self.rank_watcher.close(name)  # before the sweep kills them
             multirank.sweep(phase.tag)  # ranks that left the child's process group

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -12,9 +11,11 @@ from typing import Any, Protocol, TypeVar
 
 from trainparity.comparison.policies import ComparisonPolicy
 from trainparity.comparison.states import checked_policy
+from trainparity.environment import environment_fingerprint
 from trainparity.processes.progress import ProgressCallback, ProgressReporter
 from trainparity.processes.run_directory import run_directory
 from trainparity.processes.termination import terminating_signals_unwind
+from trainparity.processes.threads import ChildThreads, child_threads, usable_cores
 from trainparity.reports.machine import write_report
 
 
@@ -31,9 +32,11 @@ class RunSettings:
 
     command_dir is the children's working directory, run_root the directory
     holding each child's own directory, environment the children's complete
-    environment, timeout the per-child limit in seconds. preserved is True when
-    run_root is the user's work_dir (kept afterwards, so messages may point
-    into it); parallel says whether independent children run at once.
+    environment (their thread count included), timeout the per-child limit in
+    seconds. preserved is True when run_root is the user's work_dir (kept
+    afterwards, so messages may point into it); parallel says whether
+    independent children run at once; threads is the thread count every phase
+    runs with (a child of several ranks: `threads.environment(..., ranks=n)`).
     """
 
     command_dir: Path
@@ -43,6 +46,13 @@ class RunSettings:
     preserved: bool
     parallel: bool
     progress: ProgressReporter
+    threads: ChildThreads
+
+    def environment_report(self) -> dict[str, Any]:
+        """The report's environment section: the children's fingerprint and their thread count."""
+        fingerprint = environment_fingerprint(variables=self.environment)
+        fingerprint["child_threads"] = self.threads.report()
+        return dict(sorted(fingerprint.items()))
 
 
 def checked_timeout(timeout: object) -> float:
@@ -61,11 +71,11 @@ def checked_parallel(parallel: object) -> bool | None:
 
 
 def wants_parallel(parallel: bool | None, device: object) -> bool:
-    """Independent children run at once unless asked not to, on CUDA, or on one core."""
+    """Independent children run at once unless asked not to, on CUDA, or on one usable core."""
     if parallel is not None:
         return parallel
     on_cuda = isinstance(device, str) and device.startswith("cuda")
-    return not on_cuda and (os.cpu_count() or 1) > 1
+    return not on_cuda and usable_cores() > 1
 
 
 class CheckRunner:
@@ -100,13 +110,18 @@ class CheckRunner:
         command_dir: Path,
         environment: Mapping[str, str],
         device: object,
+        concurrent_children: int,
     ) -> Iterator[RunSettings]:
         """One check's run directory and settings, for the duration of the block.
 
         The run directory is `work_dir` (kept) or a managed temporary directory
         named with `prefix` (removed); SIGTERM/SIGHUP unwind like Ctrl-C inside
         the block, so children are killed and the directory removed.
+        `concurrent_children` is how many children the check runs at once when
+        parallel; the thread count of every phase is decided from it here, once.
         """
+        parallel = wants_parallel(self.parallel, device)
+        threads = child_threads(environment, concurrent_children if parallel else 1)
         with (
             terminating_signals_unwind(),
             run_directory(work_dir, self.temporary_root, prefix) as (root, managed),
@@ -114,11 +129,12 @@ class CheckRunner:
             yield RunSettings(
                 command_dir=command_dir,
                 run_root=root,
-                environment=environment,
+                environment=threads.environment(environment),
                 timeout=self.timeout,
                 preserved=not managed,
-                parallel=wants_parallel(self.parallel, device),
+                parallel=parallel,
                 progress=self.progress,
+                threads=threads,
             )
 
     def finished(self, result: ResultT, report_path: Path | None) -> ResultT:

@@ -30,7 +30,7 @@ from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import PROCESS_RESUME_PREFIX
 from trainparity.processes.setup import CheckRunner
 from trainparity.protocols import ProcessResumeCase
-from trainparity.resume.execution import ResumeExecution
+from trainparity.resume.execution import CONCURRENT_CHILDREN, ResumeExecution
 from trainparity.resume.result import ProcessResumeResult
 
 __all__ = ["ProcessResumeRunner", "check_resume"]
@@ -104,15 +104,16 @@ class ProcessResumeRunner(CheckRunner):
                 **fields,
             )
             return self.finished(result, report_path)
-        # The children's allow-listed variables (CUBLAS_WORKSPACE_CONFIG, ...) are what mattered.
-        fields["environment"] = environment_fingerprint(variables=child_environment)
         with self.run_settings(
             work_dir=work_dir,
             prefix=PROCESS_RESUME_PREFIX,
             command_dir=command_dir,
             environment=child_environment,
             device=getattr(loaded, "device", "cpu"),
+            concurrent_children=CONCURRENT_CHILDREN,
         ) as settings:
+            # The children's allow-listed variables (CUBLAS_WORKSPACE_CONFIG, ...) are what mattered.
+            fields["environment"] = settings.environment_report()
             execution = ResumeExecution(
                 case_spec=case,
                 case=loaded,

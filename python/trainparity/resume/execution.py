@@ -32,9 +32,10 @@ from trainparity.recording.resume import (
 )
 from trainparity.resume.result import ProcessResumeResult
 
-__all__ = ["ResumeExecution"]
+__all__ = ["CONCURRENT_CHILDREN", "ResumeExecution"]
 
 _CONCURRENT_PHASES = ("baseline_a", "baseline_b", "candidate_split")
+CONCURRENT_CHILDREN = len(_CONCURRENT_PHASES)  # what each phase's threads are shared over
 # Where each phase's wall time goes in the report's timing section.
 _TIMING_KEYS = {
     "candidate_split": "candidate_save_exit",

@@ -33,7 +33,7 @@ from trainparity.processes.run_directory import RUNS_PREFIX
 from trainparity.processes.setup import CheckRunner
 from trainparity.protocols import RunsCase
 from trainparity.runs.execution import RunsExecution
-from trainparity.runs.plan import VARIANT_NAME, RunVariant
+from trainparity.runs.plan import REPEATS, VARIANT_NAME, RunVariant
 from trainparity.runs.result import RunsResult
 
 __all__ = ["RunVariant", "check_runs"]
@@ -124,14 +124,15 @@ class _RunsRunner(CheckRunner):
         fields["variant_environment_keys"] = {
             name: tuple(sorted(variant.env)) for name, variant in declared.items()
         }
-        fields["environment"] = environment_fingerprint(variables=environment_for_children)
         with self.run_settings(
             work_dir=work_dir,
             prefix=RUNS_PREFIX,
             command_dir=command_dir,
             environment=environment_for_children,
             device=getattr(loaded, "device", "cpu"),
+            concurrent_children=len(declared) * len(REPEATS),
         ) as settings:
+            fields["environment"] = settings.environment_report()
             execution = RunsExecution(
                 case_spec=case,
                 case=loaded,
