@@ -102,11 +102,11 @@ def test_a_crashing_script_shows_its_traceback_without_a_work_dir(capsys, tmp_pa
         "ERROR: baseline_a child exited with status 1: "
         "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x3 and 2x1)"
     )
-    assert lines[1] == "  last 5 lines of baseline_a's stderr:"
-    assert lines[2:4] == ["    loading data", "    Traceback (most recent call last):"]
-    assert lines[6] == "    RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x3 and 2x1)"
+    assert lines[1] == "  | last 5 lines of baseline_a's stderr:"
+    assert lines[2:4] == ["  |   loading data", "  |   Traceback (most recent call last):"]
+    assert lines[6] == "  |   RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x3 and 2x1)"
     assert lines[7] == (
-        "  full log: removed with the run directory; pass work_dir (--work-dir) to keep it"
+        "  | full log: removed with the run directory; pass work_dir (--work-dir) to keep it"
     )
 
 

@@ -510,7 +510,9 @@ def text_report(
     holding a newline or an escape sequence cannot forge or restyle a line.
     """
     lines = [printable(headline(report))]
-    lines.extend("  " + printable(line) for line in message_detail(report))
+    # Quoted with "| ": the detail holds the user's text (paths, a child's stderr), and a
+    # newline in it must not start a line that reads like a verdict.
+    lines.extend("  | " + printable(line) for line in message_detail(report))
     for section in report_sections(
         report, max_rows=max_rows, include_environment=include_environment
     ):
