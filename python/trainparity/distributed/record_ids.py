@@ -16,10 +16,17 @@ positions [start, end) were consumed during that step (after the record()
 call before it). IDs in no triple were consumed after a process's last
 record() call. `record()` writes them through `mark_step`, so a script that
 never calls record() gets no such file.
+
+Beside each record, `rank{R}.epoch{E}.batches` holds where each batch ends:
+one little-endian int64 per `record_ids` call (one call is one batch), the
+record's ID count after it. Batch b of a rank is the IDs between the ends of
+batches b-1 and b; the global order audit (SameGlobalOrder) interleaves the
+ranks' batches by index.
 """
 
 from __future__ import annotations
 
+import array
 import atexit
 import bisect
 import mmap
@@ -32,14 +39,17 @@ from typing import Any
 
 __all__ = [
     "FLUSH_IDS",
+    "append_batch",
     "IDS_DIR_VARIABLE",
     "ConsumptionSteps",
     "consumption_steps",
+    "batch_ends",
     "flush_ids",
     "ids_file_name",
     "mark_step",
     "read_recorded_ids",
     "record_ids",
+    "record_key",
     "recorded_epochs",
     "recorded_ids",
 ]
@@ -63,6 +73,10 @@ def ids_file_name(rank: int, epoch: int) -> str:
 
 def _steps_path(ids_path: Path) -> Path:
     return ids_path.with_suffix(".steps")
+
+
+def _batches_path(ids_path: Path) -> Path:
+    return ids_path.with_suffix(".batches")
 
 
 def _append(path: Path, data: bytes | bytearray | memoryview) -> None:
@@ -93,10 +107,12 @@ class _Writer:
         self.count = os.fstat(self.descriptor).st_size // 8
         self.placed = self.count  # IDs before this position belong to a marked step
         self.marks = bytearray()
+        self.ends = array.array("q")  # the ID count after each batch not yet written
 
     def append(self, data: memoryview) -> None:
         self.buffer += data
         self.count += len(data) // 8
+        self.ends.append(self.count)
         if len(self.buffer) >= 8 * FLUSH_IDS:
             self.flush()
 
@@ -109,6 +125,11 @@ class _Writer:
     def flush(self) -> None:
         _write_all(self.descriptor, self.buffer)
         self.buffer.clear()
+        if self.ends:  # after the IDs, so a batch end never points past the IDs on disk
+            if sys.byteorder != "little":
+                self.ends.byteswap()
+            _append(_batches_path(self.path), memoryview(self.ends).cast("B"))
+            del self.ends[:]
         if self.marks:  # after the IDs they place, so a mark never precedes its IDs on disk
             _append(_steps_path(self.path), self.marks)
             self.marks.clear()
@@ -144,14 +165,12 @@ def _as_int64_bytes(ids: Any) -> memoryview:
         if ids.dtype is not torch.int64 or ids.device.type != "cpu" or not ids.is_contiguous():
             ids = ids.detach().to(device="cpu", dtype=torch.int64).contiguous()
         if sys.byteorder == "little":
-            return memoryview(ids.numpy()).cast("B")
+            return memoryview(ids.reshape(-1).numpy()).cast("B")
         ids = ids.tolist()
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         array = numpy.ascontiguousarray(numpy.asarray(ids).reshape(-1), dtype="<i8")
         return memoryview(array).cast("B")
-    import array
-
     values = array.array("q", [int(value) for value in ids])
     if sys.byteorder != "little":
         values.byteswap()
@@ -177,7 +196,16 @@ def record_ids(
         directory = os.environ.get(IDS_DIR_VARIABLE)
         if not directory:
             return
-    key = (os.fspath(directory), _default_rank() if rank is None else rank)
+    append_batch(record_key(directory, rank), epoch, ids)
+
+
+def record_key(directory: str | os.PathLike[str], rank: int | None) -> tuple[str, int]:
+    """The (directory, rank) a record is kept under; `rank=None` resolved as record_ids does."""
+    return (os.fspath(directory), _default_rank() if rank is None else rank)
+
+
+def append_batch(key: tuple[str, int], epoch: int, ids: Any) -> None:
+    """Append one batch of IDs to the record `key` (from record_key) for `epoch`."""
     writer = _writers.get(key)
     if writer is None or writer.epoch != epoch or type(epoch) is not int:
         writer = _opened(key, epoch)
@@ -285,3 +313,16 @@ def recorded_ids(directory: str | os.PathLike[str], epoch: int) -> dict[int, mem
         rank: read_recorded_ids(path)
         for rank, path in recorded_epochs(directory).get(epoch, {}).items()
     }
+
+
+def batch_ends(ids_path: str | os.PathLike[str]) -> memoryview:
+    """The ID count after each recorded batch of the record `ids_path` (int64, memory-mapped).
+
+    Empty when the record has no `.batches` file (written before batches were
+    recorded); a torn last value is dropped.
+    """
+    path = _batches_path(Path(ids_path))
+    if not path.is_file():
+        return memoryview(b"").cast("q")
+    view = read_recorded_ids(path)
+    return view.cast("q") if len(view) else memoryview(b"").cast("q")
