@@ -60,6 +60,9 @@ IDS_DIR_VARIABLE = "TRAINPARITY_IDS_DIR"
 FLUSH_IDS = 1 << 16
 """IDs buffered per file before they are written (512 KiB)."""
 
+PENDING_BATCHES = 64
+"""Batches of IDs held as tensors before they are copied into the buffer (see append_tensor)."""
+
 _FILE_PATTERN = re.compile(r"^rank(\d+)\.epoch(\d+)\.ids$")
 
 
@@ -108,13 +111,41 @@ class _Writer:
         self.placed = self.count  # IDs before this position belong to a marked step
         self.marks = bytearray()
         self.ends = array.array("q")  # the ID count after each batch not yet written
+        self.pending: list[Any] = []  # CPU tensors of IDs not yet copied into the buffer
 
-    def append(self, data: memoryview) -> None:
-        self.buffer += data
-        self.count += len(data) // 8
+    def append(self, data: Any) -> None:
+        """Append one batch: `data` is a contiguous buffer of little-endian int64."""
+        self.settle()  # batches reach the buffer in order
+        self.buffer += memoryview(data)  # not `+= data`: an ndarray would broadcast
+        self.count += data.nbytes // 8
         self.ends.append(self.count)
         if len(self.buffer) >= 8 * FLUSH_IDS:
             self.flush()
+
+    def append_tensor(self, ids: Any) -> None:
+        """Append one batch of IDs held by a CPU tensor that owns its storage, copied later.
+
+        Copying a batch's IDs one by one costs more than the batch of a fast
+        loader allows (a NumPy conversion per batch); joining `PENDING_BATCHES`
+        of them at once costs a fraction. A tensor that owns its storage keeps
+        nothing else alive meanwhile.
+        """
+        self.pending.append(ids)
+        self.count += ids.numel()
+        self.ends.append(self.count)
+        if len(self.pending) >= PENDING_BATCHES:
+            self.settle()
+            if len(self.buffer) >= 8 * FLUSH_IDS:
+                self.flush()
+
+    def settle(self) -> None:
+        """Copy the pending tensors' IDs into the buffer (one join, one conversion)."""
+        if not self.pending:
+            return
+        torch = sys.modules["torch"]
+        joined = torch.cat([ids.reshape(-1) for ids in self.pending]).to(torch.int64)
+        self.pending.clear()
+        self.buffer += memoryview(_as_int64_bytes(joined))
 
     def mark(self, step: int) -> None:
         """The IDs consumed since the last mark were consumed during `step`."""
@@ -123,6 +154,7 @@ class _Writer:
             self.placed = self.count
 
     def flush(self) -> None:
+        self.settle()
         _write_all(self.descriptor, self.buffer)
         self.buffer.clear()
         if self.ends:  # after the IDs, so a batch end never points past the IDs on disk
@@ -158,21 +190,24 @@ def _default_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def _as_int64_bytes(ids: Any) -> memoryview:
-    """Little-endian int64 bytes of a tensor, NumPy array, buffer or iterable of ints."""
+_LITTLE = sys.byteorder == "little"
+
+
+def _as_int64_bytes(ids: Any) -> Any:
+    """Little-endian int64 bytes (a buffer with `nbytes`) of a tensor, array, int or iterable of ints."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(ids, torch.Tensor):
-        if ids.dtype is not torch.int64 or ids.device.type != "cpu" or not ids.is_contiguous():
-            ids = ids.detach().to(device="cpu", dtype=torch.int64).contiguous()
-        if sys.byteorder == "little":
-            return memoryview(ids.reshape(-1).numpy()).cast("B")
+        ids = ids.detach().to(device="cpu", dtype=torch.int64).contiguous().reshape(-1)
+        if _LITTLE:
+            return ids.numpy()
         ids = ids.tolist()
+    if isinstance(ids, int):
+        ids = [ids]
     numpy = sys.modules.get("numpy")
     if numpy is not None:
-        array = numpy.ascontiguousarray(numpy.asarray(ids).reshape(-1), dtype="<i8")
-        return memoryview(array).cast("B")
+        return numpy.ascontiguousarray(numpy.asarray(ids).reshape(-1), dtype="<i8")
     values = array.array("q", [int(value) for value in ids])
-    if sys.byteorder != "little":
+    if not _LITTLE:
         values.byteswap()
     return memoryview(values).cast("B")
 
@@ -209,7 +244,11 @@ def append_batch(key: tuple[str, int], epoch: int, ids: Any) -> None:
     writer = _writers.get(key)
     if writer is None or writer.epoch != epoch or type(epoch) is not int:
         writer = _opened(key, epoch)
-    writer.append(_as_int64_bytes(ids))
+    torch = sys.modules.get("torch")
+    if torch is not None and type(ids) is torch.Tensor and ids.is_cpu and ids._base is None:
+        writer.append_tensor(ids)
+    else:
+        writer.append(_as_int64_bytes(ids))
 
 
 def _opened(key: tuple[str, int], epoch: object) -> _Writer:

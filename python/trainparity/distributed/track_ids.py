@@ -74,6 +74,9 @@ def track_ids(
     (`rank{R}.epoch{E}.ids` and `.batches` in `directory`, default
     $TRAINPARITY_IDS_DIR; `rank` as in `record_ids`). With neither directory
     set, returns `loader` unchanged: nothing is recorded and nothing costs.
+
+    A CPU tensor of IDs is copied with the next few dozen batches' (one join
+    is cheaper than one copy per batch): don't change it in place meanwhile.
     """
     if not callable(id_of):
         raise TypeError(
