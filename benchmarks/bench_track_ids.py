@@ -58,7 +58,9 @@ def main() -> None:
                 tracked.append(pair[1])
         ready = list(loader)
         own = [
-            epoch_seconds(track_ids(ready, id_of=lambda batch: batch[0], epoch=1, directory=directory))
+            epoch_seconds(
+                track_ids(ready, id_of=lambda batch: batch[0], epoch=1, directory=directory)
+            )
             for _repeat in range(REPEATS)
         ]
         flush_ids()

@@ -90,34 +90,58 @@ class _Rank:
 
 
 @dataclass
-class _Layout:
-    """One side's global sequence of one epoch: a segment per (global batch, rank) in order."""
+class _Phase:
+    """One phase's records of one epoch: a (batch, rank) matrix of batch sizes."""
 
-    ranks: list[list[_Rank | None]]  # per phase, per rank (None: no record)
-    phase: Any  # numpy arrays, one entry per segment
-    rank: Any
-    batch: Any  # global batch index, counted across phases
-    rank_start: Any  # the segment's first position in its rank's record
-    end: Any  # the segment's end in the global sequence (exclusive)
+    ranks: list[_Rank | None]  # per rank (None: no record)
+    sizes: Any  # numpy int64 (batches, world); 0 where a rank has no such batch
+    first_batch: int  # the global batch index of its batch 0, counted across phases
+    first_segment: int
+
+
+@dataclass
+class _Layout:
+    """One side's global sequence of one epoch: a segment per (global batch, rank), in order.
+
+    Segments run phase by phase, batch by batch, rank by rank (empty ones
+    included, which position lookups skip): `end` is where each ends in the
+    global sequence, `rank_start` where it starts in its rank's record.
+    """
+
+    phases: list[_Phase]
+    end: Any
+    rank_start: Any
 
     @property
     def length(self) -> int:
         return int(self.end[-1]) if len(self.end) else 0
 
+    def _start(self, segment: int) -> int:
+        return int(self.end[segment - 1]) if segment else 0
+
     def locate(self, np: Any, position: int) -> tuple[int, int, int, int, int]:
         """(global batch, position in it, phase, rank, position in the rank's record) of `position`."""
         segment = int(np.searchsorted(self.end, position, side="right"))
-        start = int(self.end[segment - 1]) if segment else 0
-        batch = int(self.batch[segment])
-        first = int(np.searchsorted(self.batch, batch, side="left"))
-        batch_start = int(self.end[first - 1]) if first else 0
-        return (
-            batch,
-            position - batch_start,
-            int(self.phase[segment]),
-            int(self.rank[segment]),
-            int(self.rank_start[segment]) + position - start,
-        )
+        index = max(i for i, phase in enumerate(self.phases) if phase.first_segment <= segment)
+        phase = self.phases[index]
+        world = phase.sizes.shape[1]
+        batch, rank = divmod(segment - phase.first_segment, world)
+        batch_start = self._start(phase.first_segment + batch * world)
+        in_rank = int(self.rank_start[segment]) + position - self._start(segment)
+        return phase.first_batch + batch, position - batch_start, index, rank, in_rank
+
+    def batch_length(self, np: Any, batch: int) -> int:
+        """How many IDs global batch `batch` holds (all its ranks' batches)."""
+        index = max(i for i, phase in enumerate(self.phases) if phase.first_batch <= batch)
+        phase = self.phases[index]
+        return int(phase.sizes[batch - phase.first_batch].sum())
+
+    def record(self, np: Any, segment: int) -> Path:
+        index = max(i for i, phase in enumerate(self.phases) if phase.first_segment <= segment)
+        phase = self.phases[index]
+        rank = phase.ranks[(segment - phase.first_segment) % phase.sizes.shape[1]]
+        assert rank is not None  # a non-empty segment exists only where a rank recorded IDs
+        return rank.path
 
 
 def _numpy() -> Any:
@@ -139,104 +163,75 @@ def _rank_sizes(np: Any, path: Path) -> Any:
 
 
 def _layout(np: Any, phases: list[dict[int, Path]]) -> _Layout:
-    ranks_per_phase, columns = [], {"phase": [], "rank": [], "batch": [], "start": [], "size": []}
-    first_batch = 0
-    for index, files in enumerate(phases):
+    built, ends, starts = [], [], []
+    first_batch = first_segment = 0
+    for files in phases:
         world = max(files, default=-1) + 1
         ranks = [
             _Rank(files[rank], _rank_sizes(np, files[rank])) if rank in files else None
             for rank in range(world)
         ]
-        ranks_per_phase.append(ranks)
         batches = max((len(rank.sizes) for rank in ranks if rank), default=0)
         sizes = np.zeros((batches, world), dtype=np.int64)
-        for rank_index, rank in enumerate(ranks):
+        for index, rank in enumerate(ranks):
             if rank is not None:
-                sizes[: len(rank.sizes), rank_index] = rank.sizes
-        starts = np.cumsum(sizes, axis=0) - sizes  # each segment's start in its rank's record
-        keep = sizes.reshape(-1) > 0
-        batch_index, rank_index = np.divmod(np.arange(batches * world), max(world, 1))
-        columns["phase"].append(np.full(int(keep.sum()), index))
-        columns["rank"].append(rank_index[keep])
-        columns["batch"].append(batch_index[keep] + first_batch)
-        columns["start"].append(starts.reshape(-1)[keep])
-        columns["size"].append(sizes.reshape(-1)[keep])
+                sizes[: len(rank.sizes), index] = rank.sizes
+        built.append(_Phase(ranks, sizes, first_batch, first_segment))
+        ends.append(sizes.reshape(-1))
+        starts.append((np.cumsum(sizes, axis=0) - sizes).reshape(-1))
         first_batch += batches
-    joined = {
-        name: np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        for name, parts in columns.items()
-    }
-    return _Layout(
-        ranks_per_phase,
-        joined["phase"],
-        joined["rank"],
-        joined["batch"],
-        joined["start"],
-        np.cumsum(joined["size"]),
-    )
+        first_segment += batches * world
+    end = np.cumsum(np.concatenate(ends)) if ends else np.zeros(0, np.int64)
+    rank_start = np.concatenate(starts) if starts else np.zeros(0, np.int64)
+    return _Layout(built, end, rank_start)
+
+
+def _uniform_rows(np: Any, sizes: Any) -> int:
+    """How many leading batches have one size on every rank (the common, fast case)."""
+    if not sizes.size or sizes[0, 0] == 0:
+        return 0
+    uneven = np.flatnonzero((sizes != sizes[0, 0]).any(axis=1))
+    return int(uneven[0]) if len(uneven) else len(sizes)
 
 
 def _blocks(np: Any, layout: _Layout) -> Iterator[Any]:
     """The global sequence in order, as consecutive arrays of about _BLOCK_IDS IDs per rank."""
-    sizes = np.diff(layout.end, prepend=0)
-    segment = 0
-    for phase, ranks in enumerate(layout.ranks):
-        handles = {
-            rank: open(record.path, "rb")  # noqa: SIM115 - closed below, all together
-            for rank, record in enumerate(ranks)
-            if record is not None
-        }
+    for phase in layout.phases:
+        handles = [open(rank.path, "rb") if rank else None for rank in phase.ranks]  # noqa: SIM115
         try:
-            in_phase = int(np.searchsorted(layout.phase, phase, side="right"))
-            while segment < in_phase:
-                # Whole global batches, about _BLOCK_IDS IDs per rank.
-                budget = int(layout.end[segment - 1]) if segment else 0
-                stop = int(np.searchsorted(layout.end, budget + _BLOCK_IDS * len(handles), "right"))
-                stop = min(max(stop, segment + 1), in_phase)
-                last_batch = layout.batch[stop - 1]
-                stop = int(np.searchsorted(layout.batch, last_batch, side="right"))
-                stop = min(stop, in_phase)
-                yield _interleave(np, layout, handles, sizes, segment, stop)
-                segment = stop
+            uniform = _uniform_rows(np, phase.sizes)
+            if uniform:
+                width = int(phase.sizes[0, 0])
+                rows = max(1, _BLOCK_IDS // width)
+                for first in range(0, uniform, rows):
+                    count = min(rows, uniform - first)
+                    block = np.empty((count, len(handles), width), dtype="<i8")
+                    for index, handle in enumerate(handles):
+                        block[:, index, :] = np.fromfile(
+                            handle, dtype="<i8", count=count * width
+                        ).reshape(count, width)
+                    yield block.reshape(-1)
+            rows = max(1, _BLOCK_IDS // max(1, int(phase.sizes.max(initial=1))))
+            for first in range(uniform, len(phase.sizes), rows):
+                yield _interleave(np, handles, phase.sizes[first : first + rows])
         finally:
-            for handle in handles.values():
-                handle.close()
+            for handle in handles:
+                if handle is not None:
+                    handle.close()
 
 
-def _interleave(
-    np: Any, layout: _Layout, handles: dict[int, Any], sizes: Any, first: int, stop: int
-) -> Any:
-    """Segments [first, stop) of the global sequence, each rank's IDs read in one piece."""
-    ranks = layout.rank[first:stop]
-    block_sizes = sizes[first:stop]
-    out_end = np.cumsum(block_sizes)
-    out = np.empty(int(out_end[-1]), dtype="<i8")
-    out_start = out_end - block_sizes
-    for rank, handle in handles.items():
-        mine = ranks == rank
-        if not mine.any():
+def _interleave(np: Any, handles: list[Any], sizes: Any) -> Any:
+    """Batches of uneven sizes (rows of `sizes`) cut into the global order, read rank by rank."""
+    out_start = (np.cumsum(sizes.reshape(-1)) - sizes.reshape(-1)).reshape(sizes.shape)
+    out = np.empty(int(sizes.sum()), dtype="<i8")
+    for index, handle in enumerate(handles):
+        mine = sizes[:, index]
+        count = int(mine.sum())
+        if not count:
             continue
-        count = int(block_sizes[mine].sum())
         values = np.fromfile(handle, dtype="<i8", count=count)
-        mine_sizes = block_sizes[mine]
-        source_start = np.cumsum(mine_sizes) - mine_sizes
-        if len(handles) == 1:
-            out[:] = values
-        elif np.all(mine_sizes == mine_sizes[0]) and np.all(
-            np.diff(out_start[mine]) == len(handles) * mine_sizes[0]
-        ):
-            # Every rank's batches the same size: one strided copy, no index arrays.
-            width = int(mine_sizes[0])
-            target = np.lib.stride_tricks.as_strided(
-                out[int(out_start[mine][0]) :],
-                shape=(len(values) // width, width),
-                strides=(len(handles) * width * 8, 8),
-                writeable=True,
-            )
-            target[...] = values.reshape(-1, width)
-        else:
-            offsets = np.repeat(out_start[mine] - source_start, mine_sizes)
-            out[offsets + np.arange(count)] = values
+        source_start = np.cumsum(mine) - mine
+        out[np.repeat(out_start[:, index] - source_start, mine) + np.arange(count)] = values
     return out
 
 
@@ -272,21 +267,16 @@ def _positions_of(np: Any, layout: _Layout, wanted: Any) -> dict[int, int]:
 
 
 def _moved(
-    np: Any, reference: _Layout, run: _Layout, batch: int, max_examples: int
+    np: Any,
+    run: _Layout,
+    batch: int,
+    where: dict[int, int],
+    moved_positions: Any,
+    expected: Any,
 ) -> tuple[MovedId, ...]:
-    """The reference IDs of global batch `batch` that the run did not consume at their position."""
-    first = int(np.searchsorted(reference.batch, batch, side="left"))
-    stop = int(np.searchsorted(reference.batch, batch, side="right"))
-    start = int(reference.end[first - 1]) if first else 0
-    end = int(reference.end[stop - 1])
-    expected = _slice(np, reference, start, end)
-    consumed = _slice(np, run, start, min(end, run.length))
-    consumed = np.concatenate([consumed, np.full(end - start - len(consumed), -1, "<i8")])
-    moved_positions = np.flatnonzero(expected != consumed)[:max_examples]
-    ids = expected[moved_positions]
-    where = _positions_of(np, run, ids)
+    """The reference IDs of global batch `batch` not consumed at their position, and where they went."""
     examples = []
-    for offset, sample_id in zip(moved_positions.tolist(), ids.tolist(), strict=True):
+    for offset, sample_id in zip(moved_positions.tolist(), expected.tolist(), strict=True):
         found = where.get(sample_id)
         located = run.locate(np, found)[:4] if found is not None else (None, None, None, None)
         examples.append(MovedId(sample_id, batch, offset, *located))
@@ -298,13 +288,15 @@ def _slice(np: Any, layout: _Layout, start: int, end: int) -> Any:
     pieces = []
     segment = int(np.searchsorted(layout.end, start, side="right"))
     while segment < len(layout.end) and start < end:
-        segment_start = int(layout.end[segment - 1]) if segment else 0
         stop = min(end, int(layout.end[segment]))
-        record = layout.ranks[int(layout.phase[segment])][int(layout.rank[segment])]
-        offset = int(layout.rank_start[segment]) + start - segment_start
-        assert record is not None  # a segment exists only where a rank recorded IDs
-        pieces.append(np.fromfile(record.path, dtype="<i8", count=stop - start, offset=8 * offset))
-        start = stop
+        if stop > start:
+            offset = int(layout.rank_start[segment]) + start - layout._start(segment)
+            pieces.append(
+                np.fromfile(
+                    layout.record(np, segment), dtype="<i8", count=stop - start, offset=8 * offset
+                )
+            )
+            start = stop
         segment += 1
     return np.concatenate(pieces) if pieces else np.zeros(0, "<i8")
 
@@ -384,29 +376,38 @@ def _failure(
     max_examples: int,
 ) -> GlobalOrderResult:
     count = len(world_sizes)
-    if position < reference.length:
-        batch, in_batch, *_ = reference.locate(np, position)
-    else:  # the run consumed more than the reference: locate in the run's own batches
-        batch, in_batch, *_ = run.locate(np, position)
+    located = reference if position < reference.length else run  # past the reference's end
+    batch, in_batch, *_ = located.locate(np, position)
     phase = rank = step = None
     if position < run.length:
         _batch, _in_batch, phase, rank, rank_position = run.locate(np, position)
-        record = run.ranks[phase][rank]
+        record = run.phases[phase].ranks[rank]
         step = consumption_steps(record.path).step_at(rank_position) if record else None
-    moved = _moved(np, reference, run, batch, max_examples) if position < reference.length else ()
     taken = _slice(np, run, position, position + 1)
     wanted = _slice(np, reference, position, position + 1)
-    where = f"epoch {epoch}, global batch {batch}, position {in_batch}"
+    moved_positions = expected = np.zeros(0, "<i8")
+    if position < reference.length:
+        start = position - in_batch
+        stop = min(reference.length, start + reference.batch_length(np, batch))
+        expected = _slice(np, reference, start, stop)
+        consumed = _slice(np, run, start, min(stop, run.length))
+        consumed = np.concatenate([consumed, np.full(len(expected) - len(consumed), -1, "<i8")])
+        moved_positions = np.flatnonzero(expected != consumed)[:max_examples]
+        expected = expected[moved_positions]
+    # One pass over the run finds the moved IDs and the one it took instead.
+    where = _positions_of(np, run, np.unique(np.concatenate([expected, taken])))
+    moved = _moved(np, run, batch, where, moved_positions, expected)
+    where_text = f"epoch {epoch}, global batch {batch}, position {in_batch}"
     if phase is not None:
-        where += f" ({_phase_name(phase, count)} on {world_sizes[phase]} ranks, rank {rank}"
-        where += f", during step {step})" if step is not None else ")"
+        where_text += f" ({_phase_name(phase, count)} on {world_sizes[phase]} ranks, rank {rank}"
+        where_text += f", during step {step})" if step is not None else ")"
     baseline_text = (
-        f"ID {int(wanted[0])} at {where.split(' (')[0]}"
+        f"ID {int(wanted[0])} at epoch {epoch}, global batch {batch}, position {in_batch}"
         if len(wanted)
         else f"no more IDs after {reference.length} in epoch {epoch}"
     )
     candidate_text = (
-        f"ID {int(taken[0])} at {where}{_repeat_text(np, run, taken, position)}"
+        f"ID {int(taken[0])} at {where_text}{_repeat_text(np, run, where, taken, position)}"
         if len(taken)
         else f"no more IDs after {run.length} in epoch {epoch}"
     )
@@ -421,7 +422,7 @@ def _failure(
     )
     return GlobalOrderResult(
         Outcome.FAIL,
-        f"the global sample sequence parts from the reference's at {where}",
+        f"the global sample sequence parts from the reference's at {where_text}",
         difference,
         epoch,
         batch,
@@ -434,9 +435,9 @@ def _failure(
     )
 
 
-def _repeat_text(np: Any, run: _Layout, taken: Any, position: int) -> str:
-    """', consumed again: first at …' when the run consumed this ID earlier in the epoch."""
-    first = _positions_of(np, run, taken).get(int(taken[0]), position)
+def _repeat_text(np: Any, run: _Layout, where: dict[int, int], taken: Any, position: int) -> str:
+    """', consumed again (first at …)' when the run consumed this ID earlier in the epoch."""
+    first = where.get(int(taken[0]), position)
     if first >= position:
         return ""
     batch, in_batch, *_ = run.locate(np, first)
