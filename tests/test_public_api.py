@@ -139,6 +139,12 @@ FACE_NAMES = {
             "audit_rank_iterables",
             "audit_sample_coverage",
         ],
+        "trainparity.coverage.global_order": [
+            "GlobalOrderResult",
+            "MovedId",
+            "SameGlobalOrder",
+            "audit_global_order",
+        ],
     },
     "trainparity.snapshot": {
         "trainparity.state.capture": ["CaptureIssue", "CaptureResult", "capture_snapshot"],

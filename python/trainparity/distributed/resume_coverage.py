@@ -1,9 +1,10 @@
-"""Sample order across the resume boundary: split + resume must consume what baseline_a consumed.
+"""Sample order across resume boundaries, per rank: the phases must consume what baseline_a consumed.
 
-When the training script records the IDs it consumes (`record_ids`),
-check_resume gives every phase its own record directory. For each epoch and
-rank that baseline_a recorded, the IDs of candidate_split followed by those
-of candidate_resume must be exactly baseline_a's sequence. The first position
+When the training script records the IDs it consumes (`record_ids`,
+`track_ids`), check_resume gives every phase its own record directory. For
+each epoch and rank that baseline_a recorded, the IDs of the phases one after
+the other (candidate_split, then candidate_resume, and so on along a resume
+chain) must be exactly baseline_a's sequence. The first position
 where they part is reported at `coverage.epoch{E}.rank{R}`, as a repeated ID
 (a resumed sampler that restarted its epoch, or fast-forwarded too little),
 a missing ID (one that skipped ahead), an extra ID, or a different order.
@@ -28,7 +29,7 @@ from trainparity.distributed.record_ids import (
     recorded_epochs,
 )
 
-__all__ = ["BoundaryDifference", "chain_coverage_differences", "resume_coverage_differences"]
+__all__ = ["BoundaryDifference", "chain_coverage_differences"]
 
 _CHUNK = 1 << 16  # values compared at once as bytes before looking inside a chunk
 
@@ -187,14 +188,3 @@ def chain_coverage_differences(
             if position is not None:
                 differences.append(_describe(epoch, rank, expected, consumed, actual, position))
     return differences
-
-
-def resume_coverage_differences(run_root: Path) -> list[BoundaryDifference]:
-    """Differences of split + resume's sample order from baseline_a's, epoch by epoch, rank by rank.
-
-    Empty when baseline_a recorded no IDs (the script does not call record_ids).
-    """
-    return chain_coverage_differences(
-        run_root / "baseline_a" / "ids",
-        [(name, run_root / name / "ids") for name in ("candidate_split", "candidate_resume")],
-    )
