@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from trainparity.coverage.audit import CoveragePolicy, SampleCoverageResult, audit_rank_arrays
-from trainparity.distributed.record_ids import recorded_epochs, recorded_ids
+from trainparity.distributed.record_ids import read_recorded_ids, recorded_epochs, recorded_ids
 
 __all__ = ["audit_recorded_chain", "audit_recorded_ids"]
 
@@ -59,12 +59,18 @@ def audit_recorded_chain(
     again is a repeat, and one that no phase consumed is missing. Phases may
     run on different numbers of ranks; rank R is every phase's rank R.
     """
-    found = [recorded_epochs(directory) for directory in directories]
+    # A phase that recorded nothing (it resumed past the end) may have no directory at all.
+    found = [
+        recorded_epochs(directory) if Path(directory).is_dir() else {} for directory in directories
+    ]
     recorded = set().union(*found)
     chosen = sorted(recorded) if epochs is None else sorted(set(epochs))
     results = {}
     for epoch in chosen:
-        phases = [recorded_ids(directory, epoch) for directory in directories]
+        phases = [
+            {rank: read_recorded_ids(path) for rank, path in records.get(epoch, {}).items()}
+            for records in found
+        ]
         ranks = sorted(set().union(*phases))
         joined = {
             rank: memoryview(b"".join(phase.get(rank, b"") for phase in phases)) for rank in ranks
