@@ -9,7 +9,10 @@ In the training script::
     trainer.train(resume_from_checkpoint=tp_hf.resume_from())
 
 Outside a check all three are no-ops (`output_dir` returns its argument,
-`resume_from` None). Under one, the callback stops the run at the plan's end
+`resume_from` None). `TrainParityCallback(id_column="id")` also records the
+sample IDs of every batch the Trainer trains on (`record_ids`), read from
+that column of the dataset's rows, so check_resume audits the data across
+the resume (docs/coverage.md, "Data across resumes"). Under one, the callback stops the run at the plan's end
 step without touching `max_steps` (which defines the LR schedule), has the
 Trainer save its own complete checkpoint there and moves `checkpoint-<N>` to
 the plan's checkpoint path. Under torchrun (DDP) every rank runs the
@@ -27,8 +30,10 @@ from typing import Any
 
 from trainparity.integrations._common import (
     NeedsUnpickling,
+    RecordingCollator,
     ScriptCase,
     file_fingerprint,
+    ids_requested,
     load_json,
     load_safetensors,
     load_weights_only,
@@ -78,12 +83,16 @@ def resume_from() -> str | None:
 class TrainParityCallback(transformers.TrainerCallback):
     """Follows the phase plan: stop and save at its end step, publish the checkpoint, record steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, id_column: str | None = None) -> None:
         self.plan: PhasePlan | None = current_phase_plan()
         self.recording = recording_requested()
         self.published = False
+        self.id_column = id_column
+        self.epoch = 0
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        if ids_requested(self.id_column) and train_dataloader is not None:
+            self._record_ids_of(train_dataloader)
         plan = self.plan
         if plan is not None and not Path(args.output_dir).resolve().is_relative_to(
             plan.run_dir.resolve()
@@ -98,6 +107,22 @@ class TrainParityCallback(transformers.TrainerCallback):
                 state.global_step,
                 lambda: _live_state(kwargs.get("model"), kwargs.get("optimizer"), kwargs),
             )
+
+    def _record_ids_of(self, loader: Any) -> None:
+        """Have `loader` record its batches' IDs as it collates them (skip_first_batches copies it)."""
+        if loader.num_workers:
+            raise ValueError(
+                f"TrainParityCallback(id_column={self.id_column!r}) records IDs as batches are "
+                f"collated, which {loader.num_workers} dataloader workers do in other processes: "
+                "set dataloader_num_workers=0 under a check, or pass id_column=None"
+            )
+        loader.collate_fn = RecordingCollator(
+            loader.collate_fn, str(self.id_column), lambda: self.epoch
+        )
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.epoch = int(state.epoch or 0)  # a resumed epoch starts at a fraction: its index
+        return control
 
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
         if self.recording:
