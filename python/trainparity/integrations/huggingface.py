@@ -116,8 +116,10 @@ class TrainParityCallback(transformers.TrainerCallback):
                 f"collated, which {loader.num_workers} dataloader workers do in other processes: "
                 "set dataloader_num_workers=0 under a check, or pass id_column=None"
             )
-        loader.collate_fn = RecordingCollator(
-            loader.collate_fn, str(self.id_column), lambda: self.epoch
+        # accelerate's DataLoaderShard iterates the DataLoader it wraps: that one collates.
+        collating = getattr(loader, "base_dataloader", loader)
+        collating.collate_fn = RecordingCollator(
+            collating.collate_fn, str(self.id_column), lambda: self.epoch
         )
 
     def on_epoch_begin(self, args, state, control, **kwargs):
