@@ -6,7 +6,8 @@ C) in this process, on real torchdata 0.11.0 `StatefulDataLoader`s, real
 real accelerate: a phase builds its loader afresh and restores only what a
 checkpoint holds (saved through torch.save and read back), as a new process
 would. Ranks are built explicitly (`num_replicas`, `rank`), which yields
-exactly what a rank of a gloo job yields (docs/coverage.md). Every phase
+exactly what a rank of a gloo job yields (docs/coverage.md); the resume on
+another rank count runs real gloo jobs under torchrun, one per phase. Every phase
 records with `track_ids` into its own directory, as check_resume gives each
 phase, and the records are audited with the functions check_resume uses.
 """
@@ -15,14 +16,16 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 from trainparity import ExactlyOnce, SameGlobalOrder
 from trainparity.coverage.resume_chain import resume_chain_differences
-from trainparity.distributed import track_ids
+from trainparity.distributed import torchrun_command, track_ids
 from trainparity.distributed.ids_audit import audit_recorded_chain
 from trainparity.distributed.record_ids import flush_ids, recorded_ids
 from trainparity.sample_coverage import audit_global_order
@@ -268,95 +271,62 @@ def test_second_resume_restarting_from_sample_0_fails_at_the_second_boundary(tmp
     )
 
 
-class GlobalOrderSampler(Sampler[int]):
-    """Keeps the global sample order for any number of ranks, given a constant global batch.
+JOB = Path(__file__).resolve().parent / "fixtures" / "distributed" / "elastic_order_job.py"
 
-    Our own sampler in the manner of MosaicML Streaming's elastic determinism:
-    one permutation of the dataset (seeded per epoch, independent of the
-    world size); global batch b is its b-th slice of `global_batch` samples,
-    and rank r of w takes the r-th of w equal parts of each. `first_batch`
-    global batches are skipped, so a resumed run continues where its
-    checkpoint's global step says.
+
+@pytest.fixture(scope="module")
+def elastic(tmp_path_factory) -> Path:
+    """Real gloo jobs: the reference on 2 ranks, phase A on 2 ranks for 3 global batches, B on 1.
+
+    Each job records both samplers (`dealt`, rank-count-dependent, and
+    `kept`, global-order-keeping) into OUT/<sampler>/<phase>.
     """
-
-    def __init__(self, size, global_batch, rank, world, *, seed=0, first_batch=0) -> None:
-        assert global_batch % world == 0
-        self.size, self.global_batch, self.rank, self.world = size, global_batch, rank, world
-        self.seed, self.first_batch = seed, first_batch
-
-    def __iter__(self):
-        order = torch.randperm(self.size, generator=torch.Generator().manual_seed(self.seed))
-        share = self.global_batch // self.world
-        for start in range(self.first_batch * self.global_batch, self.size, self.global_batch):
-            first = start + self.rank * share
-            yield from order[first : first + share].tolist()
-
-    def __len__(self) -> int:
-        return (self.size // self.global_batch - self.first_batch) * self.global_batch // self.world
-
-
-class SkippingDistributedSampler(DistributedSampler):
-    """DistributedSampler resumed at a global step: each rank skips its share of the consumed batches."""
-
-    def __init__(self, dataset, world, rank, *, skip) -> None:
-        super().__init__(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0)
-        self.skip = skip
-
-    def __iter__(self):
-        return itertools.islice(super().__iter__(), self.skip, None)
-
-
-GLOBAL_BATCH, SAMPLES, SPLIT = 8, 64, 3  # 8 global batches; the resume after 3 of them
-
-
-def elastic(tmp_path: Path, sampler_for) -> list:
-    """The reference on 2 ranks; phase A on 2 ranks for SPLIT global batches, phase B on 4."""
-    for world, phase, first_batch, batches in (
-        (2, "reference", 0, None),
-        (2, "a", 0, SPLIT),
-        (4, "b", SPLIT, None),
+    out = tmp_path_factory.mktemp("elastic")
+    for phase, world, first_batch, batches in (
+        ("reference", 2, 0, -1),
+        ("a", 2, 0, 3),
+        ("b", 1, 3, -1),
     ):
-        for rank in range(world):
-            share = GLOBAL_BATCH // world
-            sampler = sampler_for(rank, world, first_batch)
-            loader = DataLoader(Indexed(SAMPLES), batch_size=share, sampler=sampler)
-            consume(loader, tmp_path / phase, epoch=0, rank=rank, batches=batches)
-    return differences(tmp_path, ["a", "b"])
+        completed = subprocess.run(
+            torchrun_command(
+                [str(JOB), str(out), phase, str(first_batch), str(batches)],
+                nproc_per_node=world,
+                log_dir=out / "logs" / phase,
+            ),
+            env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(out)},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert completed.returncode == 0, completed.stderr[-3000:]
+    return out
 
 
 def test_resume_on_another_rank_count_with_a_rank_dependent_sampler_names_the_global_batch(
-    tmp_path,
+    elastic,
 ):
-    found = elastic(
-        tmp_path,
-        lambda rank, world, first: SkippingDistributedSampler(
-            Indexed(SAMPLES), world, rank, skip=first * GLOBAL_BATCH // world
-        ),
-    )
-    # Same samples per global batch (DistributedSampler deals them out round-robin), other order.
+    root = elastic / "dealt"
+    found = differences(root, ["a", "b"])
+    # The same samples per global batch (DistributedSampler deals them round-robin), another order.
     assert [(d.path, d.reason) for d in found] == [
         ("coverage.epoch0.global_batch3", "global_order")
     ]
-    result = audit_global_order(tmp_path / "reference", [tmp_path / "a", tmp_path / "b"])
+    assert "(phase B on 1 rank, rank 0)" in found[0].candidate
+    result = audit_global_order(root / "reference", [root / "a", root / "b"])
     assert (result.outcome, result.global_batch, result.phase, result.world_sizes) == (
         "FAIL",
-        SPLIT,
+        3,
         1,
-        (2, 4),
+        (2, 1),
     )
-    assert result.moved and all(moved.global_batch == SPLIT for moved in result.moved)
-    assert "phase B on 4 ranks" in found[0].candidate
+    assert result.moved and all(moved.global_batch == 3 for moved in result.moved)
+    assert all(moved.phase == 1 and moved.rank == 0 for moved in result.moved)
 
 
-def test_resume_on_another_rank_count_with_a_global_order_sampler_passes(tmp_path):
-    found = elastic(
-        tmp_path,
-        lambda rank, world, first: GlobalOrderSampler(
-            SAMPLES, GLOBAL_BATCH, rank, world, first_batch=first
-        ),
-    )
-    assert found == []
+def test_resume_on_another_rank_count_with_a_global_order_sampler_passes(elastic):
+    root = elastic / "kept"
+    assert differences(root, ["a", "b"]) == []
     result = audit_global_order(
-        tmp_path / "reference", [tmp_path / "a", tmp_path / "b"], policy=SameGlobalOrder()
+        root / "reference", [root / "a", root / "b"], policy=SameGlobalOrder()
     )
-    assert result.outcome == "PASS" and result.world_sizes == (2, 4)
+    assert result.outcome == "PASS" and result.world_sizes == (2, 1)

@@ -399,7 +399,8 @@ def _failure(
     moved = _moved(np, run, batch, where, moved_positions, expected)
     where_text = f"epoch {epoch}, global batch {batch}, position {in_batch}"
     if phase is not None:
-        where_text += f" ({_phase_name(phase, count)} on {world_sizes[phase]} ranks, rank {rank}"
+        ranks = f"{world_sizes[phase]} rank{'' if world_sizes[phase] == 1 else 's'}"
+        where_text += f" ({_phase_name(phase, count)} on {ranks}, rank {rank}"
         where_text += f", during step {step})" if step is not None else ")"
     baseline_text = (
         f"ID {int(wanted[0])} at epoch {epoch}, global batch {batch}, position {in_batch}"
