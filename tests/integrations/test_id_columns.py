@@ -79,10 +79,15 @@ def test_outside_a_check_nothing_is_recorded(tmp_path, monkeypatch):
     assert not (tmp_path / "ids").exists()
 
 
-def test_the_recording_collator_records_the_rows_and_hands_on_the_rest(tmp_path, monkeypatch):
+def test_the_recording_collator_holds_the_ids_until_told_which_batches_trained(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv(IDS_DIR_VARIABLE, str(tmp_path))
     collate = RecordingCollator(torch.utils.data.default_collate, "id", lambda: 3)
     batch = collate([Rows()[5], Rows()[2]])
+    collate([Rows()[7]])  # collated ahead, not trained on yet
     assert sorted(batch) == ["x"] and batch["x"].tolist() == [[5.0], [2.0]]
+    collate.record(1)
     flush_ids()
     assert read_recorded_ids(tmp_path / "rank0.epoch3.ids").cast("q").tolist() == [5, 2]
+    assert collate.pending == [(3, [7])]

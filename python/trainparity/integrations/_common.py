@@ -184,13 +184,15 @@ def batch_ids(batch: Any, id_column: str | int) -> Any:
 
 
 class RecordingCollator:
-    """A collate function that records the ID column of the rows it collates, then drops it.
+    """A collate function that notes the ID column of the rows it collates, then drops it.
 
     For trainers whose callbacks never see a batch (the Hugging Face
     Trainer): the rows of a batch pass through the collator once, in the
     order the loader yields them, when the loader collates in the training
-    process (no workers). The column is dropped so the model never receives
-    it.
+    process (no workers). A loader may collate ahead of what it trains on,
+    so the IDs wait in `pending` as (epoch, IDs) until the callback knows
+    which batches were trained. The column is dropped so the model never
+    receives it.
     """
 
     def __init__(
@@ -199,9 +201,16 @@ class RecordingCollator:
         self.collate = collate
         self.id_column = id_column
         self.epoch = epoch
+        self.pending: list[tuple[int, list[Any]]] = []
 
     def __call__(self, rows: list[Any]) -> Any:
-        record_ids([batch_ids(row, self.id_column) for row in rows], epoch=self.epoch())
+        self.pending.append((self.epoch(), [batch_ids(row, self.id_column) for row in rows]))
         return self.collate(
             [{key: value for key, value in row.items() if key != self.id_column} for row in rows]
         )
+
+    def record(self, batches: int) -> None:
+        """Record the first `batches` pending batches (trained on) with `record_ids`."""
+        for epoch, ids in self.pending[:batches]:
+            record_ids(ids, epoch=epoch)
+        del self.pending[:batches]

@@ -89,6 +89,7 @@ class TrainParityCallback(transformers.TrainerCallback):
         self.published = False
         self.id_column = id_column
         self.epoch = 0
+        self.collator: RecordingCollator | None = None
 
     def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
         if ids_requested(self.id_column) and train_dataloader is not None:
@@ -118,15 +119,31 @@ class TrainParityCallback(transformers.TrainerCallback):
             )
         # accelerate's DataLoaderShard iterates the DataLoader it wraps: that one collates.
         collating = getattr(loader, "base_dataloader", loader)
-        collating.collate_fn = RecordingCollator(
+        self.collator = RecordingCollator(
             collating.collate_fn, str(self.id_column), lambda: self.epoch
         )
+        collating.collate_fn = self.collator
+
+    def _record_trained_ids(self) -> None:
+        """Record the batches this optimizer step trained on: all collated but the one ahead.
+
+        accelerate's DataLoaderShard collates the next batch before it yields
+        the current one (to know which is last), except at its end; the batch
+        collated ahead when a phase stops is never trained on, and never recorded.
+        """
+        from accelerate.state import GradientState
+
+        assert self.collator is not None
+        ahead = 0 if GradientState().end_of_dataloader else 1
+        self.collator.record(max(len(self.collator.pending) - ahead, 0))
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         self.epoch = int(state.epoch or 0)  # a resumed epoch starts at a fraction: its index
         return control
 
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        if self.collator is not None:  # before record(), which places them at this step
+            self._record_trained_ids()
         if self.recording:
             record_step(state.global_step, lambda: _live_state(model, optimizer, kwargs))
         if self.plan is not None and state.global_step >= self.plan.end_step:
