@@ -91,3 +91,18 @@ def test_the_recording_collator_holds_the_ids_until_told_which_batches_trained(
     flush_ids()
     assert read_recorded_ids(tmp_path / "rank0.epoch3.ids").cast("q").tolist() == [5, 2]
     assert collate.pending == [(3, [7])]
+
+
+def test_accelerate_phase_run_records_the_batches_its_loop_trains_on(tmp_path, monkeypatch):
+    accelerate = pytest.importorskip("accelerate")
+    from trainparity.integrations import accelerate as tp_acc
+
+    monkeypatch.setenv(IDS_DIR_VARIABLE, str(tmp_path))
+    accelerator = accelerate.Accelerator(cpu=True)
+    loader = accelerator.prepare(torch.utils.data.DataLoader(Rows(), batch_size=4))
+    run = tp_acc.PhaseRun(accelerator)
+    # A resumed loop: one batch already trained on, skipped the way accelerate skips.
+    batches = run.track(accelerator.skip_first_batches(loader, 1), id_column="id", epoch=2)
+    assert [batch["id"].tolist() for batch in batches] == [[4, 5, 6, 7], [8, 9, 10, 11]]
+    flush_ids()
+    assert read_recorded_ids(tmp_path / "rank0.epoch2.ids").cast("q").tolist() == list(range(4, 12))
