@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,10 +23,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 from trainparity import ExactlyOnce, SameGlobalOrder
 from trainparity.coverage.resume_chain import resume_chain_differences
-from trainparity.distributed import torchrun_command, track_ids
+from trainparity.distributed import track_ids
 from trainparity.distributed.ids_audit import audit_recorded_chain
 from trainparity.distributed.record_ids import flush_ids, recorded_ids
 from trainparity.sample_coverage import audit_global_order
+
+from tests.helpers import run_torchrun_job
 
 StatefulDataLoader = pytest.importorskip("torchdata.stateful_dataloader").StatefulDataLoader
 StatefulDistributedSampler = pytest.importorskip(
@@ -276,29 +276,17 @@ JOB = Path(__file__).resolve().parent / "fixtures" / "distributed" / "elastic_or
 
 @pytest.fixture(scope="module")
 def elastic(tmp_path_factory) -> Path:
-    """Real gloo jobs: the reference on 2 ranks, phase A on 2 ranks for 3 global batches, B on 1.
+    """Real gloo jobs: the reference on 2 ranks and phase A on 2 ranks for 3 global batches
+    (one job, each phase with its own loaders), then phase B on 1 rank (another job).
 
     Each job records both samplers (`dealt`, rank-count-dependent, and
     `kept`, global-order-keeping) into OUT/<sampler>/<phase>.
     """
     out = tmp_path_factory.mktemp("elastic")
-    for phase, world, first_batch, batches in (
-        ("reference", 2, 0, -1),
-        ("a", 2, 0, 3),
-        ("b", 1, 3, -1),
-    ):
-        completed = subprocess.run(
-            torchrun_command(
-                [str(JOB), str(out), phase, str(first_batch), str(batches)],
-                nproc_per_node=world,
-                log_dir=out / "logs" / phase,
-            ),
-            env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(out)},
-            capture_output=True,
-            text=True,
-            timeout=300,
+    for world, phases in ((2, ["reference:0:-1", "a:0:3"]), (1, ["b:3:-1"])):
+        run_torchrun_job(
+            JOB, [str(out), *phases], ranks=world, out=out, logs=out / "logs" / str(world)
         )
-        assert completed.returncode == 0, completed.stderr[-3000:]
     return out
 
 
