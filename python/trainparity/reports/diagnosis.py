@@ -10,6 +10,7 @@ __all__ = ["diagnosis_rows"]
 _PHASE_ROLES = {
     "baseline_a": "the uninterrupted run",
     "baseline_b": "its repeat",
+    "candidate_split": "the run interrupted at split_step",
     "candidate_resume": "the resumed run",
 }
 # One line per difference reason: the first thing to look at.
@@ -19,6 +20,9 @@ _NEXT_STEPS = {
     "tensor_value": "{components} loads equal but training drifts: check what the checkpoint leaves out (data order, RNG, data loader position)",
     "missing_candidate": "the resumed run lacks {components}: save and restore it",
     "missing_baseline": "the resumed run has {components} that the uninterrupted run lacks",
+    "nondeterministic": "make training deterministic (seed every RNG, deterministic algorithms, "
+    "fixed thread counts) or declare a ToleranceComparison for {components}",
+    "configuration": "compare how the two configurations compute {components} at that step",
 }
 
 
@@ -51,18 +55,28 @@ def _step_rows(first: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     paths = [str(path) for path in first.get("paths") or ()]
     components = _components(paths)
     step = first.get("step")
-    rows = [("compared", _compared(str(first["baseline_phase"]), str(first["candidate_phase"])))]
-    if first.get("round_trip"):
+    baseline, candidate = str(first["baseline_phase"]), str(first["candidate_phase"])
+    rows = [("compared", _compared(baseline, candidate))]
+    if candidate == "baseline_b":
+        finding = (
+            f"the two uninterrupted runs already differ at step {step} in {components}: "
+            "training is not deterministic, so no resume verdict is possible"
+        )
+        reason = "nondeterministic"
+    elif first.get("round_trip"):
         finding = (
             f"right after loading, {components} differs from the uninterrupted run at step "
             f"{step}: the resume does not restore it"
         )
-    else:
+        reason = "round_trip"
+    elif candidate in _PHASE_ROLES or candidate == "candidate_split":
         finding = f"{components} first differs from the uninterrupted run at step {step}"
+        # After a clean load, a later difference is drift from what the checkpoint leaves out.
+        reason = "tensor_value"
+    else:  # two configurations of check_runs
+        finding = f"{components} first differs between {baseline} and {candidate} at step {step}"
+        reason = "configuration"
     rows += [("finding", finding), (f"differing at step {step}", ", ".join(paths))]
-    # The step's own reasons are not in the report: after loading, any difference is a
-    # restore problem; later ones are drift from what the checkpoint leaves out.
-    reason = "round_trip" if first.get("round_trip") else "tensor_value"
     rows += _next_rows([{"path": path, "reason": reason} for path in paths])
     return tuple(rows)
 
