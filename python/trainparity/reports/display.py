@@ -222,9 +222,10 @@ def _window_rows(report: Mapping[str, Any], path: str) -> list[tuple[str, str]]:
     last = start + len(window["baseline"]) - 1
 
     def shown(values: Sequence[Any]) -> str:
-        # The first differing element is bracketed, so the eye finds it in the row.
+        # Every digit (a rounded preview could show two different values alike); the first
+        # differing element is bracketed, so the eye finds it in the row.
         return ", ".join(
-            f"[{_text(value)}]" if start + offset == index else _text(value)
+            f"[{value!r}]" if start + offset == index else repr(value)
             for offset, value in enumerate(values)
         )
 
