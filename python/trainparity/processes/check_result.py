@@ -12,7 +12,6 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from trainparity.comparison.policies import Difference
-from trainparity.comparison.windows import ValueWindow
 from trainparity.outcomes import Outcome
 from trainparity.processes.evidence import ExternalProcessEvidence
 from trainparity.reports.reported import ReportedResult
@@ -54,9 +53,6 @@ class PhaseCheckResult(CheckResult):
     comparison_atol: float | None = None
     comparison_equal_nan: bool | None = None
     nondeterminism_hints: tuple[str, ...] = ()
-    # The elements around each differing tensor's first differing element, at the first
-    # divergence: what a report previews (a summary shows a tensor's first elements only).
-    value_windows: tuple[ValueWindow, ...] = ()
     # Only when the case's processes call record() (docs/trajectories.md):
     trajectory: dict[str, Any] | None = None
     final_state_differences: tuple[Difference, ...] | None = None
