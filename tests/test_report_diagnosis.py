@@ -108,3 +108,24 @@ def test_the_count_of_differences_matches_the_listed_rows_or_says_how_many_are_h
     listed = lines[lines.index("Differences") + 2 :]
     assert [line.split()[0] for line in listed[:10]] == [f"model.w{index}" for index in range(10)]
     assert listed[10] == "... 2 more"
+
+
+def test_the_drift_after_a_round_trip_finding_is_said_in_one_line():
+    report = _round_trip_report()
+    flat = {"model": 0.0, "optimizer": 0.0}
+    report["trajectory"]["drift"] = [
+        {"step": 2, "max_relative_rms_error": 0.0, "components": flat},
+        {"step": 3, "max_relative_rms_error": 0.01, "components": {**flat, "model": 0.01}},
+        {
+            "step": 4,
+            "max_relative_rms_error": 0.05,
+            "components": {"model": 0.05, "optimizer": 0.02},
+        },
+    ]
+    lines = _lines(text_report(report))
+    diagnosis = lines[lines.index("Diagnosis") + 1 : lines.index("Summary")]
+    assert diagnosis[3] == (
+        "then model tensors differ from step 3 on; at step 4 the relative RMS error is 0.05 "
+        "(see Drift)"
+    )
+    assert diagnosis[4].startswith("try next")

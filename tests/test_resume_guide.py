@@ -96,6 +96,7 @@ def test_chromium_shows_the_diagnosis_first_and_the_drift_below_it(forgetful, tm
         "right after loading, scheduler differs from the uninterrupted run at step 4: "
         "the resume does not restore it",
         "differing at step 4 scheduler._last_lr[0], scheduler._step_count, scheduler.last_epoch",
+        "then model tensors differ from step 6 on",
         "try next save scheduler in the checkpoint and load it back",
     ):
         assert said in diagnosis, diagnosis

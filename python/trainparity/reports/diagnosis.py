@@ -31,7 +31,7 @@ def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     trajectory = report.get("trajectory")
     first = trajectory.get("first_divergence") if isinstance(trajectory, Mapping) else None
     if isinstance(first, Mapping):
-        return _step_rows(first)
+        return _step_rows(first, trajectory.get("drift") or ())
     differences = report.get("all_differences") or ()
     is_resume = "fresh_resume_processes_distinct" in report
     if report.get("outcome") != "FAIL" or not differences or not is_resume:
@@ -51,7 +51,7 @@ def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(rows)
 
 
-def _step_rows(first: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def _step_rows(first: Mapping[str, Any], drift: Any) -> tuple[tuple[str, str], ...]:
     paths = [str(path) for path in first.get("paths") or ()]
     components = _components(paths)
     step = first.get("step")
@@ -77,8 +77,25 @@ def _step_rows(first: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         finding = f"{components} first differs between {baseline} and {candidate} at step {step}"
         reason = "configuration"
     rows += [("finding", finding), (f"differing at step {step}", ", ".join(paths))]
+    rows += _drift_rows(drift)
     rows += _next_rows([{"path": path, "reason": reason} for path in paths])
     return tuple(rows)
+
+
+def _drift_rows(drift: Any) -> tuple[tuple[str, str], ...]:
+    """Where the tensors begin to differ, and how far apart they end: the drift in one line."""
+    parted = [point for point in drift if point["max_relative_rms_error"] > 0]
+    if not parted:
+        return ()
+    start, last = parted[0], drift[-1]
+    components = ", ".join(name for name, error in start["components"].items() if error > 0)
+    return (
+        (
+            "then",
+            f"{components} tensors differ from step {start['step']} on; at step {last['step']} "
+            f"the relative RMS error is {last['max_relative_rms_error']:.3g} (see Drift)",
+        ),
+    )
 
 
 def _next_rows(differences: Any) -> list[tuple[str, str]]:

@@ -658,7 +658,7 @@ def html_fragment(
         # The curve right after the diagnosis (or first, when there is none): it shows
         # where the runs part and how fast they drift before any table is read.
         if drift and section.title != "Diagnosis":
-            parts.append(drift_svg(drift, report.get("first_divergent_step")))
+            parts.append(_drift_figure(report, drift))
             drift = ()
         parts.append(_html_section(section))
         if section.title == "First divergence" and "error_growth" in report:
@@ -667,6 +667,19 @@ def html_fragment(
         parts.append(error_growth_svg(report))
     parts.append("</div>")
     return "".join(parts)
+
+
+def _drift_figure(report: Mapping[str, Any], drift: Sequence[Mapping[str, Any]]) -> str:
+    """The drift curve under a title that says which runs it compares, when the report says."""
+    first = (report.get("trajectory") or {}).get("first_divergence") or {}
+    pair = (
+        f" of {first['candidate_phase']} against {first['baseline_phase']}"
+        if first.get("candidate_phase")
+        else ""
+    )
+    title = f"Drift{pair}: relative RMS error per step (dashed: first divergent step)"
+    svg = drift_svg(list(drift), report.get("first_divergent_step"))
+    return f"<section class='tp-drift-plot'><h3>{_escape(title)}</h3>{svg}</section>"
 
 
 def _html_section(section: Section) -> str:
