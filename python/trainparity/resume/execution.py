@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
+from trainparity.comparison.windows import ValueWindow, differences_with_windows
 from trainparity.coverage.resume_chain import resume_chain_differences
 from trainparity.distributed.resume_coverage import BoundaryDifference
 from trainparity.outcomes import Outcome
@@ -109,7 +110,9 @@ class ResumeExecution:
         trajectories = ResumeTrajectories(self.settings.run_root, self.policy, self.case.split_step)
         parted = _recorded(trajectories.baselines_part)
         began = time.perf_counter()
-        baseline_differences = self.policy.compare_all(snapshot_a, snapshot_b)
+        baseline_differences, baseline_windows = differences_with_windows(
+            self.policy, snapshot_a, snapshot_b
+        )
         self.timings["baseline_comparison"] = time.perf_counter() - began
         self.timings["baseline_self_consistency"] = sum(
             self.timings.get(key, 0.0)
@@ -133,6 +136,7 @@ class ResumeExecution:
                 primary_difference=first_differences[0],
                 all_differences=first_differences,
                 nondeterminism_hints=nondeterminism_hints(self.settings.environment),
+                value_windows=_windows(parted, baseline_windows),
                 **trajectories.report_fields(baseline_differences),
             )
         split_checkpoint = self.children.trained("candidate_split")
@@ -148,7 +152,9 @@ class ResumeExecution:
         snapshot_resume = self.children.observed("candidate_resume", resumed_checkpoint)
         parted = _recorded(trajectories.candidates_part)
         began = time.perf_counter()
-        final_differences = self.policy.compare_all(snapshot_a, snapshot_resume)
+        final_differences, final_windows = differences_with_windows(
+            self.policy, snapshot_a, snapshot_resume
+        )
         root = self.settings.run_root
         coverage = resume_chain_differences(
             root / "baseline_a" / "ids",
@@ -179,6 +185,7 @@ class ResumeExecution:
                 primary_difference=first_differences[0],
                 all_differences=first_differences,
                 fresh_resume_processes_distinct=True,
+                value_windows=_windows(parted, final_windows),
                 **recorded,
             )
         wording = (
@@ -254,6 +261,11 @@ def _first_divergence(
     if leading is not None and leading <= parted.step:
         return leading, (*ordered, *parted.differences)
     return parted.step, (*parted.differences, *ordered)
+
+
+def _windows(parted: Any, final_windows: tuple[ValueWindow, ...]) -> tuple[ValueWindow, ...]:
+    """The value windows of the step the verdict names: a recorded step's, else the final state's."""
+    return final_windows if parted is None else parted.comparison.value_windows
 
 
 def _recorded(part: Callable[[], Any]) -> Any:
