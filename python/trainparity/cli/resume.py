@@ -19,7 +19,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         example=EXAMPLE,
         run=run,
     )
-    parser.add_argument("case", help="importable case class, 'package.module:ClassName'")
+    common.add_case_options(parser, resume=True)
     common.add_tolerance_options(parser)
     common.add_run_options(parser, kept="every phase's logs and checkpoints")
 
@@ -30,7 +30,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
     comparison = common.comparison_from(arguments)
     report_path = common.writes_json_report(arguments)
     result = check_resume(
-        arguments.case,
+        common.case_from(arguments, resume=True),
         comparison=comparison,
         report_path=report_path,
         **common.run_keywords(arguments),

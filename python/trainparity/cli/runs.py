@@ -21,7 +21,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         example=EXAMPLE,
         run=run,
     )
-    parser.add_argument("case", help="importable case class, 'package.module:ClassName'")
+    common.add_case_options(parser, resume=False)
     group = parser.add_argument_group(
         "variants (default: the case's `variants`; the first is the reference)"
     )
@@ -74,7 +74,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
     variants = variants_from(arguments)
     report_path = common.writes_json_report(arguments)
     result = check_runs(
-        arguments.case,
+        common.case_from(arguments, resume=False),
         variants,
         comparison=comparison,
         report_path=report_path,
