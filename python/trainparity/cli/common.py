@@ -221,6 +221,26 @@ def add_case_options(parser: argparse.ArgumentParser, *, resume: bool) -> None:
     )
 
 
+def add_executor_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--executor",
+        choices=("local", "slurm"),
+        default="local",
+        help="where the training phases run: here (default), or one SLURM job each, on the "
+        "cluster sbatch would use (SLURM_CONF, SBATCH_PARTITION); the run directory "
+        "(--work-dir) must then be on a path every node shares",
+    )
+
+
+def executor_from(arguments: argparse.Namespace) -> Any:
+    """None (local children) or a SlurmExecutor read from the environment, as sbatch reads it."""
+    if arguments.executor != "slurm":
+        return None
+    from trainparity.executors import SlurmExecutor
+
+    return SlurmExecutor.from_environment()
+
+
 def case_from(arguments: argparse.Namespace, *, resume: bool) -> Any:
     """The check's case: CASE as given, or a CommandCase from the template after `--`."""
     from trainparity.importing import CaseSetupError

@@ -21,6 +21,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
     )
     common.add_case_options(parser, resume=True)
     common.add_tolerance_options(parser)
+    common.add_executor_option(parser)
     common.add_run_options(parser, kept="every phase's logs and checkpoints")
 
 
@@ -33,6 +34,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
         common.case_from(arguments, resume=True),
         comparison=comparison,
         report_path=report_path,
+        executor=common.executor_from(arguments),
         **common.run_keywords(arguments),
     )
     return common.result_output(result, report_written=report_path is not None)

@@ -40,6 +40,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         help="an environment variable for one variant's runs (repeatable)",
     )
     common.add_tolerance_options(parser)
+    common.add_executor_option(parser)
     common.add_run_options(parser, kept="every run's logs, checkpoints and snapshot files")
 
 
@@ -78,6 +79,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
         variants,
         comparison=comparison,
         report_path=report_path,
+        executor=common.executor_from(arguments),
         **common.run_keywords(arguments),
     )
     return common.result_output(result, report_written=report_path is not None)

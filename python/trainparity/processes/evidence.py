@@ -1,4 +1,4 @@
-"""What a check reports of one training child it ran: phase, PID, time, exit status, resources."""
+"""What a check reports of one training child it ran: phase, PID, time, exit status, resources, job."""
 
 from __future__ import annotations
 
@@ -22,3 +22,6 @@ class ExternalProcessEvidence:
     system_seconds: float = 0.0
     peak_rss_bytes: int = 0
     ranks: tuple[RankProcessEvidence, ...] = ()  # a torchrun phase's ranks, sampled from /proc
+    # The scheduler's job that ran the phase (processes/executor.py); not in a report
+    # when None, so a local check's report has the keys it always had.
+    job_id: str | None = None

@@ -27,6 +27,7 @@ from trainparity.outcomes import Outcome
 from trainparity.processes.case_setup import setup_failure
 from trainparity.processes.child_environment import child_environment
 from trainparity.processes.command_case import CommandCase, case_names, resolved_case
+from trainparity.processes.executor import PhaseExecutor
 from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import PROCESS_RESUME_PREFIX
 from trainparity.processes.setup import CheckRunner
@@ -49,6 +50,7 @@ def check_resume(
     temporary_root: Path | None = None,
     parallel: bool | None = None,
     progress: bool | ProgressCallback | None = None,
+    executor: PhaseExecutor | None = None,
 ) -> ProcessResumeResult:
     """Check that save → exit → fresh-process load → continue reproduces uninterrupted training.
 
@@ -57,7 +59,10 @@ def check_resume(
     the independent phases concurrently on CPU and sequentially when the case
     declares `device = "cuda..."`; True/False force it. `progress=True`
     prints phase start/end lines to stderr; a callable receives ProgressEvent
-    objects. Returns PASS, FAIL (first divergent path), ABSTAIN or ERROR.
+    objects. `executor` runs the training phases elsewhere (e.g.
+    trainparity.executors.SlurmExecutor: one SLURM job per phase); the
+    observer and the verdict stay here. Returns PASS, FAIL (first divergent
+    path), ABSTAIN or ERROR.
     """
     runner = ProcessResumeRunner(
         comparison=comparison,
@@ -65,6 +70,7 @@ def check_resume(
         temporary_root=temporary_root,
         parallel=parallel,
         progress=progress,
+        executor=executor,
     )
     return runner.run(
         case, cwd=cwd, work_dir=work_dir, report_path=report_path, environment=environment

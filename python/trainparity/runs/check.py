@@ -29,6 +29,7 @@ from trainparity.outcomes import Outcome
 from trainparity.processes.case_setup import setup_failure
 from trainparity.processes.child_environment import child_environment
 from trainparity.processes.command_case import CommandCase, case_names, resolved_case
+from trainparity.processes.executor import PhaseExecutor
 from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import RUNS_PREFIX
 from trainparity.processes.setup import CheckRunner
@@ -53,6 +54,7 @@ def check_runs(
     temporary_root: Path | None = None,
     parallel: bool | None = None,
     progress: bool | ProgressCallback | None = None,
+    executor: PhaseExecutor | None = None,
 ) -> RunsResult:
     """Check that every variant of the case's run ends in the same observed state.
 
@@ -64,7 +66,8 @@ def check_runs(
     variant is the reference. Each variant runs twice; PASS when all agree
     under `comparison` (exact by default), FAIL naming the first variant
     that differs and its first path, ABSTAIN when a variant disagrees with
-    itself, ERROR when something could not run or be observed.
+    itself, ERROR when something could not run or be observed. `executor`
+    runs the training runs elsewhere, as check_resume's does.
     """
     runner = _RunsRunner(
         comparison=comparison,
@@ -72,6 +75,7 @@ def check_runs(
         temporary_root=temporary_root,
         parallel=parallel,
         progress=progress,
+        executor=executor,
     )
     return runner.run(
         case,
