@@ -34,6 +34,9 @@ _UNFINISHED = frozenset(
 )
 # A finished job's result file can lag its state on a network file system.
 _RESULT_GRACE_SECONDS = 10.0
+# A job's result is written before SLURM decides how the job ended (COMPLETED, or CANCELLED
+# when it was cancelled while its command ran): the state is awaited this long after it.
+_FINAL_STATE_SECONDS = 60.0
 # SLURM's own limit is the phase timeout plus this margin: the node enforces the timeout
 # itself first, so a TIMEOUT state means the job could not even be stopped in time.
 _TIME_LIMIT_MARGIN_SECONDS = 120.0
@@ -93,6 +96,7 @@ class _Submitted:
     submitted: float
     timeout: float
     started: float | None = None
+    result_seen: float | None = None
     seen: tuple[str, str] = ("", "")  # (state, node list) last shown
 
 
@@ -170,33 +174,39 @@ class SlurmLauncher:
 
     def _poll(self, submitted: _Submitted) -> None:
         job = submitted.job
-        if job.paths.result_pickle.exists():
-            self._finish(submitted, "COMPLETED")
-            return
         info = job.get_info(mode="force")
-        state = (info.get("State") or "UNKNOWN").split()[0].upper()
-        nodes = info.get("NodeList") or ""
-        if (state, nodes) != submitted.seen:
-            submitted.seen = (state, nodes)
-            where = f" on {nodes}" if nodes and nodes != "None assigned" else ""
-            self.progress.event(
-                submitted.spec.name, "state", detail=f"SLURM job {job.job_id} {state}{where}"
-            )
+        state = _state(info)
+        self._show(submitted, state, info.get("NodeList") or "")
         now = time.monotonic()
         if state == "RUNNING" and submitted.started is None:
             submitted.started = now
+        if job.paths.result_pickle.exists() and submitted.result_seen is None:
+            submitted.result_seen = now
         if state not in _UNFINISHED:
             # The result may still be on its way through a network file system.
             grace_end = now + _RESULT_GRACE_SECONDS
             while time.monotonic() < grace_end and not job.paths.result_pickle.exists():
                 time.sleep(self.executor.poll_seconds)
             self._finish(submitted, state)
+        elif submitted.result_seen is not None:
+            if now - submitted.result_seen > _FINAL_STATE_SECONDS:
+                self._finish(submitted, "COMPLETED")  # the job function did report its phase
         elif submitted.started is None and now - submitted.submitted > self.executor.queue_timeout:
             job.cancel(check=False)
             self._finish(submitted, "QUEUE_TIMEOUT")
         elif now - (submitted.started or now) > submitted.timeout + _TIME_LIMIT_MARGIN_SECONDS:
             job.cancel(check=False)
             self._finish(submitted, "TIMEOUT")
+
+    def _show(self, submitted: _Submitted, state: str, nodes: str) -> None:
+        """A progress line when the job's state or node list changed."""
+        if (state, nodes) == submitted.seen:
+            return
+        submitted.seen = (state, nodes)
+        where = f" on {nodes}" if nodes and nodes != "None assigned" else ""
+        self.progress.event(
+            submitted.spec.name, "state", detail=f"SLURM job {submitted.job.job_id} {state}{where}"
+        )
 
     def _finish(self, submitted: _Submitted, state: str) -> None:
         name = submitted.spec.name
@@ -206,8 +216,9 @@ class SlurmLauncher:
         fields: dict[str, Any] = {}
         if job.paths.result_pickle.exists():
             try:
+                # A job that SLURM cancelled, timed out or preempted may still have reported
+                # its killed command: `state` (not COMPLETED) then makes it the check's ERROR.
                 fields = dict(job.result())
-                state = "COMPLETED"
             except Exception as error:  # the job function failed: submitit re-raises its traceback
                 state = f"FAILED ({type(error).__name__})"
         if fields:
@@ -228,3 +239,8 @@ class SlurmLauncher:
             )
         self.results[name] = result
         self.on_event(name, "end", result)
+
+
+def _state(info: Mapping[str, str]) -> str:
+    """The job's state word from sacct's answer: `CANCELLED by 0` is CANCELLED."""
+    return (info.get("State") or "UNKNOWN").split()[0].upper()
