@@ -28,6 +28,7 @@ from pathlib import Path
 _DAEMONS = ("munged", "slurmctld", "slurmd")
 _START_TIMEOUT_SECONDS = 30.0
 _STOP_TIMEOUT_SECONDS = 15.0
+_CPUS = 8
 
 # `sacct -o JobID,State,NodeList --parsable2 -j ID ...` as submitit calls it, from squeue.
 _SACCT = """#!/bin/sh
@@ -64,8 +65,13 @@ def _configuration(root: Path) -> str:
     hardware = subprocess.run(
         ["slurmd", "-C"], capture_output=True, text=True, check=True, timeout=30
     ).stdout.splitlines()[0]
-    # slurmd -C's own line; a RealMemory above what slurmd detects would make the node invalid.
-    node = " ".join(field for field in hardware.split() if not field.startswith("NodeName="))
+    # RealMemory as slurmd detects it (more would make the node invalid). Eight CPUs whatever
+    # the machine has (config_overrides trusts the file): a check's concurrent phases run as
+    # concurrent jobs, as the local check runs them concurrently on the same cores.
+    memory = next(field for field in hardware.split() if field.startswith("RealMemory="))
+    node = (
+        f"CPUs={_CPUS} Boards=1 SocketsPerBoard=1 CoresPerSocket={_CPUS} ThreadsPerCore=1 {memory}"
+    )
     controller_port = _free_port()
     node_port = _free_port()
     while node_port == controller_port:
