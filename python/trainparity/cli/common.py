@@ -41,6 +41,7 @@ class CommandOutput:
     report: dict[str, Any]
     outcome: Outcome | None
     report_written: bool = False
+    text: str | None = None  # what to print instead of the report's text form (a plan)
 
 
 def output_options() -> argparse.ArgumentParser:
@@ -96,7 +97,10 @@ def emit(output: CommandOutput, arguments: argparse.Namespace) -> None:
     if arguments.json:
         sys.stdout.write(report_text(output.report))
         return
-    sys.stdout.write(text_report(output.report, include_environment=output.outcome is None))
+    if output.text is not None:
+        sys.stdout.write("".join(printable(line) + "\n" for line in output.text.splitlines()))
+    else:
+        sys.stdout.write(text_report(output.report, include_environment=output.outcome is None))
     if path is not None:
         print(printable(f"report written to {path}"), file=sys.stderr)
 

@@ -14,6 +14,7 @@ from trainparity.cli import accumulation as cli_accumulation
 from trainparity.cli import coverage as cli_coverage
 from trainparity.cli import diff as cli_diff
 from trainparity.cli import env as cli_env
+from trainparity.cli import judge as cli_judge
 from trainparity.cli import resume as cli_resume
 from trainparity.cli import runs as cli_runs
 from trainparity.cli import snapshot as cli_snapshot
@@ -86,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (
         cli_resume,
         cli_runs,
+        cli_judge,
         cli_accumulation,
         cli_coverage,
         cli_snapshot,

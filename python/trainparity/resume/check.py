@@ -35,7 +35,7 @@ from trainparity.protocols import ProcessResumeCase
 from trainparity.resume.execution import CONCURRENT_CHILDREN, ResumeExecution
 from trainparity.resume.result import ProcessResumeResult
 
-__all__ = ["ProcessResumeRunner", "check_resume"]
+__all__ = ["ProcessResumeRunner", "check_resume", "resume_case_setup"]
 
 
 def check_resume(
@@ -99,7 +99,7 @@ class ProcessResumeRunner(CheckRunner):
             **policy_report_fields(self.policy),
         }
         try:
-            loaded, child_environment = _setup(case, environment)
+            loaded, child_environment = resume_case_setup(case, environment)
         except Exception as error:  # importing runs the user's module: anything can fail
             failure = setup_failure("process ", error, command_dir=command_dir)
             fields["timing_seconds"] = {"total_wall": time.perf_counter() - started}
@@ -132,7 +132,7 @@ class ProcessResumeRunner(CheckRunner):
         return self.finished(result, report_path)
 
 
-def _setup(
+def resume_case_setup(
     spec: str | CommandCase, environment: Mapping[str, str] | None
 ) -> tuple[ProcessResumeCase, dict[str, str]]:
     """Load and validate the case and build the children's environment (CONTRACT §6.2, §6.5)."""
