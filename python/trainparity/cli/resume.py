@@ -8,7 +8,10 @@ from typing import Any
 
 from trainparity.cli import common
 
-EXAMPLE = "trainparity resume trainparity.quickstarts.resume:FaultyCase --report resume.html"
+EXAMPLE = """\
+trainparity resume trainparity.quickstarts.resume:FaultyCase --report resume.html
+trainparity resume --split-step 2 --total-step 4 --checkpoint '{run_dir}/ck.pt' -- python train.py --ckpt {checkpoint} --end-step {end_step} --resume {resume_from?}
+"""
 
 
 def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
