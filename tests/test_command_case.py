@@ -25,6 +25,8 @@ TEMPLATE = [
     "{resume_from?}",
 ]
 CHECKPOINT = "{run_dir}/checkpoint.pt"
+# The options of a resume command template, before `--`.
+OPTIONS = ["--split-step", "2", "--total-step", "4", "--checkpoint", CHECKPOINT]
 
 
 def _plan(resume_from: Path | None = None) -> ProcessExecutionPlan:
@@ -106,35 +108,17 @@ def test_bad_templates_are_value_errors_that_say_what_is_wrong(fields, says):
 @pytest.mark.parametrize(
     ("arguments", "says"),
     [
-        (
-            ["--split-step", "2", "--total-step", "4", "--checkpoint", CHECKPOINT],
-            "training command after --",
-        ),
+        (OPTIONS, "training command after --"),
         (["--split-step", "2", "--checkpoint", CHECKPOINT, "--", "t.py"], "needs --total-step"),
         (["a:B", "--", "t.py"], "not both"),
         (["a:B", "--checkpoint", CHECKPOINT], "belongs to a command template"),
         (
-            [
-                "--split-step",
-                "2",
-                "--total-step",
-                "4",
-                "--checkpoint",
-                "ck.pt",
-                "--",
-                "t.py",
-                "{checkpoint}",
-            ],
+            [*OPTIONS[:-1], "ck.pt", "--", "t.py", "{checkpoint}"],
             "outside {run_dir}",
         ),
         (
             [
-                "--split-step",
-                "2",
-                "--total-step",
-                "4",
-                "--checkpoint",
-                CHECKPOINT,
+                *OPTIONS,
                 "--",
                 "t.py",
                 "{ckpt}",
@@ -154,12 +138,7 @@ def test_an_observer_that_cannot_be_imported_is_a_usage_error(capsys, tmp_path):
             "resume",
             "--cwd",
             str(tmp_path),
-            "--split-step",
-            "2",
-            "--total-step",
-            "4",
-            "--checkpoint",
-            CHECKPOINT,
+            *OPTIONS,
             "--observe",
             "no_such_module_here:observe",
             "--",
@@ -175,12 +154,7 @@ def test_a_faulty_resume_fails_from_one_command_line(capsys, tmp_path):
         [
             "resume",
             "--json",
-            "--split-step",
-            "2",
-            "--total-step",
-            "4",
-            "--checkpoint",
-            CHECKPOINT,
+            *OPTIONS,
             "--",
             *TEMPLATE,
             "--fault",

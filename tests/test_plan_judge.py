@@ -17,7 +17,7 @@ import pytest
 from trainparity import check_resume
 from trainparity.cli.main import main
 
-from tests.test_command_case import CHECKPOINT, TEMPLATE
+from tests.test_command_case import OPTIONS, TEMPLATE
 from tests.test_report_pins import pinned_form
 
 PHASES = ("baseline_a", "baseline_b", "candidate_split", "candidate_resume")
@@ -72,8 +72,7 @@ def test_a_faulty_case_planned_run_by_hand_and_judged_fails_as_a_local_check(cap
 
 def test_a_clean_command_template_planned_and_judged_passes(capsys, tmp_path):
     plan = tmp_path / "plan"
-    arguments = ["--split-step", "2", "--total-step", "4", "--checkpoint", CHECKPOINT]
-    assert main(["resume", "--plan-only", str(plan), *arguments, "--", *TEMPLATE]) == 0
+    assert main(["resume", "--plan-only", str(plan), *OPTIONS, "--", *TEMPLATE]) == 0
     capsys.readouterr()
     _run_plan(plan)
     code, judged = _judge(capsys, plan)
