@@ -29,7 +29,7 @@ from trainparity.distributed.rank_processes import (
 )
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
-from trainparity.processes.evidence import ExternalProcessEvidence
+from trainparity.processes.evidence import ExternalProcessEvidence, NodeProcessEvidence
 from trainparity.processes.executor import PhaseLauncher
 from trainparity.processes.failure_text import (
     directory_listing,
@@ -351,6 +351,9 @@ class PhaseChildren:
                 system_seconds=result.sys_seconds,
                 peak_rss_bytes=result.peak_rss_bytes,
                 job_id=result.job_id,
+                nodes=tuple(
+                    NodeProcessEvidence(**row) for row in multirank.node_rows(phase.run_dir)
+                ),
                 ranks=rank_evidence(
                     phase.rank_samples,
                     phase_returncode=returncode,
@@ -361,9 +364,12 @@ class PhaseChildren:
         if returncode != 0:
             self.timings[name] = result.wall_seconds
             message = f"{name} child exited with status {returncode}"
-            rank_detail = multirank.rank_failure(phase.run_dir / "stderr.log", phase.run_dir)
-            if rank_detail:
-                message += f": {rank_detail}"
+            details = (
+                multirank.node_failure(phase.run_dir),
+                multirank.rank_failure(phase.run_dir / "stderr.log", phase.run_dir),
+            )
+            if any(details):
+                message += ": " + "; ".join(detail for detail in details if detail)
             phase.error = PhaseError(Outcome.ERROR, self.explained(phase, message))
             return
         self.timings[self.timing_keys.get(name, name)] = result.wall_seconds

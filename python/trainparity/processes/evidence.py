@@ -6,7 +6,20 @@ from dataclasses import dataclass
 
 from trainparity.distributed.rank_processes import RankProcessEvidence
 
-__all__ = ["ExternalProcessEvidence"]
+__all__ = ["ExternalProcessEvidence", "NodeProcessEvidence"]
+
+
+@dataclass(frozen=True)
+class NodeProcessEvidence:
+    """One torchrun agent of a multi-node phase: its node, PID, exit status and resources (wait4)."""
+
+    node: int
+    pid: int
+    returncode: int
+    elapsed_seconds: float
+    user_seconds: float
+    system_seconds: float
+    peak_rss_bytes: int
 
 
 @dataclass(frozen=True)
@@ -25,3 +38,6 @@ class ExternalProcessEvidence:
     # The scheduler's job that ran the phase (processes/executor.py); not in a report
     # when None, so a local check's report has the keys it always had.
     job_id: str | None = None
+    # A multi-node phase's agents, one per node (distributed/nodes.py); not in a report when
+    # empty, as job_id.
+    nodes: tuple[NodeProcessEvidence, ...] = ()

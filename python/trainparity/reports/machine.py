@@ -40,16 +40,19 @@ def report_dict(result: Any) -> dict[str, Any]:
 
     Like dataclasses.asdict: nested dataclasses become dicts, tuples stay tuples
     (they become JSON arrays when serialised). Fields marked
-    `metadata={"reported": False}` are left out, and so is a process row's
-    `job_id` when it is None.
+    `metadata={"reported": False}` are left out, and so are a process row's
+    `job_id` when None and `nodes` when empty.
     """
     fields = dataclasses.asdict(result)
     for field in dataclasses.fields(result):
         if not field.metadata.get("reported", True):
             del fields[field.name]
     fields["outcome"] = str(Outcome(fields["outcome"]).value)
-    # A phase run by a scheduler names its job; a local phase's row has no job key at all.
+    # A phase run by a scheduler names its job, a multi-node phase its nodes; other phases'
+    # rows have neither key, so their reports keep the keys they always had.
     for row in fields.get("processes") or ():
-        if isinstance(row, dict) and row.get("job_id", "") is None:
-            del row["job_id"]
+        if isinstance(row, dict):
+            for key, absent in (("job_id", None), ("nodes", ())):
+                if key in row and row[key] == absent:
+                    del row[key]
     return add_report_metadata(fields)
