@@ -44,6 +44,7 @@ def _judge(capsys, directory: Path) -> tuple[int, dict]:
 def _comparable(report: dict) -> str:
     """The report as the quickstart pins compare it (the machine, the moment and job ids aside)."""
     form = pinned_form(json.loads(json.dumps(report)))
+    del form["environment_leads"]  # judge's own: the machines that ran the phases
     for row in form["processes"]:
         row.pop("job_id")
     return report_text(form)
@@ -65,6 +66,18 @@ def test_a_faulty_case_planned_run_by_hand_and_judged_fails_as_a_local_check(cap
     # The very report a local check of the quickstart's faulty case gives (its pin).
     local = json.loads((GOLDEN / "quickstart_resume.json").read_text(encoding="utf-8"))
     assert _comparable(judged) == report_text(local["intentional_fail"])
+    assert judged["environment_leads"] == [], "every phase ran on this machine"
+
+    # candidate_resume's machine as another one would be: its difference is a lead.
+    recorded = plan / "candidate_resume" / "environment.json"
+    other = json.loads(recorded.read_text(encoding="utf-8"))
+    other["environment"]["torch"]["version"] = "0.0.0-elsewhere"
+    recorded.write_text(json.dumps(other), encoding="utf-8")
+    code, judged = _judge(capsys, plan)
+    assert (code, judged["outcome"]) == (1, "FAIL")
+    leads = {lead["key"]: lead for lead in judged["environment_leads"]}
+    assert leads["torch.version"]["candidate"] == "0.0.0-elsewhere"
+    assert leads["torch.version"]["category"] == "library_version"
 
     # Partial outputs: the phase that left no result is named.
     (plan / "candidate_resume" / "phase-result.json").unlink()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
 
 def run(arguments: argparse.Namespace) -> common.CommandOutput:
     from trainparity.comparison.policies import ToleranceComparison
+    from trainparity.environment import environment_leads
     from trainparity.executors.replay import PlanReplay
     from trainparity.processes.command_case import COMMAND_CASE_PREFIX, CommandCase
     from trainparity.resume.check import check_resume
@@ -43,18 +45,34 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
     case = CommandCase.from_spec(spec) if spec.startswith(COMMAND_CASE_PREFIX) else spec
     arguments.cwd = Path(plan["cwd"])
     tolerance = plan.get("comparison")
-    report_path = common.writes_json_report(arguments)
     result = check_resume(
         case,
         comparison=ToleranceComparison(**tolerance) if tolerance else None,
         cwd=common.command_directory(arguments),
         work_dir=directory,
-        report_path=report_path,
         environment=plan.get("environment") or None,
         progress=common.progress_from(arguments),
         executor=PlanReplay(directory),
     )
-    return common.result_output(result, report_written=report_path is not None)
+    leads = environment_leads(
+        _fingerprint(directory, "baseline_a"), _fingerprint(directory, "candidate_resume")
+    )
+    return common.result_output(
+        dataclasses.replace(result, environment_leads=leads), report_written=False
+    )
+
+
+def _fingerprint(directory: Path, phase: str) -> dict[str, Any] | None:
+    """The environment of the machine that ran `phase`, as its script recorded it (None: not)."""
+    from trainparity.resume.plan import PHASE_ENVIRONMENT_FILE
+
+    try:
+        recorded = json.loads(
+            (directory / phase / PHASE_ENVIRONMENT_FILE).read_text(encoding="utf-8")
+        )
+        return dict(recorded["environment"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _read_plan(path: Path) -> dict[str, Any]:

@@ -40,12 +40,15 @@ def report_dict(result: Any) -> dict[str, Any]:
 
     Like dataclasses.asdict: nested dataclasses become dicts, tuples stay tuples
     (they become JSON arrays when serialised). Fields marked
-    `metadata={"reported": False}` are left out, and so are a process row's
+    `metadata={"reported": False}` are left out, those marked
+    `{"omitted_when_none": True}` when None, and so are a process row's
     `job_id` when None and `nodes` when empty.
     """
     fields = dataclasses.asdict(result)
     for field in dataclasses.fields(result):
-        if not field.metadata.get("reported", True):
+        if not field.metadata.get("reported", True) or (
+            field.metadata.get("omitted_when_none") and fields[field.name] is None
+        ):
             del fields[field.name]
     fields["outcome"] = str(Outcome(fields["outcome"]).value)
     # A phase run by a scheduler names its job, a multi-node phase its nodes; other phases'

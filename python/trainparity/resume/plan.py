@@ -7,13 +7,16 @@ checkpoint, and the phase it waits for (candidate_resume stages
 candidate_split's checkpoint first, as the check does). Every run directory
 is under DIR, so the phases' outputs land where `trainparity judge DIR`
 (executors/replay.py) reads them. Paths are absolute: run the scripts on
-machines that see DIR at the same path.
+machines that see DIR at the same path. Each script also records the
+fingerprint of the machine that ran its phase (`trainparity env --json`
+with the planning interpreter, where it exists there), which judge compares.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,9 +30,11 @@ from trainparity.recording.resume import phase_recording_environment
 from trainparity.resume.check import resume_case_setup
 from trainparity.resume.execution import resume_end_steps
 
-__all__ = ["PLAN_FILE", "write_plan"]
+__all__ = ["PHASE_ENVIRONMENT_FILE", "PLAN_FILE", "write_plan"]
 
 PLAN_FILE = "plan.json"
+# Each script records the fingerprint of the machine that ran its phase, for judge's leads.
+PHASE_ENVIRONMENT_FILE = "environment.json"
 PLAN_SCHEMA_VERSION = 1
 
 
@@ -105,6 +110,7 @@ def _tolerance(comparison: ComparisonPolicy | None) -> dict[str, Any] | None:
 def _script(phase: dict[str, Any], cwd: Path, staging: tuple[Path, Path] | None) -> str:
     quote = shlex.quote
     run_dir, result = quote(phase["run_dir"]), quote(phase["result"])
+    environment = quote(str(Path(phase["run_dir"]) / PHASE_ENVIRONMENT_FILE))
     lines = [
         "#!/bin/sh",
         f"# Phase {phase['name']} of a trainparity resume check (plan.json beside this script).",
@@ -122,11 +128,15 @@ def _script(phase: dict[str, Any], cwd: Path, staging: tuple[Path, Path] | None)
         ]
     assignments = [f"{key}={value}" for key, value in phase["environment"].items()]
     command = " ".join(quote(item) for item in ["env", *assignments, *phase["argv"]])
+    environment_command = " ".join(quote(item) for item in ["env", *assignments, sys.executable])
     lines += [
         f"{command} >{run_dir}/stdout.log 2>{run_dir}/stderr.log &",
         "pid=$!",
         'wait "$pid"',
         "status=$?",
+        "# The machine's fingerprint, for the leads of `trainparity judge` (best effort).",
+        f"{environment_command} -m trainparity env --json >{environment} 2>/dev/null"
+        f" || rm -f {environment}",
         f'printf \'{{"exit_code": %d, "pid": %d}}\\n\' "$status" "$pid" >{result}.tmp && mv {result}.tmp {result}',
         'exit "$status"',
         "",
