@@ -23,6 +23,7 @@ from trainparity.coverage.audit import (
     audit_rank_iterables,
     audit_sample_coverage,
 )
+from trainparity.coverage.global_order import SameGlobalOrder
 from trainparity.environment import environment_fingerprint
 from trainparity.forensics.trace_diff import TraceDiff, diff_traces
 from trainparity.forensics.tracing import trace
@@ -54,6 +55,7 @@ __all__ = [
     "ExactlyOnce",
     "ExpectedPadding",
     "NoCrossRankOverlap",
+    "SameGlobalOrder",
     "SampleAnomaly",
     "SampleCoverageResult",
     "SampleObservation",

@@ -11,10 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
-from trainparity.distributed.resume_coverage import (
-    BoundaryDifference,
-    resume_coverage_differences,
-)
+from trainparity.coverage.resume_chain import resume_chain_differences
+from trainparity.distributed.resume_coverage import BoundaryDifference
 from trainparity.outcomes import Outcome
 from trainparity.processes.children import (
     PhaseChildren,
@@ -156,7 +154,11 @@ class ResumeExecution:
         parted = _recorded(trajectories.candidates_part)
         began = time.perf_counter()
         final_differences = self.policy.compare_all(snapshot_a, snapshot_resume)
-        coverage = resume_coverage_differences(self.settings.run_root)
+        root = self.settings.run_root
+        coverage = resume_chain_differences(
+            root / "baseline_a" / "ids",
+            [(name, root / name / "ids") for name in ("candidate_split", "candidate_resume")],
+        )
         # Sample order first: a resume that repeats or skips samples explains the states.
         differences = (*(placed.difference for placed in coverage), *final_differences)
         self.timings["candidate_comparison"] = time.perf_counter() - began
