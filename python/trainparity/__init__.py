@@ -2,6 +2,7 @@
 
 from trainparity.api import (
     AtLeastOnce,
+    CommandCase,
     ExactComparison,
     ExactlyOnce,
     ExpectedPadding,
@@ -36,6 +37,7 @@ __all__ = [
     "__version__",
     "check_resume",
     "check_runs",
+    "CommandCase",
     "compare_states",
     "record",
     "trace",

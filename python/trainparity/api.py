@@ -28,6 +28,7 @@ from trainparity.environment import environment_fingerprint
 from trainparity.forensics.trace_diff import TraceDiff, diff_traces
 from trainparity.forensics.tracing import trace
 from trainparity.outcomes import Outcome
+from trainparity.processes.command_case import CommandCase
 from trainparity.protocols import (
     AccumulationCase,
     LossAccounting,
@@ -76,6 +77,7 @@ __all__ = [
     "ToleranceComparison",
     "check_resume",
     "check_runs",
+    "CommandCase",
     "RunVariant",
     "RunsCase",
     "RunsResult",

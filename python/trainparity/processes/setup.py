@@ -12,6 +12,7 @@ from typing import Any, Protocol, TypeVar
 from trainparity.comparison.policies import ComparisonPolicy
 from trainparity.comparison.states import checked_policy
 from trainparity.environment import environment_fingerprint
+from trainparity.processes.executor import PhaseExecutor
 from trainparity.processes.progress import ProgressCallback, ProgressReporter
 from trainparity.processes.run_directory import run_directory
 from trainparity.processes.termination import terminating_signals_unwind
@@ -47,6 +48,7 @@ class RunSettings:
     parallel: bool
     progress: ProgressReporter
     threads: ChildThreads
+    executor: PhaseExecutor | None = None  # None: the phases run here, as local children
 
     def environment_report(self) -> dict[str, Any]:
         """The report's environment section: the children's fingerprint and their thread count."""
@@ -83,7 +85,8 @@ class CheckRunner:
 
     Each is checked here, the same way for all three, before anything runs:
     `comparison` (None: exact), `timeout` per child, `temporary_root` for the
-    run directory, `parallel` (None: decided per device) and `progress`.
+    run directory, `parallel` (None: decided per device), `progress`, and
+    `executor` (None: the training phases run as local children).
     """
 
     def __init__(
@@ -94,12 +97,19 @@ class CheckRunner:
         temporary_root: Path | None = None,
         parallel: bool | None = None,
         progress: bool | ProgressCallback | None = None,
+        executor: PhaseExecutor | None = None,
     ) -> None:
         self.policy = checked_policy(comparison)  # first, as the contract's accumulation tests ask
         self.timeout = checked_timeout(timeout)
         self.parallel = checked_parallel(parallel)
         self.temporary_root = Path(temporary_root) if temporary_root is not None else None
         self.progress = ProgressReporter(progress)
+        if executor is not None and not isinstance(executor, PhaseExecutor):
+            raise TypeError(
+                f"executor must be None or a phase executor such as "
+                f"trainparity.executors.SlurmExecutor, not {type(executor).__name__}"
+            )
+        self.executor = executor
 
     @contextmanager
     def run_settings(
@@ -120,7 +130,10 @@ class CheckRunner:
         `concurrent_children` is how many children the check runs at once when
         parallel; the thread count of every phase is decided from it here, once.
         """
-        parallel = wants_parallel(self.parallel, device)
+        # A scheduler's jobs run side by side whatever this host has (unless asked not to).
+        parallel = (
+            (self.parallel is not False) if self.executor else wants_parallel(self.parallel, device)
+        )
         threads = child_threads(environment, concurrent_children if parallel else 1)
         with (
             terminating_signals_unwind(),
@@ -135,6 +148,7 @@ class CheckRunner:
                 parallel=parallel,
                 progress=self.progress,
                 threads=threads,
+                executor=self.executor,
             )
 
     def finished(self, result: ResultT, report_path: Path | None) -> ResultT:

@@ -31,7 +31,7 @@ from trainparity.recording.resume import (
 )
 from trainparity.resume.result import ProcessResumeResult
 
-__all__ = ["CONCURRENT_CHILDREN", "ResumeExecution"]
+__all__ = ["CONCURRENT_CHILDREN", "ResumeExecution", "resume_end_steps"]
 
 _CONCURRENT_PHASES = ("baseline_a", "baseline_b", "candidate_split")
 CONCURRENT_CHILDREN = len(_CONCURRENT_PHASES)  # what each phase's threads are shared over
@@ -40,6 +40,16 @@ _TIMING_KEYS = {
     "candidate_split": "candidate_save_exit",
     "candidate_resume": "candidate_new_process_load_resume",
 }
+
+
+def resume_end_steps(case: ProcessResumeCase) -> dict[str, int]:
+    """Each phase of a resume check, in order, and the step it trains to."""
+    return {
+        "baseline_a": case.total_step,
+        "baseline_b": case.total_step,
+        "candidate_split": case.split_step,
+        "candidate_resume": case.total_step,
+    }
 
 
 class ResumeExecution:
@@ -60,12 +70,7 @@ class ResumeExecution:
         self.settings = settings
         self.staged_checkpoint_hook = staged_checkpoint_hook
         root = settings.run_root
-        end_steps = {
-            "baseline_a": case.total_step,
-            "baseline_b": case.total_step,
-            "candidate_split": case.split_step,
-            "candidate_resume": case.total_step,
-        }
+        end_steps = resume_end_steps(case)
         self.timings: dict[str, float] = {}
         self.children = PhaseChildren(
             case_spec=case_spec,
@@ -222,6 +227,10 @@ class ResumeExecution:
         staged = self.children.checkpoint_path(
             "candidate_resume", resume_dir, "before child launch"
         )
+        if getattr(self.children.launcher, "replays", False):
+            return (
+                staged  # the phases ran elsewhere, from a plan that staged it (trainparity judge)
+            )
         try:
             staged.parent.mkdir(parents=True, exist_ok=True)
             if split_checkpoint.is_dir():
