@@ -1,9 +1,10 @@
-"""Sample order across the resume boundary: split + resume must consume what baseline_a consumed.
+"""Sample order across the resume boundaries: the candidate phases must consume what baseline_a did.
 
 When the training script records the IDs it consumes (`record_ids`),
 check_resume gives every phase its own record directory. For each epoch and
-rank that baseline_a recorded, the IDs of candidate_split followed by those
-of candidate_resume must be exactly baseline_a's sequence. The first position
+rank that baseline_a recorded, the IDs of the candidate phases in order
+(candidate_split, then each resumed phase of a chain, candidate_resume last)
+must be exactly baseline_a's sequence. The first position
 where they part is reported at `coverage.epoch{E}.rank{R}`, as a repeated ID
 (a resumed sampler that restarted its epoch, or fast-forwarded too little),
 a missing ID (one that skipped ahead), an extra ID, or a different order.
@@ -17,6 +18,7 @@ candidate never reached it, the step during which baseline_a did.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,17 +86,12 @@ def _describe(
     epoch: int,
     rank: int,
     baseline: _PhaseIds,
-    split: _PhaseIds,
-    resume: _PhaseIds,
+    candidates: list[tuple[str, _PhaseIds]],
     actual: list[int],
     position: int,
 ) -> BoundaryDifference:
-    expected, split_count = baseline.values, len(split.values)
-    phase, offset, steps = (
-        ("candidate_split", position, split.steps)
-        if position < split_count
-        else ("candidate_resume", position - split_count, resume.steps)
-    )
+    expected = baseline.values
+    phase, offset, steps = _phase_at(candidates, position)
     baseline_step = baseline.steps.step_at(position) if position < len(expected) else None
     candidate_step = steps.step_at(offset) if position < len(actual) else None
     where = (
@@ -108,11 +105,12 @@ def _describe(
     )
     path = f"coverage.epoch{epoch}.rank{rank}"
     if position >= len(actual):
+        stopped = " + ".join(_short_names(name for name, _ in candidates))
         difference = Difference(
             path=path,
             reason="sample_missing",
             baseline=baseline_text,
-            candidate=f"ID {expected[position]} never consumed: split + resume stop after "
+            candidate=f"ID {expected[position]} never consumed: {stopped} stop after "
             f"{len(actual)} IDs",
         )
         return BoundaryDifference(difference, baseline_step)
@@ -120,6 +118,27 @@ def _describe(
         _consumed_difference(path, expected, actual, position, where, baseline_text),
         candidate_step,
     )
+
+
+def _phase_at(
+    candidates: list[tuple[str, _PhaseIds]], position: int
+) -> tuple[str, int, ConsumptionSteps]:
+    """(phase, position within it, its steps) of a position in the candidates' joined sequence."""
+    offset = position
+    for name, ids in candidates[:-1]:
+        if offset < len(ids.values):
+            return name, offset, ids.steps
+        offset -= len(ids.values)
+    name, ids = candidates[-1]
+    return name, offset, ids.steps
+
+
+def _short_names(names: Iterable[str]) -> list[str]:
+    """`split + resume` as the single-split message always said; chains name their phases."""
+    listed = list(names)
+    if listed == ["candidate_split", "candidate_resume"]:
+        return ["split", "resume"]
+    return listed
 
 
 def _consumed_difference(
@@ -155,23 +174,27 @@ def _consumed_difference(
     )
 
 
-def resume_coverage_differences(run_root: Path) -> list[BoundaryDifference]:
-    """Differences of split + resume's sample order from baseline_a's, epoch by epoch, rank by rank.
+def resume_coverage_differences(
+    run_root: Path, candidate_phases: Sequence[str] = ("candidate_split", "candidate_resume")
+) -> list[BoundaryDifference]:
+    """Differences of the candidate phases' joined sample order from baseline_a's, per epoch and rank.
 
-    Empty when baseline_a recorded no IDs (the script does not call record_ids).
+    `candidate_phases` in the order they ran (a chain of resumes lists every
+    link). Empty when baseline_a recorded no IDs (the script does not call
+    record_ids).
     """
     baseline = _records(run_root / "baseline_a" / "ids")
     if not baseline:
         return []
-    split = _records(run_root / "candidate_split" / "ids")
-    resume = _records(run_root / "candidate_resume" / "ids")
+    candidates = [(name, _records(run_root / name / "ids")) for name in candidate_phases]
     differences = []
-    for epoch in sorted(set(baseline) | set(split) | set(resume)):
-        ranks = set(baseline.get(epoch, {})) | set(split.get(epoch, {}))
-        for rank in sorted(ranks | set(resume.get(epoch, {}))):
-            phases = [_phase_ids(records, epoch, rank) for records in (baseline, split, resume)]
-            actual = phases[1].values.tolist() + phases[2].values.tolist()
-            position = _first_mismatch(phases[0].values, actual)
+    every = [baseline, *(records for _, records in candidates)]
+    for epoch in sorted(set().union(*every)):
+        for rank in sorted(set().union(*(records.get(epoch, {}) for records in every))):
+            expected = _phase_ids(baseline, epoch, rank)
+            phases = [(name, _phase_ids(records, epoch, rank)) for name, records in candidates]
+            actual = [value for _, ids in phases for value in ids.values.tolist()]
+            position = _first_mismatch(expected.values, actual)
             if position is not None:
-                differences.append(_describe(epoch, rank, *phases, actual, position))
+                differences.append(_describe(epoch, rank, expected, phases, actual, position))
     return differences

@@ -40,11 +40,14 @@ def report_dict(result: Any) -> dict[str, Any]:
 
     Like dataclasses.asdict: nested dataclasses become dicts, tuples stay tuples
     (they become JSON arrays when serialised). Fields marked
-    `metadata={"reported": False}` are left out.
+    `metadata={"reported": False}` are left out, and those marked
+    `{"reported": "unless None"}` while they are None (a key added later that
+    must not change the reports written before it).
     """
     fields = dataclasses.asdict(result)
     for field in dataclasses.fields(result):
-        if not field.metadata.get("reported", True):
+        reported = field.metadata.get("reported", True)
+        if not reported or (reported == "unless None" and fields[field.name] is None):
             del fields[field.name]
     fields["outcome"] = str(Outcome(fields["outcome"]).value)
     return add_report_metadata(fields)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from trainparity.processes.check_result import PhaseCheckResult
 
@@ -14,3 +15,8 @@ class ProcessResumeResult(PhaseCheckResult):
     """The verdict of `check_resume` (CONTRACT §6.11), plus hints when baselines disagree."""
 
     fresh_resume_processes_distinct: bool = False
+    # A chain of resumes or an elastic resume (resume/chain.py): each candidate phase's
+    # steps and rank count. Absent from the report of one split at the case's rank count.
+    resume_chain: tuple[dict[str, Any], ...] | None = field(
+        default=None, metadata={"reported": "unless None"}
+    )
