@@ -18,8 +18,10 @@ candidate never reached it, the step during which baseline_a did.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from trainparity.comparison.policies import Difference
@@ -51,7 +53,7 @@ class _PhaseIds:
     steps: ConsumptionSteps
 
 
-def _phase_ids(records: dict[int, dict[int, Path]], epoch: int, rank: int) -> _PhaseIds:
+def _phase_ids(records: dict[int, dict[int, Path]], epoch: int, *, rank: int) -> _PhaseIds:
     path = records.get(epoch, {}).get(rank)
     if path is None:
         return _PhaseIds(memoryview(b"").cast("q"), ConsumptionSteps([]))
@@ -84,7 +86,7 @@ def _during(step: int | None) -> str:
 
 def _describe(
     epoch: int,
-    rank: int,
+    rank: int | None,
     baseline: _PhaseIds,
     candidates: list[tuple[str, _PhaseIds]],
     actual: list[int],
@@ -94,8 +96,9 @@ def _describe(
     phase, offset, steps = _phase_at(candidates, position)
     baseline_step = baseline.steps.step_at(position) if position < len(expected) else None
     candidate_step = steps.step_at(offset) if position < len(actual) else None
+    ranks = "on all ranks together" if rank is None else f"on rank {rank}"
     where = (
-        f"position {position} of epoch {epoch} on rank {rank} "
+        f"position {position} of epoch {epoch} {ranks} "
         f"({phase}'s position {offset}{_during(candidate_step)})"
     )
     baseline_text = f"ID {expected[position]}" if position < len(expected) else "no more IDs"
@@ -103,7 +106,7 @@ def _describe(
         f"{baseline_text} at position {position}{_during(baseline_step)} "
         f"({len(expected)} IDs in the epoch)"
     )
-    path = f"coverage.epoch{epoch}.rank{rank}"
+    path = f"coverage.epoch{epoch}." + ("global" if rank is None else f"rank{rank}")
     if position >= len(actual):
         stopped = " + ".join(_short_names(name for name, _ in candidates))
         difference = Difference(
@@ -175,12 +178,19 @@ def _consumed_difference(
 
 
 def resume_coverage_differences(
-    run_root: Path, candidate_phases: Sequence[str] = ("candidate_split", "candidate_resume")
+    run_root: Path,
+    candidate_phases: Sequence[str] = ("candidate_split", "candidate_resume"),
+    *,
+    global_order: bool = False,
 ) -> list[BoundaryDifference]:
     """Differences of the candidate phases' joined sample order from baseline_a's, per epoch and rank.
 
     `candidate_phases` in the order they ran (a chain of resumes lists every
-    link). Empty when baseline_a recorded no IDs (the script does not call
+    link). `global_order`: the phases ran on different world sizes, so no
+    rank's sequence carries over; every phase's ranks are merged into one
+    global sequence instead (each step's IDs from all ranks, sorted, step
+    after step; `_global_ids`) and compared at `coverage.epoch{E}.global`.
+    Empty when baseline_a recorded no IDs (the script does not call
     record_ids).
     """
     baseline = _records(run_root / "baseline_a" / "ids")
@@ -190,11 +200,38 @@ def resume_coverage_differences(
     differences = []
     every = [baseline, *(records for _, records in candidates)]
     for epoch in sorted(set().union(*every)):
-        for rank in sorted(set().union(*(records.get(epoch, {}) for records in every))):
-            expected = _phase_ids(baseline, epoch, rank)
-            phases = [(name, _phase_ids(records, epoch, rank)) for name, records in candidates]
+        if global_order:
+            groups: list[tuple[int | None, Callable]] = [(None, _global_ids)]
+        else:
+            ranks = set().union(*(records.get(epoch, {}) for records in every))
+            groups = [(rank, partial(_phase_ids, rank=rank)) for rank in sorted(ranks)]
+        for rank, ids_of in groups:
+            expected = ids_of(baseline, epoch)
+            phases = [(name, ids_of(records, epoch)) for name, records in candidates]
             actual = [value for _, ids in phases for value in ids.values.tolist()]
             position = _first_mismatch(expected.values, actual)
             if position is not None:
                 differences.append(_describe(epoch, rank, expected, phases, actual, position))
     return differences
+
+
+def _global_ids(records: dict[int, dict[int, Path]], epoch: int) -> _PhaseIds:
+    """One phase's IDs of one epoch on all its ranks: step by step, each step's IDs sorted.
+
+    Within a step, which rank took which sample depends on the world size;
+    the step's global batch does not. IDs that no record() placed on a step
+    follow, rank by rank.
+    """
+    batches: dict[int | None, list[int]] = {}
+    for rank in sorted(records.get(epoch, {})):
+        ids = _phase_ids(records, epoch, rank=rank)
+        for position, value in enumerate(ids.values.tolist()):
+            batches.setdefault(ids.steps.step_at(position), []).append(value)
+    values: list[int] = []
+    marks = []
+    for step in sorted(step for step in batches if step is not None):
+        batch = sorted(batches[step])
+        marks.append((step, len(values), len(values) + len(batch)))
+        values.extend(batch)
+    values.extend(batches.get(None, []))
+    return _PhaseIds(memoryview(array("q", values)), ConsumptionSteps(marks))

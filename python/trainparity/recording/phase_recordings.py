@@ -42,6 +42,8 @@ class PhaseRecordings:
         self.policy = policy
         self.recordings: dict[str, dict[int, Recording]] = {}
         self.divergence: StepDivergence | None = None
+        # Per child compared on the global state (another world size): how it was compared.
+        self.compared_on: dict[str, str] = {}
 
     @property
     def recorded(self) -> bool:
@@ -61,6 +63,7 @@ class PhaseRecordings:
                     if recordings
                 },
                 "first_divergence": None if self.divergence is None else self.divergence.to_dict(),
+                **({"compared_on": dict(self.compared_on)} if self.compared_on else {}),
             },
             "final_state_differences": final_differences,
         }

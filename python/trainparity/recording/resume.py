@@ -19,6 +19,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 from trainparity.comparison.policies import ComparisonPolicy
+from trainparity.recording.elastic import global_pairs, joined_steps
 from trainparity.recording.phase_recordings import (
     RECORDINGS_DIRECTORY,
     PhaseRecordings,
@@ -52,11 +53,16 @@ class ResumeTrajectories(PhaseRecordings):
     """The phases' recordings of one check, read when the decision sequence needs them.
 
     `candidates` is the candidate side in order, (phase, step it starts
-    from): candidate_split from 0, then each resumed phase from its split step.
+    from, elastic): candidate_split from 0, then each resumed phase from its
+    split step; an elastic phase ran on another world size than baseline_a
+    and is compared on the global state (recording/elastic.py).
     """
 
     def __init__(
-        self, run_root: Path, policy: ComparisonPolicy, candidates: Sequence[tuple[str, int]]
+        self,
+        run_root: Path,
+        policy: ComparisonPolicy,
+        candidates: Sequence[tuple[str, int, bool]],
     ) -> None:
         super().__init__(run_root, policy)
         self.candidates = tuple(candidates)
@@ -85,25 +91,53 @@ class ResumeTrajectories(PhaseRecordings):
         if not self.recordings.get("baseline_a"):
             return None
         baseline = self.recordings["baseline_a"]
-        for phase, _ in self.candidates:
-            self.read(phase)
-            self._require_same_ranks("baseline_a", phase)
-        found = []
+        found: list[StepDivergence | None] = []
         last = self.candidates[-1][0]
-        for rank, recording in baseline.items():
-            for phase, from_step in self.candidates:
-                candidate = self.recordings[phase][rank].steps
-                found.append(
-                    first_divergence(
-                        self.policy,
-                        _aligned(recording.steps, candidate, from_step, to_end=phase == last),
-                        rank=rank,
-                        baseline_phase="baseline_a",
-                        candidate_phase=phase,
-                    )
+        for phase, from_step, elastic in self.candidates:
+            self.read(phase)
+            if elastic:
+                found.append(self._elastic_part(phase, from_step, to_end=phase == last))
+                continue
+            self._require_same_ranks("baseline_a", phase)
+            per_rank = [
+                first_divergence(
+                    self.policy,
+                    _aligned(
+                        recording.steps,
+                        self.recordings[phase][rank].steps,
+                        from_step,
+                        to_end=phase == last,
+                    ),
+                    rank=rank,
+                    baseline_phase="baseline_a",
+                    candidate_phase=phase,
                 )
-        self.divergence = _earliest(rank_named(found, len(baseline)))
+                for rank, recording in baseline.items()
+            ]
+            found.extend(rank_named(per_rank, len(baseline)))
+        self.divergence = _earliest(found)
         return self.divergence
+
+    def _elastic_part(self, phase: str, from_step: int, *, to_end: bool) -> StepDivergence | None:
+        """A phase on another world size than baseline_a, compared on the global state."""
+        if not self.recordings[phase]:
+            raise TrajectoryError(f"{phase} recorded nothing: record() must run in every phase")
+        used: set[str] = set()
+        pairs = _aligned(
+            joined_steps(self.recordings["baseline_a"], "baseline_a"),
+            joined_steps(self.recordings[phase], phase),
+            from_step,
+            to_end=to_end,
+        )
+        divergence = first_divergence(
+            self.policy,
+            global_pairs(pairs, used),
+            rank=0,
+            baseline_phase="baseline_a",
+            candidate_phase=phase,
+        )
+        self.compared_on[phase] = " and ".join(sorted(used))
+        return divergence
 
     def _require_same_ranks(self, reference: str, other: str) -> None:
         expected, found = set(self.read(reference)), set(self.read(other))

@@ -117,7 +117,10 @@ class ResumeExecution:
         trajectories = ResumeTrajectories(
             self.settings.run_root,
             self.policy,
-            tuple((phase.name, phase.from_step) for phase in self.chain),
+            tuple(
+                (phase.name, phase.from_step, phase.world_size != self.chain[0].world_size)
+                for phase in self.chain
+            ),
         )
         parted = _recorded(trajectories.baselines_part)
         began = time.perf_counter()
@@ -162,7 +165,9 @@ class ResumeExecution:
         began = time.perf_counter()
         final_differences = self.policy.compare_all(snapshot_a, snapshot_resume)
         coverage = resume_coverage_differences(
-            self.settings.run_root, [phase.name for phase in self.chain]
+            self.settings.run_root,
+            [phase.name for phase in self.chain],
+            global_order=len({phase.world_size for phase in self.chain}) > 1,
         )
         # Sample order first: a resume that repeats or skips samples explains the states.
         differences = (*(placed.difference for placed in coverage), *final_differences)
