@@ -6,6 +6,7 @@ Usage: python run_parity.py [CaseClass] [2,1]
 compared under a tolerance: two world sizes sum the gradients in another order.
 """
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,10 +19,12 @@ named = [argument for argument in arguments if "," not in argument]
 case = named[0] if named else "FsdpResumeCase"
 world_sizes = tuple(int(size) for size in sizes[0].split(",")) if sizes else None
 label = case + ("" if world_sizes is None else "-" + "-".join(map(str, world_sizes)))
+work_dir = root / ".trainparity-runs" / label
+shutil.rmtree(work_dir, ignore_errors=True)  # recordings of an earlier run would collide
 result = check_resume(
     f"parity_case:{case}",
     cwd=root,
-    work_dir=root / ".trainparity-runs" / label,
+    work_dir=work_dir,
     report_path=root / f"trainparity-report-{label}.json",
     environment={"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"},  # one thread per rank
     comparison=None if world_sizes is None else ToleranceComparison(rtol=1e-4, atol=1e-6),
