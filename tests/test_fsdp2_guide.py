@@ -9,13 +9,11 @@ the reports of those runs.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.fixtures.example_projects import copied_project, run_parity_reports
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "docs" / "examples" / "fsdp2_project"
@@ -39,27 +37,10 @@ def _label(case: str, sizes: str | None) -> str:
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> dict[str, dict]:
-    project = tmp_path_factory.mktemp("fsdp2") / "project"
-    shutil.copytree(
-        EXAMPLE,
-        project,
-        ignore=shutil.ignore_patterns(".trainparity-runs", "trainparity-report*", "__pycache__"),
-    )
-    pending, running, done = list(RUNS), {}, {}
-    while pending or running:
-        while pending and len(running) < AT_ONCE:
-            case, sizes = pending.pop(0)
-            argv = [sys.executable, "run_parity.py", case, *([sizes] if sizes else [])]
-            running[_label(case, sizes)] = subprocess.Popen(
-                argv, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-        label = next(iter(running))
-        process = running.pop(label)
-        stdout, stderr = process.communicate(timeout=900)
-        report_path = project / f"trainparity-report-{label}.json"
-        assert report_path.exists(), stdout + stderr[-3000:]
-        done[label] = json.loads(report_path.read_text())
-    return done
+    project = copied_project(EXAMPLE, tmp_path_factory.mktemp("fsdp2"))
+    runs = [(_label(case, sizes), [case, *([sizes] if sizes else [])]) for case, sizes in RUNS]
+    done = run_parity_reports(project, runs, at_once=AT_ONCE, timeout=900)
+    return {label: report for label, (_, report) in done.items()}
 
 
 def _first(report: dict) -> tuple[str, int, str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import torch
 
@@ -134,13 +135,7 @@ class _Builder:
             )
             whole[region] = shard.to_tensor()
         captured = FrozenTensor.capture(whole)
-        return FrozenTensor(
-            shape=captured.shape,
-            dtype=first.dtype,
-            device=first.device,
-            requires_grad=first.requires_grad,
-            data=captured.data,
-        )
+        return replace(captured, device=first.device, requires_grad=first.requires_grad)
 
     def summary(self, places: list[tuple[tuple, int]], path: StatePath) -> FrozenMapping:
         assert self.summaries is not None
