@@ -1,10 +1,11 @@
 """docs/distributed.md's FSDP2 project: real fully_shard ranks on gloo, DCP, PASS clean, FAIL per fault.
 
-Nine real check_resume runs, two at a time, each phase a torchrun job:
-on 2 ranks throughout (the clean run and four resume bugs), and saved on 2
-ranks then resumed on 1 (the clean elastic resume under a tolerance, and
-three bugs that only a change of world size shows). Every assertion reads
-the reports of those runs.
+Nine real check_resume runs and two check_runs, two at a time, each phase
+a torchrun job: on 2 ranks throughout (the clean run and four resume bugs);
+saved on 2 ranks then resumed on 1 (the clean elastic resume under a
+tolerance, and three bugs that only a change of world size shows); 2 ranks
+against 1 in check_runs (clean, and gradients summed instead of averaged).
+Every assertion reads the reports of those runs.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ RUNS = (
     ("PerRankSamplerPositionCase", "2,1"),
     ("PerRankStepCounterCase", "2,1"),
     ("OptimizerDroppedOnReshardCase", "2,1"),
+    ("WorldSizeRunsCase", None),
+    ("SummedGradientsRunsCase", None),
 )
 AT_ONCE = 2
 
@@ -116,3 +119,17 @@ def test_an_optimizer_dropped_by_a_resharding_load_fails_at_the_round_trip(repor
     outcome, step, path = _first(reports["OptimizerDroppedOnReshardCase-2-1"])
     assert (outcome, step) == ("FAIL", 2)
     assert path.startswith("optim.state"), path
+
+
+def test_two_ranks_and_one_agree_under_tolerance_in_check_runs(reports):
+    report = reports["WorldSizeRunsCase"]
+    assert report["outcome"] == "PASS", report["message"]
+    assert report["trajectory"]["compared_on"] == {
+        "ranks1_a": "global tensors, reassembled from every rank's shards"
+    }
+
+
+def test_gradients_summed_over_ranks_fail_at_the_gradient(reports):
+    report = reports["SummedGradientsRunsCase"]
+    outcome, step, path = _first(report)
+    assert (outcome, step, path) == ("FAIL", 1, 'grad["0.weight"]')

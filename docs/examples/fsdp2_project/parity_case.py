@@ -27,9 +27,13 @@ class FsdpResumeCase:
             script += ["--resume", str(plan.resume_from)]
         if self.fault is not None:
             script += ["--fault", self.fault]
+        return torchrun_command(
+            script, nproc_per_node=self.ranks(plan), log_dir=plan.run_dir / "ranks"
+        )
+
+    def ranks(self, plan) -> int:
         # check_resume(world_sizes=...) sets plan.world_size per phase: an elastic resume.
-        ranks = plan.world_size or RANKS
-        return torchrun_command(script, nproc_per_node=ranks, log_dir=plan.run_dir / "ranks")
+        return plan.world_size or RANKS
 
     def checkpoint_path(self, run_dir: Path) -> Path:
         return run_dir / "checkpoint"  # a DCP directory, written by every rank
@@ -83,3 +87,23 @@ class OptimizerDroppedOnReshardCase(FsdpResumeCase):
     """Elastic: only the model is loaded when the world size changed."""
 
     fault = "optimizer-dropped-on-reshard"
+
+
+class WorldSizeRunsCase(FsdpResumeCase):
+    """check_runs: the same training on 2 ranks and on 1, gradients recorded."""
+
+    name = "example_fsdp2_world_sizes"
+    total_step = 3
+    variants = {
+        "ranks2": {"args": ["--record-gradients"]},
+        "ranks1": {"args": ["--record-gradients"]},
+    }
+
+    def ranks(self, plan) -> int:
+        return int(plan.phase.split("_")[0].removeprefix("ranks"))  # phase: <variant>_<a|b>
+
+
+class SummedGradientsRunsCase(WorldSizeRunsCase):
+    """check_runs: gradients summed over the ranks instead of averaged."""
+
+    fault = "sum-gradients"

@@ -15,8 +15,9 @@ DCP directory written through `get_state_dict` and read back through
 
 `--fault` names an intentional resume bug (docs/distributed.md, "FSDP2"):
 fresh-optimizer-load, uneven-shard-offsets, cached-state-dict-hook,
-scheduler-not-restored; and, for a resume on another world size,
-per-rank-sampler-position, per-rank-step-counter, optimizer-dropped-on-reshard.
+scheduler-not-restored; for a resume on another world size,
+per-rank-sampler-position, per-rank-step-counter, optimizer-dropped-on-reshard;
+and, for check_runs of 2 ranks against 1, sum-gradients.
 """
 
 import argparse
@@ -48,6 +49,7 @@ def main() -> None:
     parser.add_argument("--end-step", type=int, required=True)
     parser.add_argument("--resume", type=Path)
     parser.add_argument("--fault")
+    parser.add_argument("--record-gradients", action="store_true")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
@@ -57,6 +59,10 @@ def main() -> None:
     for layer in model:
         fully_shard(layer)
     fully_shard(model)
+    if args.fault == "sum-gradients":
+        # The bug (pytorch#162338's symptom): gradients summed over the ranks, not averaged.
+        for module in (*model, model):
+            module.set_gradient_divide_factor(1.0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 4))
     # Noise drawn for the whole global batch from one generator that every rank advances
@@ -73,7 +79,7 @@ def main() -> None:
     step = position = 0  # position: the sampler sequence's index of the step's first sample
     if args.resume is not None:
         step, position = load(args, model, optimizer, scheduler, noise, rank, world_size)
-    trainparity.record(step, observed(model, scheduler, optimizer, step))
+    trainparity.record(step, observed(model, scheduler, optimizer, step, args))
 
     order = torch.randperm(SAMPLES, generator=torch.Generator().manual_seed(3))
     tokens = torch.randint(VOCABULARY, (SAMPLES,), generator=torch.Generator().manual_seed(4))
@@ -92,7 +98,7 @@ def main() -> None:
         scheduler.step()
         step += 1
         position += GLOBAL_BATCH
-        trainparity.record(step, observed(model, scheduler, optimizer, step))
+        trainparity.record(step, observed(model, scheduler, optimizer, step, args))
 
     save(args, model, optimizer, scheduler, noise, step, rank, cached_model_state)
     end_rank()
@@ -103,14 +109,20 @@ def _detached_copies(module, state_dict, prefix, local_metadata) -> None:
         state_dict[key] = value.detach().clone()
 
 
-def observed(model, scheduler, optimizer, step: int) -> dict:
-    """What record() keeps: the sharded model and optimizer (each rank its local shards), LR, step."""
+def observed(model, scheduler, optimizer, step: int, args) -> dict:
+    """What record() keeps: the sharded model and optimizer (each rank its local shards), LR, step.
+
+    With --record-gradients also the step's gradients (sharded too), for check_runs.
+    """
     model_state, optimizer_state = get_state_dict(model, optimizer)
-    return {
+    state = {
         "model": model_state,
         "optim": optimizer_state,
         "train": {"step": step, "lr": scheduler.get_last_lr()[0], "epoch": scheduler.last_epoch},
     }
+    if args.record_gradients:
+        state["grad"] = {name: parameter.grad for name, parameter in model.named_parameters()}
+    return state
 
 
 def save(args, model, optimizer, scheduler, noise, step, rank, cached_model_state) -> None:
@@ -133,11 +145,13 @@ def save(args, model, optimizer, scheduler, noise, step, rank, cached_model_stat
 
 def load(args, model, optimizer, scheduler, noise, rank: int, world_size: int) -> tuple[int, int]:
     """Restore what save() wrote, on any world size; returns (step, data position) to continue from."""
-    model_state, optimizer_state = get_state_dict(model, optimizer)
     if args.fault == "fresh-optimizer-load":
         # The bug: a fresh optimizer's state_dict() holds no moments yet; dcp.load fills
         # only what it is given, so the optimizer resumes with none (no error).
-        optimizer_state = optimizer.state_dict()
+        model_state, optimizer_state = model.state_dict(), optimizer.state_dict()
+    else:
+        # get_state_dict gives the fresh optimizer placeholder moments for dcp.load to fill.
+        model_state, optimizer_state = get_state_dict(model, optimizer)
     train = {"step": 0, "scheduler_epoch": 0, "samples_per_rank": 0}
     state = {"model": model_state, "optim": optimizer_state, "train": train}
     resharded = len(list(args.resume.glob("rng-rank*.pt"))) != world_size
@@ -146,7 +160,7 @@ def load(args, model, optimizer, scheduler, noise, rank: int, world_size: int) -
         del state["optim"]
     dcp.load(state, checkpoint_id=args.resume)
     if args.fault == "fresh-optimizer-load":
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict={})
+        model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optim"])
     else:
         set_state_dict(

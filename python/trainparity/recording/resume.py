@@ -136,7 +136,8 @@ class ResumeTrajectories(PhaseRecordings):
             baseline_phase="baseline_a",
             candidate_phase=phase,
         )
-        self.compared_on[phase] = " and ".join(sorted(used))
+        if used:  # else no record was compared
+            self.compared_on[phase] = " and ".join(sorted(used))
         return divergence
 
     def _require_same_ranks(self, reference: str, other: str) -> None:
