@@ -27,7 +27,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 
 try:
     from torch.distributed.fsdp import fully_shard
@@ -59,10 +63,6 @@ def main() -> None:
     for layer in model:
         fully_shard(layer)
     fully_shard(model)
-    if args.fault == "sum-gradients":
-        # The bug (pytorch#162338's symptom): gradients summed over the ranks, not averaged.
-        for module in (*model, model):
-            module.set_gradient_divide_factor(1.0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 4))
     # Noise drawn for the whole global batch from one generator that every rank advances
@@ -94,6 +94,12 @@ def main() -> None:
         loss = torch.nn.functional.mse_loss(prediction, target)  # FSDP averages it over ranks
         optimizer.zero_grad()
         loss.backward()
+        if args.fault == "sum-gradients":
+            # The bug (pytorch#162338's symptom): the gradients summed over the ranks, not
+            # averaged. (FSDP2's own switch, set_gradient_divide_factor(1.0), needs a
+            # PREMUL_SUM reduction, which gloo lacks.)
+            for parameter in model.parameters():
+                parameter.grad.mul_(world_size)
         optimizer.step()
         scheduler.step()
         step += 1
@@ -162,12 +168,11 @@ def load(args, model, optimizer, scheduler, noise, rank: int, world_size: int) -
     if args.fault == "fresh-optimizer-load":
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optim"])
+    elif "optim" not in state:
+        set_model_state_dict(model, state["model"])
     else:
         set_state_dict(
-            model,
-            optimizer,
-            model_state_dict=state["model"],
-            optim_state_dict=state.get("optim", {}),
+            model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
         )
     if args.fault == "uneven-shard-offsets":
         _copy_embedding_rows_by_hand(args.resume, model, rank, world_size)
