@@ -1,12 +1,13 @@
 """Sharded and elastic costs: record() of an FSDP2 state per rank, chained and elastic checks vs by hand.
 
-    python benchmarks/bench_sharded.py [--megabytes 64] [--repeats 5] [--skip-elastic]
+    python benchmarks/bench_sharded.py [--megabytes 64] [--repeats 5] [--skip-elastic] [--record-only]
 
 Prints one line per ratio, with the targets of issue 22:
 
 - record() per rank of an FSDP2 state sharded over 2 gloo ranks ≤ 0.6× the
   record() of the same full state on one rank (local shards only, no
-  gather); CPU time of the recording process, summary and full mode;
+  gather); CPU time of one record() into an open recording (bench_record's
+  timing), summary and full mode;
 - check_resume with split_steps=(2, 4) (tests/fixtures/chain_job.py) and
   with world_sizes=(2, 1) (docs/examples/fsdp2_project) ≤ 1.1× the sum of
   their phases run by hand, one after the other (wall time).
@@ -31,9 +32,7 @@ def record_worker(megabytes: int, repeats: int, output: Path) -> None:
     """One rank of the torchrun job: times record() of its shards; rank 0 also of the full state."""
     import torch
     import torch.distributed as dist
-    import trainparity
-    from timing import median_seconds
-    from trainparity.recording import recording_to
+    from bench_record import recorded
 
     try:
         from torch.distributed.fsdp import fully_shard
@@ -52,20 +51,16 @@ def record_worker(megabytes: int, repeats: int, output: Path) -> None:
     full = {name: tensor.full_tensor() for name, tensor in sharded.items()}  # collective
     timings = {}
     with tempfile.TemporaryDirectory() as work:
+        counter = iter(range(1 << 30))
         for mode in ("summary", "full"):
-            counter = iter(range(1 << 30))
-
-            def record_into(state, mode=mode, counter=counter):
-                with recording_to(Path(work) / f"{mode}{next(counter)}", mode=mode, rank=rank):
-                    trainparity.record(0, state)
-
-            timings[f"sharded_{mode}"] = median_seconds(
-                lambda mode=mode, f=record_into: f(sharded), repeats, clock=time.process_time
-            )
-            if rank == 0:
-                timings[f"full_{mode}"] = median_seconds(
-                    lambda f=record_into: f(full), repeats, clock=time.process_time
+            states = {"sharded": sharded, "full": full} if rank == 0 else {"sharded": sharded}
+            for kind, state in states.items():
+                # bench_record's timing: one record() into an open recording, CPU time.
+                seconds = sorted(
+                    recorded(state, mode, Path(work) / f"run{next(counter)}", time.process_time)
+                    for _ in range(repeats)
                 )
+                timings[f"{kind}_{mode}"] = seconds[repeats // 2]
     (output / f"rank{rank}.json").write_text(json.dumps(timings))
     dist.barrier()
     dist.destroy_process_group()
@@ -135,12 +130,15 @@ def main() -> int:
     parser.add_argument("--megabytes", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-elastic", action="store_true")
+    parser.add_argument("--record-only", action="store_true")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.worker is not None:
         record_worker(arguments.megabytes, arguments.repeats, arguments.worker)
         return 0
     record_ratios(arguments.megabytes, arguments.repeats)
+    if arguments.record_only:
+        return 0
     sys.path.insert(0, str(REPO))
     chain = [
         ("baseline_a", 6, None, None),
