@@ -32,7 +32,6 @@ def record_worker(megabytes: int, repeats: int, output: Path) -> None:
     """One rank of the torchrun job: times record() of its shards; rank 0 also of the full state."""
     import torch
     import torch.distributed as dist
-    from bench_record import recorded
 
     try:
         from torch.distributed.fsdp import fully_shard
@@ -55,15 +54,28 @@ def record_worker(megabytes: int, repeats: int, output: Path) -> None:
         for mode in ("summary", "full"):
             states = {"sharded": sharded, "full": full} if rank == 0 else {"sharded": sharded}
             for kind, state in states.items():
-                # bench_record's timing: one record() into an open recording, CPU time.
                 seconds = sorted(
-                    recorded(state, mode, Path(work) / f"run{next(counter)}", time.process_time)
+                    _one_record(state, mode, Path(work) / f"run{next(counter)}", rank)
                     for _ in range(repeats)
                 )
                 timings[f"{kind}_{mode}"] = seconds[repeats // 2]
     (output / f"rank{rank}.json").write_text(json.dumps(timings))
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _one_record(state: dict, mode: str, directory: Path, rank: int) -> float:
+    """CPU seconds of one record() into an open recording (as bench_record times it)."""
+    import trainparity
+    from trainparity.recording import recording_to
+
+    with recording_to(directory, mode=mode, rank=rank) as path:
+        trainparity.record(0, {"warm": 0})  # opens the file and writes the head
+        began = time.process_time()
+        trainparity.record(1, state)
+        seconds = time.process_time() - began
+    path.unlink()
+    return seconds
 
 
 def record_ratios(megabytes: int, repeats: int) -> None:

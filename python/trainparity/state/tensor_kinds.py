@@ -38,7 +38,11 @@ def readable_tensor(
     """
     dtensor_class = _loaded_class(_DTENSOR_MODULES, "DTensor")
     if dtensor_class is not None and isinstance(tensor, dtensor_class):
-        local = tensor.detach().to_local()
+        # The local shard itself: to_local() would go through DTensor's dispatch (and
+        # autograd) for the same tensor, which costs more than reading it.
+        local = getattr(tensor, "_local_tensor", None)
+        if local is None:
+            local = tensor.detach().to_local()
         return _plain(local, path, unsupported, "DTensor local shard"), _dtensor_placement(tensor)
     sharded_class = _loaded_class((_SHARDED_TENSOR_MODULE,), "ShardedTensor")
     if sharded_class is not None and isinstance(tensor, sharded_class):
