@@ -6,14 +6,13 @@ at a time; every assertion reads the reports of those runs.
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from trainparity.checkpoints import load_dcp
+
+from tests.fixtures.example_projects import copied_project, run_parity_reports
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "docs" / "examples" / "distributed_project"
@@ -29,31 +28,10 @@ AT_ONCE = 2
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, tuple[subprocess.CompletedProcess, dict]]:
-    project = tmp_path_factory.mktemp("distributed") / "project"
-    shutil.copytree(
-        EXAMPLE,
-        project,
-        ignore=shutil.ignore_patterns(".trainparity-runs", "trainparity-report*", "__pycache__"),
+    project = copied_project(EXAMPLE, tmp_path_factory.mktemp("distributed"))
+    done = run_parity_reports(
+        project, [(case, [case]) for case in CASES], at_once=AT_ONCE, timeout=600
     )
-    pending, running, done = list(CASES), {}, {}
-    while pending or running:
-        while pending and len(running) < AT_ONCE:
-            case = pending.pop(0)
-            running[case] = subprocess.Popen(
-                [sys.executable, "run_parity.py", case],
-                cwd=project,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        case = next(iter(running))
-        process = running.pop(case)
-        stdout, stderr = process.communicate(timeout=600)
-        report = json.loads((project / f"trainparity-report-{case}.json").read_text())
-        done[case] = (
-            subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr),
-            report,
-        )
     done["project"] = project  # type: ignore[assignment]
     return done
 

@@ -158,7 +158,9 @@ def _write_phases(run_root: Path, ranks, *, resumed_rng_of_rank1: float = 0.0):
 
 
 def _trajectories(run_root: Path):
-    trajectories = ResumeTrajectories(run_root, ExactComparison(), split_step=2)
+    trajectories = ResumeTrajectories(
+        run_root, ExactComparison(), (("candidate_split", 0, False), ("candidate_resume", 2, False))
+    )
     return trajectories, trajectories.baselines_part(), trajectories.candidates_part()
 
 

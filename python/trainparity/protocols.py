@@ -21,13 +21,18 @@ RESUME_PHASES = ("baseline_a", "baseline_b", "candidate_split", "candidate_resum
 
 @dataclass(frozen=True)
 class ProcessExecutionPlan:
-    """One training child of a resume check: which phase, where, until which step, from what."""
+    """One training child of a resume check: which phase, where, until which step, from what.
+
+    `world_size` is the rank count this phase must run with when the check
+    was given `world_sizes` (an elastic resume); None: the case's own.
+    """
 
     phase: str
     cwd: Path
     run_dir: Path
     end_step: int
     resume_from: Path | None = None
+    world_size: int | None = None
 
 
 @runtime_checkable

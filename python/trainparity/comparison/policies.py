@@ -284,6 +284,18 @@ class _Traversal:
         ]
 
     def _tensor(self, left: FrozenTensor, right: FrozenTensor, path: StatePath) -> None:
+        if left.placement != right.placement:
+            # Shards of different layouts cover different elements: their shapes and values
+            # say nothing until reassembled (recording/sharded.py does that across ranks).
+            self._add(
+                Difference(
+                    render_path(path),
+                    "tensor_placement",
+                    _placement_text(left),
+                    _placement_text(right),
+                )
+            )
+            return
         for field_name, reason in (
             ("shape", "tensor_shape"),
             ("dtype", "tensor_dtype"),
@@ -330,6 +342,10 @@ def _as_frozen(value: object) -> FrozenValue:
     return freeze(value, copy=False)
 
 
+def _placement_text(tensor: FrozenTensor) -> str:
+    return tensor.placement.describe() if tensor.placement else "not sharded"
+
+
 def summarize(value: object) -> str:
     """The short text a Difference shows for one side (CONTRACT §5.6)."""
     if value is _ABSENT:
@@ -339,7 +355,8 @@ def summarize(value: object) -> str:
             values = f"<digest {value.digest.hex()[:16]}>" if value.digest else "<not recorded>"
         else:
             values = repr(value.leading_values(4))
-        return f"tensor(shape={value.shape!r}, dtype={value.dtype}, device={value.device}, values={values})"
+        shard = f", shard of {value.placement.describe()}" if value.placement else ""
+        return f"tensor(shape={value.shape!r}, dtype={value.dtype}, device={value.device}{shard}, values={values})"
     if isinstance(value, FrozenMapping):
         return f"mapping(keys={value.keys()!r})"
     if isinstance(value, FrozenSequence):

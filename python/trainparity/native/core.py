@@ -22,6 +22,9 @@ def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     nbytes = tensor.numel() * tensor.element_size()
     if nbytes == 0:
         return memoryview(b"")
-    array = (ctypes.c_char * nbytes).from_address(tensor.data_ptr())
+    address = tensor.data_ptr()
+    if address == 0:  # no plain memory behind it (state/tensor_kinds.py keeps such tensors away)
+        raise ValueError("tensor_bytes needs a tensor with plain memory; its data pointer is null")
+    array = (ctypes.c_char * nbytes).from_address(address)
     array.owner = tensor  # the memoryview holds `array`, which holds the tensor
     return memoryview(array).cast("B").toreadonly()

@@ -82,6 +82,7 @@ class TrainingPhase:
     end_step: int
     run_dir: Path
     resume_from: Path | None = None
+    world_size: int | None = None  # the rank count asked of the case (an elastic resume)
     extra_args: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
     started: bool = False
@@ -205,6 +206,7 @@ class PhaseChildren:
             run_dir=phase.run_dir,
             end_step=phase.end_step,
             resume_from=phase.resume_from,
+            world_size=phase.world_size,
         )
         try:
             argv = [*validated_command(self.case.command(plan)), *phase.extra_args]

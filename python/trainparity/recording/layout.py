@@ -15,7 +15,7 @@ from typing import Any
 
 from trainparity.state.freeze import FrozenMapping, FrozenTensor, UnsupportedStateError, freeze
 from trainparity.state.normalize import normalize_observation
-from trainparity.state.snapshot_file import decode_tree, encode_tree
+from trainparity.state.snapshot_file import decode_tree, encode_tree, placement_entry
 
 _SCALAR_TAGS = frozenset("n?ifsb")
 _SLOT = ["v"]
@@ -43,6 +43,7 @@ def split_state(state: Mapping[str, object]) -> tuple[str, str, list[FrozenTenso
             "shape": list(tensor.shape),
             "device": tensor.device,
             "requires_grad": tensor.requires_grad,
+            **placement_entry(tensor),
         }
         for name, tensor in named
     ]

@@ -50,6 +50,8 @@ class PhaseRecordings:
         self.recordings: dict[str, dict[int, Recording]] = {}
         self.divergence: StepDivergence | None = None
         self._aligned: dict[tuple[str, str, int], list[AlignedPair]] = {}
+        # Per child compared on the global state (another world size): how it was compared.
+        self.compared_on: dict[str, str] = {}
 
     def aligned(
         self, baseline: str, candidate: str, rank: int, pairs: Iterable[AlignedPair]
@@ -78,6 +80,7 @@ class PhaseRecordings:
                 },
                 "first_divergence": None if self.divergence is None else self.divergence.to_dict(),
                 **self._drift(),
+                **({"compared_on": dict(self.compared_on)} if self.compared_on else {}),
             },
             "final_state_differences": final_differences,
         }

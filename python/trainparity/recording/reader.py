@@ -7,7 +7,7 @@ import math
 import mmap
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from trainparity.recording.layout import join_state
 from trainparity.recording.recorder import RECORDING_FORMAT
 from trainparity.state.freeze import FrozenMapping, FrozenTensor
 from trainparity.state.snapshot import Snapshot
+from trainparity.state.snapshot_file import placement_of_entry
 from trainparity.state.summaries import TensorSummary, summarize_tensor
 
 __all__ = ["RecordedStep", "Recording", "read_recording", "read_recordings", "recording_files"]
@@ -219,6 +220,7 @@ def _steps(source: Path, frames: list, trust_digests: bool) -> list[RecordedStep
                 requires_grad=bool(entry["requires_grad"]),
                 data=None,
                 digest=summary.digest,
+                placement=placement_of_entry(entry),
             )
             if full:
                 nbytes = tensor.nbytes
@@ -241,14 +243,7 @@ def _steps(source: Path, frames: list, trust_digests: bool) -> list[RecordedStep
                             source,
                             f"tensor {entry['name']} of step {step} does not match its recorded digest",
                         )
-                tensor = FrozenTensor(
-                    tensor.shape,
-                    tensor.dtype,
-                    tensor.device,
-                    tensor.requires_grad,
-                    data,
-                    summary.digest,
-                )
+                tensor = replace(tensor, data=data)
             tensors.append(tensor)
             summaries[entry["name"]] = summary
         if data_offset != len(frame.data):

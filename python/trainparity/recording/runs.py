@@ -6,14 +6,20 @@ Ranks are compared rank by rank where both runs have them; a variant with
 fewer ranks (2 ranks against 1) is compared on the ranks it has, since every
 rank of a data-parallel job holds the same replicated state. When two ranks
 or more are compared, difference paths name their rank (`rank1.model.weight`).
+Runs on different rank counts whose records hold sharded tensors (FSDP2's
+DTensors) have no replicated rank to pair: they are compared on the global
+state instead (recording/elastic.py), and `trajectory.compared_on` says so.
 """
 
 from __future__ import annotations
 
 from itertools import zip_longest
 
+from trainparity.recording.elastic import global_pairs, joined_steps
 from trainparity.recording.phase_recordings import PhaseRecordings, TrajectoryError
+from trainparity.recording.reader import Recording
 from trainparity.recording.trajectory import StepDivergence, first_divergence, rank_named
+from trainparity.state.freeze import FrozenMapping, FrozenSequence, FrozenTensor
 
 __all__ = ["RunsTrajectories"]
 
@@ -31,6 +37,8 @@ class RunsTrajectories(PhaseRecordings):
                 raise TrajectoryError(
                     f"{silent} recorded no step but {other} did: record() must run in every run"
                 )
+        if set(baseline) != set(candidate) and (_sharded(baseline) or _sharded(candidate)):
+            return self._global_part(baseline_run, candidate_run)
         ranks = sorted(set(baseline) & set(candidate))
         if not ranks:
             raise TrajectoryError(
@@ -57,6 +65,42 @@ class RunsTrajectories(PhaseRecordings):
         ]
         present = [divergence for divergence in rank_named(found, len(ranks)) if divergence]
         divergence = min(present, key=lambda d: (d.step, d.rank)) if present else None
+        return self._reported(divergence)
+
+    def _global_part(self, baseline_run: str, candidate_run: str) -> StepDivergence | None:
+        used: set[str] = set()
+        pairs = zip_longest(
+            joined_steps(self.recordings[baseline_run], baseline_run),
+            joined_steps(self.recordings[candidate_run], candidate_run),
+        )
+        divergence = first_divergence(
+            self.policy,
+            global_pairs(((a, b, False) for a, b in pairs), used),
+            rank=0,
+            baseline_phase=baseline_run,
+            candidate_phase=candidate_run,
+        )
+        if used:  # else no record was compared
+            self.compared_on[candidate_run] = " and ".join(sorted(used))
+        return self._reported(divergence)
+
+    def _reported(self, divergence: StepDivergence | None) -> StepDivergence | None:
         if divergence is not None and self.divergence is None:
             self.divergence = divergence  # the one the verdict reports
         return divergence
+
+
+def _sharded(recordings: dict[int, Recording]) -> bool:
+    """Whether a run's first record holds a shard of a sharded tensor (on its lowest rank)."""
+    steps = recordings[min(recordings)].steps
+    return bool(steps) and _holds_shard(steps[0].state)
+
+
+def _holds_shard(value: object) -> bool:
+    if isinstance(value, FrozenTensor):
+        return value.placement is not None
+    if isinstance(value, FrozenMapping):
+        return any(_holds_shard(item) for _, item in value.entries)
+    if isinstance(value, FrozenSequence):
+        return any(_holds_shard(item) for item in value.items)
+    return False

@@ -12,7 +12,7 @@ comparison part of the report is the same either way.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import PROCESS_RESUME_PREFIX
 from trainparity.processes.setup import CheckRunner
 from trainparity.protocols import ProcessResumeCase
+from trainparity.resume.chain import CandidatePhase, candidate_chain
 from trainparity.resume.execution import CONCURRENT_CHILDREN, ResumeExecution
 from trainparity.resume.result import ProcessResumeResult
 
@@ -51,11 +52,19 @@ def check_resume(
     parallel: bool | None = None,
     progress: bool | ProgressCallback | None = None,
     executor: PhaseExecutor | None = None,
+    split_steps: Sequence[int] | None = None,
+    world_sizes: Sequence[int] | None = None,
 ) -> ProcessResumeResult:
     """Check that save → exit → fresh-process load → continue reproduces uninterrupted training.
 
     `case` is an importable "package.module:ClassName" implementing
-    ProcessResumeCase, or a CommandCase (a command template: no class needed). `timeout` applies to each child. `parallel=None` runs
+    ProcessResumeCase, or a CommandCase (a command template: no class needed).
+    `split_steps` (default: the case's `split_steps`, else
+    `(split_step,)`) makes the candidate a chain of resumes, each in a fresh
+    process: `(2, 4)` with total_step 6 saves at 2, resumes and saves at 4,
+    resumes to 6. `world_sizes` gives each candidate phase its rank count
+    (`plan.world_size`; the baselines run on the first): `(2, 1)` saves on 2
+    ranks and resumes on 1. `timeout` applies to each child. `parallel=None` runs
     the independent phases concurrently on CPU and sequentially when the case
     declares `device = "cuda..."`; True/False force it. `progress=True`
     prints phase start/end lines to stderr; a callable receives ProgressEvent
@@ -73,7 +82,13 @@ def check_resume(
         executor=executor,
     )
     return runner.run(
-        case, cwd=cwd, work_dir=work_dir, report_path=report_path, environment=environment
+        case,
+        cwd=cwd,
+        work_dir=work_dir,
+        report_path=report_path,
+        environment=environment,
+        split_steps=split_steps,
+        world_sizes=world_sizes,
     )
 
 
@@ -89,6 +104,8 @@ class ProcessResumeRunner(CheckRunner):
         report_path: Path | None = None,
         environment: Mapping[str, str] | None = None,
         staged_checkpoint_hook: Callable[[Path], None] | None = None,
+        split_steps: Sequence[int] | None = None,
+        world_sizes: Sequence[int] | None = None,
     ) -> ProcessResumeResult:
         started = time.perf_counter()
         command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
@@ -99,7 +116,9 @@ class ProcessResumeRunner(CheckRunner):
             **policy_report_fields(self.policy),
         }
         try:
-            loaded, child_environment = resume_case_setup(case, environment)
+            loaded, child_environment, chain = resume_case_setup(
+                case, environment, split_steps, world_sizes
+            )
         except Exception as error:  # importing runs the user's module: anything can fail
             failure = setup_failure("process ", error, command_dir=command_dir)
             fields["timing_seconds"] = {"total_wall": time.perf_counter() - started}
@@ -127,15 +146,19 @@ class ProcessResumeRunner(CheckRunner):
                 policy=self.policy,
                 settings=settings,
                 staged_checkpoint_hook=staged_checkpoint_hook,
+                chain=chain,
             )
             result = execution.run(fields, started)
         return self.finished(result, report_path)
 
 
 def resume_case_setup(
-    spec: str | CommandCase, environment: Mapping[str, str] | None
-) -> tuple[ProcessResumeCase, dict[str, str]]:
-    """Load and validate the case and build the children's environment (CONTRACT §6.2, §6.5)."""
+    spec: str | CommandCase,
+    environment: Mapping[str, str] | None,
+    split_steps: Sequence[int] | None = None,
+    world_sizes: Sequence[int] | None = None,
+) -> tuple[ProcessResumeCase, dict[str, str], tuple[CandidatePhase, ...]]:
+    """Load and validate the case, its candidate chain and the children's environment (CONTRACT §6.2, §6.5)."""
     case, module_spec = resolved_case(spec, load_process_case)
     if not case.name:
         raise CaseSetupError("case name must be non-empty", field="name")
@@ -147,4 +170,7 @@ def resume_case_setup(
         raise CaseSetupError(
             f"need 0 < split_step < total_step, got {split} and {total}", field="split_step"
         )
-    return case, child_environment(module_spec, environment)
+    if split_steps is None:
+        split_steps = getattr(case, "split_steps", None) or (split,)
+    chain = candidate_chain(split_steps, world_sizes, total)
+    return case, child_environment(module_spec, environment), chain

@@ -29,9 +29,10 @@ from trainparity.recording.resume import (
     TrajectoryError,
     phase_recording_environment,
 )
+from trainparity.resume.chain import CandidatePhase, chain_report
 from trainparity.resume.result import ProcessResumeResult
 
-__all__ = ["CONCURRENT_CHILDREN", "ResumeExecution", "resume_end_steps"]
+__all__ = ["CONCURRENT_CHILDREN", "ResumeExecution", "resume_phases"]
 
 _CONCURRENT_PHASES = ("baseline_a", "baseline_b", "candidate_split")
 CONCURRENT_CHILDREN = len(_CONCURRENT_PHASES)  # what each phase's threads are shared over
@@ -42,14 +43,19 @@ _TIMING_KEYS = {
 }
 
 
-def resume_end_steps(case: ProcessResumeCase) -> dict[str, int]:
-    """Each phase of a resume check, in order, and the step it trains to."""
-    return {
-        "baseline_a": case.total_step,
-        "baseline_b": case.total_step,
-        "candidate_split": case.split_step,
-        "candidate_resume": case.total_step,
-    }
+def resume_phases(
+    case: ProcessResumeCase, chain: Sequence[CandidatePhase]
+) -> list[tuple[str, int, int | None]]:
+    """Each phase of a resume check, in order: (name, the step it trains to, its rank count).
+
+    The baselines are the uninterrupted run at the rank count that saved first.
+    """
+    baseline_size = chain[0].world_size
+    return [
+        ("baseline_a", case.total_step, baseline_size),
+        ("baseline_b", case.total_step, baseline_size),
+        *((phase.name, phase.end_step, phase.world_size) for phase in chain),
+    ]
 
 
 class ResumeExecution:
@@ -63,14 +69,17 @@ class ResumeExecution:
         policy: ExactComparison | ToleranceComparison,
         settings: RunSettings,
         staged_checkpoint_hook: Callable[[Path], None] | None,
+        chain: tuple[CandidatePhase, ...],
     ) -> None:
         self.case_spec = case_spec
         self.case = case
         self.policy = policy
         self.settings = settings
         self.staged_checkpoint_hook = staged_checkpoint_hook
+        self.chain = chain
         root = settings.run_root
-        end_steps = resume_end_steps(case)
+        phases = resume_phases(case, chain)
+        split_steps = [phase.from_step for phase in chain[1:]]
         self.timings: dict[str, float] = {}
         self.children = PhaseChildren(
             case_spec=case_spec,
@@ -81,9 +90,10 @@ class ResumeExecution:
                     name,
                     end_step,
                     root / name,
-                    extra_env=phase_recording_environment(root, name, case.split_step),
+                    world_size=world_size,
+                    extra_env=phase_recording_environment(root, name, split_steps),
                 )
-                for name, end_step in end_steps.items()
+                for name, end_step, world_size in phases
             },
             timings=self.timings,
             timing_keys=_TIMING_KEYS,
@@ -112,7 +122,14 @@ class ResumeExecution:
     def _decide(self, fields: dict[str, Any]) -> ProcessResumeResult:
         snapshot_a = self.children.observed("baseline_a")
         snapshot_b = self.children.observed("baseline_b")
-        trajectories = ResumeTrajectories(self.settings.run_root, self.policy, self.case.split_step)
+        trajectories = ResumeTrajectories(
+            self.settings.run_root,
+            self.policy,
+            tuple(
+                (phase.name, phase.from_step, phase.world_size != self.chain[0].world_size)
+                for phase in self.chain
+            ),
+        )
         parted = _recorded(trajectories.baselines_part)
         began = time.perf_counter()
         baseline_differences, baseline_windows = differences_with_windows(
@@ -144,26 +161,27 @@ class ResumeExecution:
                 value_windows=_windows(parted, baseline_windows),
                 **trajectories.report_fields(baseline_differences),
             )
-        split_checkpoint = self.children.trained("candidate_split")
-        staged = self._stage(split_checkpoint)
-        self.children.phases["candidate_resume"].resume_from = staged
-        resumed_checkpoint = self.children.trained("candidate_resume")
-        split_pid = self.children.phases["candidate_split"].result.pid
-        resume_pid = self.children.phases["candidate_resume"].result.pid
-        if split_pid == resume_pid:
+        # Each resume loads the checkpoint the phase before it saved, in a fresh process.
+        checkpoint = self.children.trained(self.chain[0].name)
+        for phase in self.chain[1:]:
+            self.children.phases[phase.name].resume_from = self._stage(checkpoint, phase.name)
+            checkpoint = self.children.trained(phase.name)
+        pids = [self.children.phases[phase.name].result.pid for phase in self.chain]
+        if len(set(pids)) != len(pids):
             raise PhaseError(
                 Outcome.ERROR, "save/exit and load/resume did not prove distinct process IDs"
             )
-        snapshot_resume = self.children.observed("candidate_resume", resumed_checkpoint)
+        snapshot_resume = self.children.observed("candidate_resume", checkpoint)
         parted = _recorded(trajectories.candidates_part)
         began = time.perf_counter()
         final_differences, final_windows = differences_with_windows(
             self.policy, snapshot_a, snapshot_resume
         )
         root = self.settings.run_root
+        # Every link of a chain; phases on another rank count switch to SameGlobalOrder.
         coverage = resume_chain_differences(
             root / "baseline_a" / "ids",
-            [(name, root / name / "ids") for name in ("candidate_split", "candidate_resume")],
+            [(phase.name, root / phase.name / "ids") for phase in self.chain],
         )
         # Sample order first: a resume that repeats or skips samples explains the states.
         differences = (*(placed.difference for placed in coverage), *final_differences)
@@ -176,6 +194,7 @@ class ResumeExecution:
             for key in (
                 "candidate_save_exit",
                 "checkpoint_staging",
+                *(phase.name for phase in self.chain[1:-1]),
                 "candidate_new_process_load_resume",
             )
         )
@@ -212,6 +231,7 @@ class ResumeExecution:
         return ProcessResumeResult(
             outcome=outcome,
             message=message,
+            resume_chain=chain_report(self.chain),
             **self.children.evidence_fields(),
             **fields,
             **extra,
@@ -219,14 +239,12 @@ class ResumeExecution:
 
     # Phases ---------------------------------------------------------------------------
 
-    def _stage(self, split_checkpoint: Path) -> Path:
-        """Copy the split checkpoint to where candidate_resume's location contract says it lives."""
+    def _stage(self, split_checkpoint: Path, phase: str) -> Path:
+        """Copy a saved checkpoint to where the resuming phase's location contract says it lives."""
         began = time.perf_counter()
-        resume_dir = self.settings.run_root / "candidate_resume"
+        resume_dir = self.settings.run_root / phase
         resume_dir.mkdir(parents=True, exist_ok=True)
-        staged = self.children.checkpoint_path(
-            "candidate_resume", resume_dir, "before child launch"
-        )
+        staged = self.children.checkpoint_path(phase, resume_dir, "before child launch")
         if getattr(self.children.launcher, "replays", False):
             return (
                 staged  # the phases ran elsewhere, from a plan that staged it (trainparity judge)
@@ -243,9 +261,10 @@ class ResumeExecution:
                 self.staged_checkpoint_hook(staged)
         except Exception as error:
             raise PhaseError(
-                Outcome.ERROR, f"candidate_resume checkpoint staging failed: {type(error).__name__}"
+                Outcome.ERROR, f"{phase} checkpoint staging failed: {type(error).__name__}"
             ) from None
-        self.timings["checkpoint_staging"] = time.perf_counter() - began
+        elapsed = time.perf_counter() - began
+        self.timings["checkpoint_staging"] = self.timings.get("checkpoint_staging", 0.0) + elapsed
         return staged
 
 

@@ -28,7 +28,7 @@ from trainparity.processes.command_case import CommandCase, case_names
 from trainparity.protocols import ProcessExecutionPlan
 from trainparity.recording.resume import phase_recording_environment
 from trainparity.resume.check import resume_case_setup
-from trainparity.resume.execution import resume_end_steps
+from trainparity.resume.execution import resume_phases
 
 __all__ = ["PHASE_ENVIRONMENT_FILE", "PLAN_FILE", "write_plan"]
 
@@ -50,21 +50,28 @@ def write_plan(
 
     Raises the check's setup errors (CaseSetupError for the user's input).
     """
-    loaded, _ = resume_case_setup(case, environment)
+    loaded, _, chain = resume_case_setup(case, environment)
     root = Path(directory).resolve()
     root.mkdir(parents=True, exist_ok=True)
     reported, spec = case_names(case)
-    staged = loaded.checkpoint_path(root / "candidate_resume")
+    split_steps = [link.from_step for link in chain[1:]]
+    # Each resumed phase loads what the phase before it in the chain saved, staged first.
+    loads_from = {
+        link.name: before.name for before, link in zip(chain[:-1], chain[1:], strict=True)
+    }
     phases = []
-    for name, end_step in resume_end_steps(loaded).items():
+    for name, end_step, world_size in resume_phases(loaded, chain):
         run_dir = root / name
-        resume_from = staged if name == "candidate_resume" else None
+        before = loads_from.get(name)
+        resume_from = loaded.checkpoint_path(run_dir) if before else None
         argv = validated_command(
-            loaded.command(ProcessExecutionPlan(name, cwd, run_dir, end_step, resume_from))
+            loaded.command(
+                ProcessExecutionPlan(name, cwd, run_dir, end_step, resume_from, world_size)
+            )
         )
         variables = {
             **dict(environment or {}),
-            **phase_recording_environment(root, name, loaded.split_step),
+            **phase_recording_environment(root, name, split_steps),
         }
         phase = {
             "name": name,
@@ -74,11 +81,11 @@ def write_plan(
             "environment": dict(sorted(variables.items())),
             "checkpoint": str(loaded.checkpoint_path(run_dir)),
             "result": str(run_dir / PHASE_RESULT_FILE),
-            "after": ["candidate_split"] if resume_from is not None else [],
+            "after": [before] if before else [],
             "script": f"{name}.sh",
         }
         staging = (
-            (loaded.checkpoint_path(root / "candidate_split"), staged) if resume_from else None
+            (loaded.checkpoint_path(root / before), resume_from) if before and resume_from else None
         )
         script = root / phase["script"]
         script.write_text(_script(phase, cwd, staging), encoding="utf-8")

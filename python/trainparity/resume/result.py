@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainparity.comparison.windows import ValueWindow
 from trainparity.environment import EnvironmentLead
@@ -23,5 +24,10 @@ class ProcessResumeResult(PhaseCheckResult):
     # differ (the plan's scripts record their fingerprints). A check that ran its phases
     # itself has no such key in its report.
     environment_leads: tuple[EnvironmentLead, ...] | None = field(
+        default=None, metadata={"omitted_when_none": True}
+    )
+    # A chain of resumes or an elastic resume (resume/chain.py): each candidate phase's
+    # steps and rank count. Absent from the report of one split at the case's rank count.
+    resume_chain: tuple[dict[str, Any], ...] | None = field(
         default=None, metadata={"omitted_when_none": True}
     )

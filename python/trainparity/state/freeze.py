@@ -13,6 +13,8 @@ from trainparity.native.core import tensor_bytes
 from trainparity.native.cuda import DeviceTensorBytes
 from trainparity.native.dtypes import info_for_dtype, info_for_text
 from trainparity.state.paths import StatePath, render_path
+from trainparity.state.placement import ShardPlacement
+from trainparity.state.tensor_kinds import readable_tensor
 
 __all__ = [
     "AmbiguousStateNameError",
@@ -53,7 +55,10 @@ class FrozenTensor:
     There a CUDA tensor's bytes stay on the GPU: `data` is then a
     `cuda_backend.DeviceTensorBytes` (sliceable to `bytes`, compared and
     digested on the device). `digest` is the 16-byte content digest when known
-    (snapshot files carry it).
+    (snapshot files carry it). `placement` is set for a rank's local shard
+    of a sharded tensor (DTensor, ShardedTensor): `shape` and `data` are then
+    the local shard's, and the placement says where it sits in the global
+    tensor.
     """
 
     shape: tuple[int, ...]
@@ -62,6 +67,7 @@ class FrozenTensor:
     requires_grad: bool
     data: Any = field(repr=False)
     digest: bytes | None = field(default=None, repr=False)
+    placement: ShardPlacement | None = None
 
     @classmethod
     def capture(cls, tensor: torch.Tensor) -> FrozenTensor:
@@ -133,8 +139,10 @@ def freeze(value: object, path: StatePath = (), *, copy: bool = True) -> FrozenV
     """Freeze `value` into an immutable tree (CONTRACT §4.2).
 
     Raises UnsupportedStateError naming the path for values that cannot be
-    frozen (non-strided, meta or quantized tensors, non-str mapping keys,
-    arbitrary objects, cyclic containers). With copy=False tensor leaves are
+    frozen (tensor subclasses other than DTensor/ShardedTensor and
+    __torch_function__-only ones, non-strided, meta or quantized tensors,
+    non-str mapping keys, arbitrary objects, cyclic containers). A DTensor
+    freezes to this rank's local shard and its placement, never gathered. With copy=False tensor leaves are
     zero-copy views of contiguous CPU tensors, and CUDA tensors stay on their
     GPU: only for a comparison that finishes before the live state changes.
     """
@@ -186,17 +194,11 @@ def _qualified_type_name(value: object) -> str:
 
 
 def _freeze_tensor(tensor: torch.Tensor, path: StatePath, *, copy: bool) -> FrozenTensor:
-    if tensor.layout != torch.strided:
-        raise UnsupportedStateError(path, f"tensor with layout {tensor.layout}")
-    if tensor.is_quantized:
-        raise UnsupportedStateError(path, "quantized tensor")
-    if getattr(tensor, "is_nested", False):
-        raise UnsupportedStateError(path, "nested tensor")
-    if tensor.device.type == "meta":
-        raise UnsupportedStateError(path, "meta tensor (has no values)")
-    if info_for_dtype(tensor.dtype) is None:
-        raise UnsupportedStateError(path, f"tensor dtype {tensor.dtype}")
-    detached = tensor.detach()
+    # Every tensor passes this gate before its bytes can reach the C core (tensor_kinds.py).
+    local, placement = readable_tensor(tensor, path, UnsupportedStateError)
+    if info_for_dtype(local.dtype) is None:
+        raise UnsupportedStateError(path, f"tensor dtype {local.dtype}")
+    detached = local.detach()
     if copy:
         data = _private_copy(detached)
     elif detached.device.type == "cuda":
@@ -206,11 +208,12 @@ def _freeze_tensor(tensor: torch.Tensor, path: StatePath, *, copy: bool) -> Froz
     else:
         data = tensor_bytes(contiguous_cpu(detached))
     return FrozenTensor(
-        shape=tuple(int(size) for size in tensor.shape),
-        dtype=str(tensor.dtype),
-        device=str(tensor.device),
+        shape=tuple(int(size) for size in local.shape),
+        dtype=str(local.dtype),
+        device=str(local.device),
         requires_grad=bool(tensor.requires_grad),
         data=data,
+        placement=placement,
     )
 
 

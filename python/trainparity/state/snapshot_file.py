@@ -43,6 +43,7 @@ from trainparity.state.freeze import (
 )
 from trainparity.state.input_files import special_file_kind
 from trainparity.state.paths import StatePath, render_path
+from trainparity.state.placement import ShardPlacement
 from trainparity.state.snapshot import REFERENCE_BACKEND, SNAPSHOT_SCHEMA_VERSION, Snapshot
 
 __all__ = [
@@ -123,6 +124,7 @@ def write_snapshot(
                 "requires_grad": tensor.requires_grad,
                 "digest": digest.hex(),
                 "nbytes": tensor.nbytes,
+                **placement_entry(tensor),
             }
         )
         if include_values:
@@ -468,7 +470,23 @@ def _tensor_leaf(
         requires_grad=bool(entry["requires_grad"]),
         data=payload,
         digest=digest,
+        placement=placement_of_entry(entry),
     )
+
+
+def placement_entry(tensor: FrozenTensor) -> dict[str, Any]:
+    """The tensor table's `placement` key, only for a shard (plain tensors' entries stay as they were)."""
+    return {} if tensor.placement is None else {"placement": tensor.placement.as_json()}
+
+
+def placement_of_entry(entry: dict) -> ShardPlacement | None:
+    """The shard placement a tensor table entry records; SnapshotFileError when malformed."""
+    if "placement" not in entry:
+        return None
+    try:
+        return ShardPlacement.from_json(entry["placement"])
+    except ValueError as error:
+        raise SnapshotFileError(f"tensor {entry.get('name')!r}: {error}") from None
 
 
 def decode_tree(tree: Any, tensors: Sequence[FrozenTensor]) -> FrozenValue:

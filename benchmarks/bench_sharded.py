@@ -1,0 +1,184 @@
+"""Sharded and elastic costs: record() of an FSDP2 state per rank, chained and elastic checks vs by hand.
+
+    python benchmarks/bench_sharded.py [--megabytes 64] [--repeats 5] [--skip-elastic] [--record-only]
+
+Prints one line per ratio, with the targets of issue 22:
+
+- record() per rank of an FSDP2 state sharded over 2 gloo ranks ≤ 0.6× the
+  record() of the same full state on one rank (local shards only, no
+  gather); CPU time of one record() into an open recording (bench_record's
+  timing), summary and full mode;
+- check_resume with split_steps=(2, 4) (tests/fixtures/chain_job.py) and
+  with world_sizes=(2, 1) (docs/examples/fsdp2_project) ≤ 1.1× the sum of
+  their phases run by hand, one after the other (wall time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FSDP2_PROJECT = REPO / "docs" / "examples" / "fsdp2_project"
+
+
+def record_worker(megabytes: int, repeats: int, output: Path) -> None:
+    """One rank of the torchrun job: times record() of its shards; rank 0 also of the full state."""
+    import torch
+    import torch.distributed as dist
+
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import fully_shard
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    rows = (megabytes << 20) // 4 // 1024 // 8
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*(torch.nn.Linear(1024, rows, bias=False) for _ in range(8)))
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    sharded = dict(model.state_dict())
+    full = {name: tensor.full_tensor() for name, tensor in sharded.items()}  # collective
+    timings = {}
+    with tempfile.TemporaryDirectory() as work:
+        counter = iter(range(1 << 30))
+        for mode in ("summary", "full"):
+            states = {"sharded": sharded, "full": full} if rank == 0 else {"sharded": sharded}
+            for kind, state in states.items():
+                seconds = sorted(
+                    _one_record(state, mode, Path(work) / f"run{next(counter)}", rank)
+                    for _ in range(repeats)
+                )
+                timings[f"{kind}_{mode}"] = seconds[repeats // 2]
+    (output / f"rank{rank}.json").write_text(json.dumps(timings))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _one_record(state: dict, mode: str, directory: Path, rank: int) -> float:
+    """CPU seconds of one record() into an open recording (as bench_record times it)."""
+    import trainparity
+    from trainparity.recording import recording_to
+
+    with recording_to(directory, mode=mode, rank=rank) as path:
+        trainparity.record(0, {"warm": 0})  # opens the file and writes the head
+        began = time.process_time()
+        trainparity.record(1, state)
+        seconds = time.process_time() - began
+    path.unlink()
+    return seconds
+
+
+def record_ratios(megabytes: int, repeats: int) -> None:
+    with tempfile.TemporaryDirectory() as work:
+        argv = [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+            __file__, "--worker", work, "--megabytes", str(megabytes), "--repeats", str(repeats),
+        ]  # fmt: skip
+        environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+        subprocess.run(argv, check=True, env=environment, cwd=Path(__file__).parent)
+        ranks = [json.loads((Path(work) / f"rank{r}.json").read_text()) for r in (0, 1)]
+    print(f"state: {megabytes} MiB float32 in 8 FSDP2 layers on 2 gloo ranks; medians of {repeats}")
+    for mode in ("summary", "full"):
+        slowest = max(rank[f"sharded_{mode}"] for rank in ranks)
+        whole = ranks[0][f"full_{mode}"]
+        print(
+            f"{mode} record() per rank / full state on one rank: {slowest / whole:.2f}  "
+            f"(target <= 0.6; {slowest * 1e3:.1f} ms vs {whole * 1e3:.1f} ms CPU)"
+        )
+
+
+def check_versus_by_hand(label: str, spec: str, cwd: Path, phases, **options) -> None:
+    """check_resume's wall time against its training phases run one by one by hand."""
+    import trainparity
+    from trainparity.importing import load_process_case
+    from trainparity.protocols import ProcessExecutionPlan
+
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    sys.path.insert(0, str(cwd))
+    case = load_process_case(spec)
+    with tempfile.TemporaryDirectory() as work:
+        began = time.perf_counter()
+        checkpoints: dict[str, Path] = {}
+        for name, end_step, resume_of, world_size in phases:
+            run_dir = Path(work) / name
+            run_dir.mkdir()
+            plan = ProcessExecutionPlan(
+                name, cwd, run_dir, end_step, checkpoints.get(resume_of), world_size
+            )
+            subprocess.run(
+                list(case.command(plan)), check=True, cwd=cwd, env=environment,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            checkpoints[name] = case.checkpoint_path(run_dir)
+            case.observe_checkpoint(checkpoints[name])
+        by_hand = time.perf_counter() - began
+        began = time.perf_counter()
+        result = trainparity.check_resume(
+            spec,
+            cwd=cwd,
+            temporary_root=Path(work),
+            environment={"OMP_NUM_THREADS": "1"},
+            **options,
+        )
+        checked = time.perf_counter() - began
+    print(
+        f"{label}: check_resume / phases by hand: {checked / by_hand:.2f}  (target <= 1.1; "
+        f"{result.outcome.value}, {checked:.1f} s vs {by_hand:.1f} s)"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--skip-elastic", action="store_true")
+    parser.add_argument("--record-only", action="store_true")
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.worker is not None:
+        record_worker(arguments.megabytes, arguments.repeats, arguments.worker)
+        return 0
+    record_ratios(arguments.megabytes, arguments.repeats)
+    if arguments.record_only:
+        return 0
+    sys.path.insert(0, str(REPO))
+    chain = [
+        ("baseline_a", 6, None, None),
+        ("baseline_b", 6, None, None),
+        ("candidate_split", 2, None, None),
+        ("candidate_resume_1", 4, "candidate_split", None),
+        ("candidate_resume", 6, "candidate_resume_1", None),
+    ]
+    check_versus_by_hand("chained (2, 4) of 6", "tests.fixtures.chain_cases:ChainCase", REPO, chain)
+    if not arguments.skip_elastic:
+        from trainparity import ToleranceComparison
+
+        elastic = [
+            ("baseline_a", 4, None, 2),
+            ("baseline_b", 4, None, 2),
+            ("candidate_split", 2, None, 2),
+            ("candidate_resume", 4, "candidate_split", 1),
+        ]
+        check_versus_by_hand(
+            "elastic 2 -> 1 ranks (FSDP2)",
+            "parity_case:FsdpResumeCase",
+            FSDP2_PROJECT,
+            elastic,
+            world_sizes=(2, 1),
+            comparison=ToleranceComparison(rtol=1e-4, atol=1e-6),
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

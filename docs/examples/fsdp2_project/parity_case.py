@@ -1,0 +1,109 @@
+"""The FSDP2 resume cases: torchrun per phase on `plan.world_size` ranks (2 by default), a DCP directory."""
+
+from pathlib import Path
+
+import torch
+from trainparity.checkpoints import load_dcp
+from trainparity.distributed import torchrun_command
+
+RANKS = 2
+
+
+class FsdpResumeCase:
+    name = "example_fsdp2_resume"
+    split_step = 2
+    total_step = 4
+    fault = None
+
+    def command(self, plan):
+        script = [
+            str(plan.cwd / "train.py"),
+            "--checkpoint",
+            str(self.checkpoint_path(plan.run_dir)),
+            "--end-step",
+            str(plan.end_step),
+        ]
+        if plan.resume_from is not None:
+            script += ["--resume", str(plan.resume_from)]
+        if self.fault is not None:
+            script += ["--fault", self.fault]
+        return torchrun_command(
+            script, nproc_per_node=self.ranks(plan), log_dir=plan.run_dir / "ranks"
+        )
+
+    def ranks(self, plan) -> int:
+        # check_resume(world_sizes=...) sets plan.world_size per phase: an elastic resume.
+        return plan.world_size or RANKS
+
+    def checkpoint_path(self, run_dir: Path) -> Path:
+        return run_dir / "checkpoint"  # a DCP directory, written by every rank
+
+    def observe_checkpoint(self, path: Path):
+        state = load_dcp(path)  # global tensors, whatever the world size that saved them
+        # Counted per rank by definition (the per-rank faults misuse it): not training state.
+        del state["train"]["samples_per_rank"]
+        # The noise generator is the same on every rank: rank 0's file holds it.
+        state["rng"] = torch.load(path / "rng-rank0.pt", weights_only=True)
+        return state
+
+
+class FreshOptimizerLoadCase(FsdpResumeCase):
+    """dcp.load into a fresh optimizer.state_dict(): AdamW's moments are lost."""
+
+    fault = "fresh-optimizer-load"
+
+
+class UnevenShardOffsetsCase(FsdpResumeCase):
+    """Embedding(257, 8) restored by hand at rank * (257 // W): only the last rank's shard shifts."""
+
+    fault = "uneven-shard-offsets"
+
+
+class CachedStateDictHookCase(FsdpResumeCase):
+    """A state dict cached at start plus a copying state_dict hook: the initial weights are saved."""
+
+    fault = "cached-state-dict-hook"
+
+
+class SchedulerNotRestoredCase(FsdpResumeCase):
+    """The LR scheduler starts its warm-up again."""
+
+    fault = "scheduler-not-restored"
+
+
+class PerRankSamplerPositionCase(FsdpResumeCase):
+    """Elastic: the data position kept in per-rank units, multiplied by the new rank count."""
+
+    fault = "per-rank-sampler-position"
+
+
+class PerRankStepCounterCase(FsdpResumeCase):
+    """Elastic: the step recounted from this rank's samples at the new local batch size."""
+
+    fault = "per-rank-step-counter"
+
+
+class OptimizerDroppedOnReshardCase(FsdpResumeCase):
+    """Elastic: only the model is loaded when the world size changed."""
+
+    fault = "optimizer-dropped-on-reshard"
+
+
+class WorldSizeRunsCase(FsdpResumeCase):
+    """check_runs: the same training on 2 ranks and on 1, gradients recorded."""
+
+    name = "example_fsdp2_world_sizes"
+    total_step = 3
+    variants = {
+        "ranks2": {"args": ["--record-gradients"]},
+        "ranks1": {"args": ["--record-gradients"]},
+    }
+
+    def ranks(self, plan) -> int:
+        return int(plan.phase.split("_")[0].removeprefix("ranks"))  # phase: <variant>_<a|b>
+
+
+class SummedGradientsRunsCase(WorldSizeRunsCase):
+    """check_runs: gradients summed over the ranks instead of averaged."""
+
+    fault = "sum-gradients"

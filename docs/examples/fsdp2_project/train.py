@@ -1,0 +1,214 @@
+"""An FSDP2 training script with a DCP checkpoint, on any number of gloo ranks: what check_resume wraps.
+
+    python -m torch.distributed.run --standalone --nproc-per-node=2 train.py \
+        --checkpoint ckpt --end-step 4 [--resume ckpt] [--fault NAME]
+
+The model is an `Embedding(257, 8)` (257 rows: uneven shards on 2 or 3
+ranks) and a `Linear(8, 1)`, each wrapped with `fully_shard`, then the
+root. AdamW and a warm-up LambdaLR. A step is one optimizer step over a
+global batch of 6 samples; rank r of W takes every W-th sample of the
+sampler's sequence, so the global batch, its order and the averaged
+gradient do not depend on W (only float rounding does). The checkpoint is a
+DCP directory written through `get_state_dict` and read back through
+`set_state_dict`, so it loads on any world size, plus one RNG file per rank.
+`record()` runs right after loading (or building) and after every step.
+
+`--fault` names an intentional resume bug (docs/distributed.md, "FSDP2"):
+fresh-optimizer-load, uneven-shard-offsets, cached-state-dict-hook,
+scheduler-not-restored; for a resume on another world size,
+per-rank-sampler-position, per-rank-step-counter, optimizer-dropped-on-reshard;
+and, for check_runs of 2 ranks against 1, sum-gradients.
+"""
+
+import argparse
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
+
+try:
+    from torch.distributed.fsdp import fully_shard
+except ImportError:  # torch < 2.6
+    from torch.distributed._composable.fsdp import fully_shard
+
+import trainparity
+from trainparity.checkpoints import load_dcp
+from trainparity.distributed import end_rank
+
+VOCABULARY = 257
+GLOBAL_BATCH = 6  # divisible by 1, 2 and 3 ranks
+SAMPLES = 60
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--end-step", type=int, required=True)
+    parser.add_argument("--resume", type=Path)
+    parser.add_argument("--fault")
+    parser.add_argument("--record-gradients", action="store_true")
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(17)  # the same initial weights on every rank, sharded below
+    model = torch.nn.Sequential(torch.nn.Embedding(VOCABULARY, 8), torch.nn.Linear(8, 1))
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / 4))
+    # Noise drawn for the whole global batch from one generator that every rank advances
+    # alike: the same on any number of ranks. Saved per rank, like any RNG state.
+    noise = torch.Generator().manual_seed(5)
+
+    cached_model_state = None
+    if args.fault == "cached-state-dict-hook":
+        # The bug (torchtitan#3675): a state dict cached once at start, plus a hook that
+        # copies tensors as the dict is made, so the cache holds the initial weights.
+        model.register_state_dict_post_hook(_detached_copies)
+        cached_model_state = get_state_dict(model, optimizer)[0]
+
+    step = position = 0  # position: the sampler sequence's index of the step's first sample
+    if args.resume is not None:
+        step, position = load(args, model, optimizer, scheduler, noise, rank, world_size)
+    trainparity.record(step, observed(model, scheduler, optimizer, step, args))
+
+    order = torch.randperm(SAMPLES, generator=torch.Generator().manual_seed(3))
+    tokens = torch.randint(VOCABULARY, (SAMPLES,), generator=torch.Generator().manual_seed(4))
+    while step < args.end_step:
+        # This rank's samples of the step: every W-th of the global batch.
+        indices = range(position + rank, position + GLOBAL_BATCH, world_size)
+        picked = order[[index % SAMPLES for index in indices]]
+        trainparity.record_ids(picked.tolist(), epoch=0)
+        jitter = torch.rand(GLOBAL_BATCH, generator=noise)[rank::world_size] * 1e-2
+        prediction = model(tokens[picked]).squeeze(1)
+        target = tokens[picked].float() / VOCABULARY + jitter
+        loss = torch.nn.functional.mse_loss(prediction, target)  # FSDP averages it over ranks
+        optimizer.zero_grad()
+        loss.backward()
+        if args.fault == "sum-gradients":
+            # The bug (pytorch#162338's symptom): the gradients summed over the ranks, not
+            # averaged. (FSDP2's own switch, set_gradient_divide_factor(1.0), needs a
+            # PREMUL_SUM reduction, which gloo lacks.)
+            for parameter in model.parameters():
+                parameter.grad.mul_(world_size)
+        optimizer.step()
+        scheduler.step()
+        step += 1
+        position += GLOBAL_BATCH
+        trainparity.record(step, observed(model, scheduler, optimizer, step, args))
+
+    save(args, model, optimizer, scheduler, noise, step, rank, cached_model_state)
+    end_rank()
+
+
+def _detached_copies(module, state_dict, prefix, local_metadata) -> None:
+    for key, value in state_dict.items():
+        state_dict[key] = value.detach().clone()
+
+
+def observed(model, scheduler, optimizer, step: int, args) -> dict:
+    """What record() keeps: the sharded model and optimizer (each rank its local shards), LR, step.
+
+    With --record-gradients also the step's gradients (sharded too), for check_runs.
+    """
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    state = {
+        "model": model_state,
+        "optim": optimizer_state,
+        "train": {"step": step, "lr": scheduler.get_last_lr()[0], "epoch": scheduler.last_epoch},
+    }
+    if args.record_gradients:
+        state["grad"] = {name: parameter.grad for name, parameter in model.named_parameters()}
+    return state
+
+
+def save(args, model, optimizer, scheduler, noise, step, rank, cached_model_state) -> None:
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    if cached_model_state is not None:
+        model_state = cached_model_state
+    train = {
+        "step": step,
+        "scheduler_epoch": scheduler.last_epoch,
+        # What this rank consumed: the per-rank faults resume from it.
+        "samples_per_rank": step * GLOBAL_BATCH // dist.get_world_size(),
+    }
+    dcp.save(
+        {"model": model_state, "optim": optimizer_state, "train": train},
+        checkpoint_id=args.checkpoint,
+    )
+    torch.save(noise.get_state(), args.checkpoint / f"rng-rank{rank}.pt")
+    dist.barrier()  # every rank's files exist before any rank exits
+
+
+def load(args, model, optimizer, scheduler, noise, rank: int, world_size: int) -> tuple[int, int]:
+    """Restore what save() wrote, on any world size; returns (step, data position) to continue from."""
+    if args.fault == "fresh-optimizer-load":
+        # The bug: a fresh optimizer's state_dict() holds no moments yet; dcp.load fills
+        # only what it is given, so the optimizer resumes with none (no error).
+        model_state, optimizer_state = model.state_dict(), optimizer.state_dict()
+    else:
+        # get_state_dict gives the fresh optimizer placeholder moments for dcp.load to fill.
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+    train = {"step": 0, "scheduler_epoch": 0, "samples_per_rank": 0}
+    state = {"model": model_state, "optim": optimizer_state, "train": train}
+    resharded = len(list(args.resume.glob("rng-rank*.pt"))) != world_size
+    if args.fault == "optimizer-dropped-on-reshard" and resharded:
+        # The bug: "optimizer state cannot be resharded", so only the model is loaded.
+        del state["optim"]
+    dcp.load(state, checkpoint_id=args.resume)
+    if args.fault == "fresh-optimizer-load":
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optim"])
+    elif "optim" not in state:
+        set_model_state_dict(model, state["model"])
+    else:
+        set_state_dict(
+            model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+        )
+    if args.fault == "uneven-shard-offsets":
+        _copy_embedding_rows_by_hand(args.resume, model, rank, world_size)
+    if args.fault != "scheduler-not-restored":
+        epoch = train["scheduler_epoch"]
+        restored = scheduler.state_dict()
+        restored.update(last_epoch=epoch, _step_count=epoch + 1)
+        restored["_last_lr"] = [group["lr"] for group in optimizer.param_groups]
+        scheduler.load_state_dict(restored)
+    own = args.resume / f"rng-rank{rank}.pt"
+    # The generator is the same on every rank: on another world size any rank's file restores it.
+    noise.set_state(torch.load(own if own.exists() else args.resume / "rng-rank0.pt"))
+    step, position = train["step"], train["step"] * GLOBAL_BATCH
+    if args.fault == "per-rank-sampler-position":
+        # The bug: the position in the rank's own units, times the new rank count.
+        position = train["samples_per_rank"] * world_size
+    if args.fault == "per-rank-step-counter":
+        # The bug: the step recounted from this rank's samples at the new local batch size.
+        step = train["samples_per_rank"] // (GLOBAL_BATCH // world_size)
+    return step, position
+
+
+def _copy_embedding_rows_by_hand(checkpoint: Path, model, rank: int, world_size: int) -> None:
+    """The bug (torchtitan#1136's kind): a shard restored by hand at offset rank * (rows // W).
+
+    torch's shards are chunks of ceil(rows / W) rows, so with 257 rows every rank
+    after the first starts one row later than this computes: only the last rank's
+    shard (on 2 ranks) comes back shifted.
+    """
+    full = load_dcp(checkpoint, keys={"model"})["model"]["0.weight"]
+    local = model[0].weight.to_local()
+    start = rank * (VOCABULARY // world_size)
+    with torch.no_grad():
+        local.copy_(full[start : start + local.shape[0]])
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
