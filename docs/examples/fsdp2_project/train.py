@@ -6,8 +6,8 @@
 The model is an `Embedding(257, 8)` (257 rows: uneven shards on 2 or 3
 ranks) and a `Linear(8, 1)`, each wrapped with `fully_shard`, then the
 root. AdamW and a warm-up LambdaLR. A step is one optimizer step over a
-global batch of 6 samples; rank r of W takes every W-th sample of the
-sampler's sequence, so the global batch, its order and the averaged
+global batch of 6 samples; rank r of W takes the r-th of W equal parts of
+it, so the global batch, its order and the averaged
 gradient do not depend on W (only float rounding does). The checkpoint is a
 DCP directory written through `get_state_dict` and read back through
 `set_state_dict`, so it loads on any world size, plus one RNG file per rank.
@@ -84,11 +84,13 @@ def main() -> None:
     order = torch.randperm(SAMPLES, generator=torch.Generator().manual_seed(3))
     tokens = torch.randint(VOCABULARY, (SAMPLES,), generator=torch.Generator().manual_seed(4))
     while step < args.end_step:
-        # This rank's samples of the step: every W-th of the global batch.
-        indices = range(position + rank, position + GLOBAL_BATCH, world_size)
+        # This rank's samples of the step: the rank-th of world_size equal parts of the global
+        # batch, so the ranks' batches joined in rank order are the global batch on any W.
+        share = GLOBAL_BATCH // world_size
+        indices = range(position + rank * share, position + (rank + 1) * share)
         picked = order[[index % SAMPLES for index in indices]]
         trainparity.record_ids(picked.tolist(), epoch=0)
-        jitter = torch.rand(GLOBAL_BATCH, generator=noise)[rank::world_size] * 1e-2
+        jitter = torch.rand(GLOBAL_BATCH, generator=noise)[rank * share : (rank + 1) * share] * 1e-2
         prediction = model(tokens[picked]).squeeze(1)
         target = tokens[picked].float() / VOCABULARY + jitter
         loss = torch.nn.functional.mse_loss(prediction, target)  # FSDP averages it over ranks
