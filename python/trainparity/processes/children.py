@@ -114,7 +114,7 @@ class PhaseChildren:
         self.phases = dict(phases)
         self.timings = timings
         self.timing_keys = dict(timing_keys or {})
-        self.group = ChildGroup(on_event=self._on_child_event)
+        self.group = ChildGroup(on_event=self._on_child_event, launcher=settings.starter.launch)
         self.rank_watcher = RankWatcher(self._on_rank_event)
         # One observer worker in the same group snapshots every phase's checkpoint.
         self.observer = ObserverClient(

@@ -48,6 +48,7 @@ def check_resume(
     temporary_root: Path | None = None,
     parallel: bool | None = None,
     progress: bool | ProgressCallback | None = None,
+    start: str | None = None,
 ) -> ProcessResumeResult:
     """Check that save → exit → fresh-process load → continue reproduces uninterrupted training.
 
@@ -57,6 +58,9 @@ def check_resume(
     declares `device = "cuda..."`; True/False force it. `progress=True`
     prints phase start/end lines to stderr; a callable receives ProgressEvent
     objects. Returns PASS, FAIL (first divergent path), ABSTAIN or ERROR.
+    `start="warm"` forks each `python script.py`/`python -m` child from a
+    server that imported torch once (docs/limitations.md says what differs);
+    None takes $TRAINPARITY_START, else "fresh": a new interpreter per child.
     """
     runner = ProcessResumeRunner(
         comparison=comparison,
@@ -64,6 +68,7 @@ def check_resume(
         temporary_root=temporary_root,
         parallel=parallel,
         progress=progress,
+        start=start,
     )
     return runner.run(
         case, cwd=cwd, work_dir=work_dir, report_path=report_path, environment=environment

@@ -52,6 +52,7 @@ def check_runs(
     temporary_root: Path | None = None,
     parallel: bool | None = None,
     progress: bool | ProgressCallback | None = None,
+    start: str | None = None,
 ) -> RunsResult:
     """Check that every variant of the case's run ends in the same observed state.
 
@@ -64,6 +65,9 @@ def check_runs(
     under `comparison` (exact by default), FAIL naming the first variant
     that differs and its first path, ABSTAIN when a variant disagrees with
     itself, ERROR when something could not run or be observed.
+    `start="warm"` forks each `python script.py`/`python -m` child from a
+    server that imported torch once (docs/limitations.md says what differs);
+    None takes $TRAINPARITY_START, else "fresh": a new interpreter per child.
     """
     runner = _RunsRunner(
         comparison=comparison,
@@ -71,6 +75,7 @@ def check_runs(
         temporary_root=temporary_root,
         parallel=parallel,
         progress=progress,
+        start=start,
     )
     return runner.run(
         case,

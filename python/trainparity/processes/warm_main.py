@@ -1,0 +1,113 @@
+"""In a child forked from the warm server: become the process `python script.py` or `-m` would be.
+
+Loaded by warm_server.py from its file, never imported as part of trainparity
+(the child's sys.modules must hold nothing of the check), so it uses the
+standard library only. `become_fresh` redraws the state a fresh interpreter
+draws at random; `run_main` runs the command's target in a new `__main__`
+with CPython's own exit semantics (SystemExit, an uncaught exception printed
+by sys.excepthook and status 1, KeyboardInterrupt re-raised as SIGINT).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+import types
+
+_OWN_FILES = frozenset()  # set by the server: this file's and its own, kept out of tracebacks
+
+
+def become_fresh(argv: list[str], cwd: str, environment: dict[str, str]) -> None:
+    """Environment, argv, sys.path and random state as a fresh interpreter would have them."""
+    os.environ.clear()  # through putenv/unsetenv: the C library's getenv sees the phase's too
+    os.environ.update(environment)
+    sys.orig_argv = list(argv)
+    if argv[1] == "-m":
+        sys.argv = ["-m", *argv[3:]]  # runpy puts the module's file in argv[0], as `python -m`
+        sys.path[0] = cwd
+    else:
+        sys.argv = list(argv[1:])
+        sys.path[0] = os.path.dirname(os.path.realpath(os.path.join(cwd, argv[1])))
+    importlib.invalidate_caches()  # directory listings the server cached may be stale
+    _redraw_random_state()
+
+
+def _redraw_random_state() -> None:
+    """What a fresh interpreter seeds from the OS, seeded from the OS again (not inherited)."""
+    random = sys.modules.get("random")
+    if random is not None:
+        random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()  # the legacy global RandomState, which np.random.rand() uses
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:
+        process.current_process().authkey = os.urandom(32)
+
+
+def run_main(argv: list[str], cwd: str) -> None:
+    """Run the script or module as __main__; return normally only when it completed."""
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = sys.modules["builtins"]
+    sys.modules["__main__"] = main
+    try:
+        if argv[1] == "-m":
+            import runpy
+
+            # What `python -m` itself calls: argv[0] set, __main__ replaced by the module.
+            runpy._run_module_as_main(argv[2])  # type: ignore[attr-defined]
+        else:
+            _run_script(main, argv[1], cwd)
+    except SystemExit:
+        raise  # the interpreter prints its message (if any) and exits with its code
+    except BaseException as error:  # as CPython's main does: print, finalize, exit 1
+        _print_uncaught(error)
+        if isinstance(error, KeyboardInterrupt):
+            _exit_by_sigint()
+        raise SystemExit(1) from None
+
+
+def _run_script(main: types.ModuleType, script: str, cwd: str) -> None:
+    from importlib.machinery import SourceFileLoader
+
+    path = os.path.join(cwd, script)
+    with open(path, "rb") as handle:
+        source = handle.read()
+    filename = os.path.abspath(path)
+    main.__dict__.update(
+        __file__=filename,
+        __cached__=None,
+        __loader__=SourceFileLoader("__main__", filename),
+        __spec__=None,
+    )
+    exec(compile(source, filename, "exec"), main.__dict__)
+
+
+def _print_uncaught(error: BaseException) -> None:
+    """sys.excepthook on the traceback from the user's first frame, as a fresh run shows it."""
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_frame.f_code.co_filename in _OWN_FILES:
+        traceback = traceback.tb_next
+    error.__traceback__ = traceback
+    sys.last_type, sys.last_value, sys.last_traceback = type(error), error, traceback
+    sys.last_exc = error
+    sys.excepthook(type(error), error, traceback)
+
+
+def _exit_by_sigint() -> None:
+    """Finalize, then die of SIGINT: a fresh interpreter's end after an uncaught Ctrl-C."""
+    import atexit
+    import threading
+
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(128 + signal.SIGINT)
