@@ -1,8 +1,8 @@
 """How a check starts its children: fresh interpreters, or forked from a warm server.
 
 `start="fresh"` (the default) execs a new interpreter per child. `start="warm"`
-forks each child whose command is `python script.py …` or `python -m module …`
-(python being this interpreter) from a server that imported torch once
+forks each child whose command is `python script.py …`, `python -m module …`
+or `python -c code …` (python being this interpreter, without other options) from a server that imported torch once
 (warm_server.py); any other command starts fresh. A ChildStarter is the one
 seam: ChildGroup calls its `launch` where it would spawn. Servers live as long
 as the check (closed with it, and killed by their parent-death signal if the
@@ -65,9 +65,11 @@ def warm_refusal(argv: tuple[str, ...] | list[str], environment: Mapping[str, st
         return f"{argv[0]!r} is not this Python interpreter ({sys.executable})"
     if len(argv) >= 3 and argv[1] == "-m" and argv[2] and not argv[2].startswith("-"):
         return None
+    if len(argv) >= 3 and argv[1] == "-c":
+        return None
     if len(argv) >= 2 and argv[1] and not argv[1].startswith("-"):
         return None
-    return "only `python script.py …` and `python -m module …` are forked (no interpreter options)"
+    return "only `python script.py`, `python -m module` and `python -c code` are forked warm"
 
 
 class ChildStarter:
@@ -106,16 +108,16 @@ class ChildStarter:
         if key in self._broken:
             self.report["fresh"][spec.name] = self._broken[key]
             return spawn_child(spec)
-        server = self._servers.get(key)
-        if server is None:
-            index = len(self._servers) + len(self._broken)
-            server = _WarmServer(dict(key), Path(spec.cwd), self.log_dir, index, self.timeout)
-            self._servers[key] = server
         try:
+            server = self._servers.get(key)
+            if server is None:
+                index = len(self._servers) + len(self._broken)
+                server = self._servers[key] = _WarmServer(
+                    dict(key), self.log_dir, index, self.timeout
+                )
             pid = server.fork(spec, environment)
         except _ServerFailure as failure:
-            server.close()
-            del self._servers[key]
+            self._servers.pop(key).close()
             self._broken[key] = f"the warm server failed ({failure}); started fresh"
             self.report["fresh"][spec.name] = self._broken[key]
             return spawn_child(spec)
@@ -139,22 +141,27 @@ class _WarmServer:
     def __init__(
         self,
         environment: dict[str, str],
-        cwd: Path,
         log_dir: Path,
         index: int,
         timeout: float,
     ) -> None:
         self.timeout = timeout
         self.name = f"trainparity-warm-{secrets.token_hex(16)}"
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.pid = core.spawn(
-            [sys.executable, str(_SERVER_SCRIPT), self.name],
-            cwd=str(cwd),
-            env=[f"{key}={value}" for key, value in environment.items()],
-            stdout_path=str(log_dir / f"warm_server_{index}.stdout.log"),
-            stderr_path=str(log_dir / f"warm_server_{index}.stderr.log"),
-        )
         self.stderr_path = log_dir / f"warm_server_{index}.stderr.log"
+        self.pid = 0
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            # Its cwd is its log directory: a phase's own cwd may not exist (a launch failure
+            # reported for that phase), and every child changes to its own anyway.
+            self.pid = core.spawn(
+                [sys.executable, str(_SERVER_SCRIPT), self.name],
+                cwd=str(log_dir),
+                env=[f"{key}={value}" for key, value in environment.items()],
+                stdout_path=str(log_dir / f"warm_server_{index}.stdout.log"),
+                stderr_path=str(self.stderr_path),
+            )
+        except OSError as error:
+            raise _ServerFailure(f"it could not start: {error}") from None
         self.connection: socket.socket | None = None
         self.buffer = b""
 

@@ -1,4 +1,4 @@
-"""In a child forked from the warm server: become the process `python script.py` or `-m` would be.
+"""In a child forked from the warm server: become what `python script.py`, `-m` or `-c` would be.
 
 Loaded by warm_server.py from its file, never imported as part of trainparity
 (the child's sys.modules must hold nothing of the check), so it uses the
@@ -11,6 +11,7 @@ by sys.excepthook and status 1, KeyboardInterrupt re-raised as SIGINT).
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import os
 import signal
 import sys
@@ -27,6 +28,9 @@ def become_fresh(argv: list[str], cwd: str, environment: dict[str, str]) -> None
     if argv[1] == "-m":
         sys.argv = ["-m", *argv[3:]]  # runpy puts the module's file in argv[0], as `python -m`
         sys.path[0] = cwd
+    elif argv[1] == "-c":
+        sys.argv = ["-c", *argv[3:]]
+        sys.path[0] = ""
     else:
         sys.argv = list(argv[1:])
         sys.path[0] = os.path.dirname(os.path.realpath(os.path.join(cwd, argv[1])))
@@ -58,6 +62,9 @@ def run_main(argv: list[str], cwd: str) -> None:
 
             # What `python -m` itself calls: argv[0] set, __main__ replaced by the module.
             runpy._run_module_as_main(argv[2])  # type: ignore[attr-defined]
+        elif argv[1] == "-c":
+            main.__dict__.update(__loader__=importlib.machinery.BuiltinImporter, __spec__=None)
+            exec(compile(argv[2], "<string>", "exec"), main.__dict__)
         else:
             _run_script(main, argv[1], cwd)
     except SystemExit:
@@ -70,8 +77,6 @@ def run_main(argv: list[str], cwd: str) -> None:
 
 
 def _run_script(main: types.ModuleType, script: str, cwd: str) -> None:
-    from importlib.machinery import SourceFileLoader
-
     path = os.path.join(cwd, script)
     with open(path, "rb") as handle:
         source = handle.read()
@@ -79,7 +84,7 @@ def _run_script(main: types.ModuleType, script: str, cwd: str) -> None:
     main.__dict__.update(
         __file__=filename,
         __cached__=None,
-        __loader__=SourceFileLoader("__main__", filename),
+        __loader__=importlib.machinery.SourceFileLoader("__main__", filename),
         __spec__=None,
     )
     exec(compile(source, filename, "exec"), main.__dict__)

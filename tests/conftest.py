@@ -1,0 +1,59 @@
+"""The suite's start mode: checks fork their children warm, except where a start itself is tested.
+
+A check's children each import torch (seconds of CPU apiece); in warm mode a
+check imports it once (docs/limitations.md, "Warm starts"). Every test runs
+with TRAINPARITY_START=warm and a fixed PYTHONHASHSEED (which warm mode needs
+to share one server between a check's children) unless it is in the fixed
+fresh set below; the modules about starting, stopping and crashing children
+run in both modes, so each of their tests proves the two alike.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Tests of the default (fresh) start itself: the pinned reports, the spawn and the children's
+# environment, and what a fresh interpreter draws at random (hash seeds included).
+FRESH_MODULES = frozenset(
+    {
+        "test_report_pins",
+        "test_processes",
+        "test_child_threads",
+        "test_environment",
+    }
+)
+# Timeouts, crashes, Ctrl-C, SIGTERM/SIGHUP and leaked grandchildren: each test in both modes.
+BOTH_MODES_MODULES = frozenset({"test_resume_processes", "test_termination"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "fresh_start: run this test's checks in fresh mode (a new interpreter per child)"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if _module_name(metafunc.module) in BOTH_MODES_MODULES:
+        metafunc.parametrize("start_mode", ["fresh", "warm"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def start_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The start mode of this test's checks (TRAINPARITY_START, which a check without start= takes)."""
+    mode = getattr(request, "param", None)
+    if mode is None:
+        fresh = (
+            _module_name(request.module) in FRESH_MODULES
+            or request.node.get_closest_marker("fresh_start") is not None
+        )
+        mode = "fresh" if fresh else "warm"
+    monkeypatch.setenv("TRAINPARITY_START", mode)
+    if mode == "warm" and "PYTHONHASHSEED" not in os.environ:
+        monkeypatch.setenv("PYTHONHASHSEED", "0")
+    return mode
+
+
+def _module_name(module: object) -> str:
+    return getattr(module, "__name__", "").rpartition(".")[2]
