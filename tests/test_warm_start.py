@@ -302,6 +302,10 @@ def test_the_server_and_its_children_die_with_the_check(tmp_path):
     )
     child, server = map(int, driver.stdout.readline().split())
     assert _alive(child) and _alive(server)
+    # ps and pgrep see the child's command, not the server's.
+    with open(f"/proc/{child}/cmdline", "rb") as handle:
+        shown = handle.read().rstrip(b"\0").split(b"\0")
+    assert shown == [os.fsencode(sys.executable), b"-c", b"import time; time.sleep(120)"]
     driver.kill()
     driver.wait()
     deadline = time.monotonic() + 30

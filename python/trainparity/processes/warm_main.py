@@ -36,6 +36,31 @@ def become_fresh(argv: list[str], cwd: str, environment: dict[str, str]) -> None
         sys.path[0] = os.path.dirname(os.path.realpath(os.path.join(cwd, argv[1])))
     importlib.invalidate_caches()  # directory listings the server cached may be stale
     _redraw_random_state()
+    _show_command(argv)
+
+
+def _show_command(argv: list[str]) -> None:
+    """/proc/PID/cmdline (ps, pgrep, psutil) shows `argv`, not the server's own command.
+
+    The kernel reads it from the argument strings the server was exec'd with;
+    they are overwritten in place (NUL-separated, NUL-padded), or, when the
+    command is longer, as one space-joined string running on into the old
+    environment strings (setproctitle's convention). Call after os.environ was
+    replaced: its variables then live on the heap, not in that area.
+    """
+    import ctypes
+
+    with open("/proc/self/stat", "rb") as handle:
+        fields = handle.read().rpartition(b")")[2].split()
+    arg_start, arg_end, env_start, env_end = (int(field) for field in fields[45:49])
+    arguments_room = arg_end - arg_start
+    packed = b"\0".join(os.fsencode(argument) for argument in argv) + b"\0"
+    if len(packed) <= arguments_room:
+        data = packed.ljust(arguments_room, b"\0")
+    else:
+        room = (env_end if env_start == arg_end else arg_end) - arg_start
+        data = b" ".join(os.fsencode(argument) for argument in argv)[: room - 1] + b"\0"
+    ctypes.memmove(arg_start, data, len(data))
 
 
 def _redraw_random_state() -> None:
