@@ -20,13 +20,11 @@ run <= 1.2x; accumulation warm/fresh <= 0.5x.
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
-from against_original import Run, Variant, measure
+from against_original import Variant, measure, median_table, print_load
 
 RESUME = "trainparity.quickstarts.resume"
 DRIVER = """
@@ -80,19 +78,6 @@ def passed(record: dict) -> str | None:
     return None if record["outcome"] == "PASS" else f"the clean case did not PASS: {record}"
 
 
-def medians(samples: dict[str, list[Run]]) -> dict[str, tuple[float, float]]:
-    print(f"\nmedians of {len(samples['plain run'])} runs each, whole process")
-    print("| run | wall | CPU (user + sys) |")
-    print("| --- | --- | --- |")
-    table = {}
-    for label, runs in samples.items():
-        wall = statistics.median(run.wall for run in runs)
-        cpu = statistics.median(run.cpu for run in runs)
-        table[label] = (wall, cpu)
-        print(f"| {label} | {wall:.2f} s | {cpu:.2f} s |")
-    return table
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per row (>= 3)")
@@ -101,7 +86,7 @@ def main() -> int:
         parser.error("--runs must be at least 3 (medians)")
     with tempfile.TemporaryDirectory(prefix="bench-start-") as scratch:
         samples = measure(DRIVER, VARIANTS, arguments.runs, [], Path(scratch), passed)
-    table = medians(samples)
+    table = median_table(samples)
     met = True
     print()
     for numerator, denominator, target in RATIOS:
@@ -109,11 +94,7 @@ def main() -> int:
         cpu = table[numerator][1] / table[denominator][1]
         met = met and wall <= target and cpu <= target
         print(f"{numerator} / {denominator}: wall {wall:.2f}x, cpu {cpu:.2f}x (target <= {target})")
-    loads = [run.load for runs in samples.values() for run in runs]
-    print(
-        f"usable cores {len(os.sched_getaffinity(0))}; 1-minute load average while measuring: "
-        f"min {min(loads):.1f}, median {statistics.median(loads):.1f}, max {max(loads):.1f}"
-    )
+    print_load(samples)
     return 0 if met else 1
 
 
