@@ -1,11 +1,12 @@
 """The suite's start mode: checks fork their children warm, except where a start itself is tested.
 
 A check's children each import torch (seconds of CPU apiece); in warm mode a
-check imports it once (docs/limitations.md, "Warm starts"). Every test runs
-with TRAINPARITY_START=warm and a fixed PYTHONHASHSEED (which warm mode needs
-to share one server between a check's children) unless it is in the fixed
-fresh set below; the modules about starting, stopping and crashing children
-run in both modes, so each of their tests proves the two alike.
+check imports it once (docs/limitations.md, "Warm starts"). The session runs
+with TRAINPARITY_START=warm and, unless the caller set one, PYTHONHASHSEED=0
+(which warm mode needs to share one server between a check's children). The
+tests of the fixed fresh set below run fresh, with the caller's hash seed
+setting; the modules about starting, stopping and crashing children run in
+both modes, so each of their tests proves the two alike.
 """
 
 from __future__ import annotations
@@ -28,10 +29,18 @@ FRESH_MODULES = frozenset(
 BOTH_MODES_MODULES = frozenset({"test_resume_processes", "test_termination"})
 
 
+# Whether the hash seed is the suite's (set below) rather than the caller's own.
+_OWN_HASH_SEED = "PYTHONHASHSEED" not in os.environ
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "fresh_start: run this test's checks in fresh mode (a new interpreter per child)"
     )
+    # The session's default, so that checks run by module- and session-scoped fixtures
+    # (which start before any test's own fixtures) are warm too.
+    os.environ.setdefault("TRAINPARITY_START", "warm")
+    os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -50,8 +59,8 @@ def start_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         )
         mode = "fresh" if fresh else "warm"
     monkeypatch.setenv("TRAINPARITY_START", mode)
-    if mode == "warm" and "PYTHONHASHSEED" not in os.environ:
-        monkeypatch.setenv("PYTHONHASHSEED", "0")
+    if mode == "fresh" and _OWN_HASH_SEED:
+        monkeypatch.delenv("PYTHONHASHSEED", raising=False)  # children draw theirs, as ever
     return mode
 
 
