@@ -354,7 +354,14 @@ def test_a_warm_check_of_the_quickstart_reports_its_warm_phases(tmp_path):
         "trainparity.quickstarts.resume:CleanCase", start="fresh", temporary_root=tmp_path
     )
     assert "child_start" not in fresh.environment
-    volatile = {"environment", "timing_seconds", "processes", "process_ids"}
+    volatile = {
+        "environment",
+        "timing_seconds",
+        "processes",
+        "process_ids",
+        "snapshot_ipc_bytes",
+        "checkpoint_max_bytes",
+    }
     warm_report = {k: v for k, v in result.to_dict().items() if k not in volatile}
     fresh_report = {k: v for k, v in fresh.to_dict().items() if k not in volatile}
     assert warm_report == fresh_report
