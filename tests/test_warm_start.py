@@ -285,6 +285,11 @@ time.sleep(120)
 """
 
 
+def _cmdline(pid: int) -> list[bytes]:
+    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+        return handle.read().rstrip(b"\0").split(b"\0")
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as handle:
@@ -302,10 +307,13 @@ def test_the_server_and_its_children_die_with_the_check(tmp_path):
     )
     child, server = map(int, driver.stdout.readline().split())
     assert _alive(child) and _alive(server)
-    # ps and pgrep see the child's command, not the server's.
-    with open(f"/proc/{child}/cmdline", "rb") as handle:
-        shown = handle.read().rstrip(b"\0").split(b"\0")
-    assert shown == [os.fsencode(sys.executable), b"-c", b"import time; time.sleep(120)"]
+    # ps and pgrep see the child's command, not the server's, once it has set itself up
+    # (as a fresh child shows its parent's until its exec).
+    command = [os.fsencode(sys.executable), b"-c", b"import time; time.sleep(120)"]
+    deadline = time.monotonic() + 60
+    while _cmdline(child) != command and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _cmdline(child) == command
     driver.kill()
     driver.wait()
     deadline = time.monotonic() + 30
