@@ -322,6 +322,18 @@ def test_the_server_and_its_children_die_with_the_check(tmp_path):
     assert not _alive(child) and not _alive(server)
 
 
+def test_children_differing_in_their_rank_or_our_variables_share_a_server(tmp_path, starter):
+    code = "import os; print(os.environ['RANK'], os.environ['TRAINPARITY_PHASE_TAG'])"
+    for rank in range(2):
+        env = _environment(RANK=str(rank), MASTER_PORT=str(29500 + rank))
+        env["TRAINPARITY_PHASE_TAG"] = f"tag{rank}"
+        _, _, stdout, _, _ = _run(
+            starter.launch, f"rank{rank}", [sys.executable, "-c", code], tmp_path, tmp_path, env
+        )
+        assert stdout == f"{rank} tag{rank}\n"
+    assert len(starter._servers) == 1 and starter.report["warm"] == ["rank0", "rank1"]
+
+
 def test_closing_the_starter_reaps_its_server(tmp_path):
     starter = ChildStarter("warm", log_dir=tmp_path, timeout=120)
     _run(starter.launch, "one", [sys.executable, "-c", "pass"], tmp_path, tmp_path)

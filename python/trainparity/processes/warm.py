@@ -38,8 +38,11 @@ START_VARIABLE = "TRAINPARITY_START"
 """The start mode of a check whose caller passed no `start` (the test suite sets "warm")."""
 
 _SERVER_SCRIPT = Path(__file__).with_name("warm_server.py")
-# Variables only trainparity reads, set per phase (recording, tags): a server is shared across them.
+# Variables that differ between the children of one check and that importing torch does not
+# read: trainparity's own (recording, tags) and the rendezvous of a rank (read by
+# init_process_group). Children that differ only in these share a server.
 _PER_PHASE_PREFIX = "TRAINPARITY_"
+_RANK_VARIABLES = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"})
 _HASH_SEED = "PYTHONHASHSEED"
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
@@ -100,11 +103,7 @@ class ChildStarter:
             # A forked child keeps its server's str hashes: a phase without a fixed seed
             # gets one of its own (and so its own server), as a fresh process would.
             environment[_HASH_SEED] = str(1 + secrets.randbelow(4294967295))
-        key = tuple(
-            sorted(
-                item for item in environment.items() if not item[0].startswith(_PER_PHASE_PREFIX)
-            )
-        )
+        key = tuple(sorted(item for item in environment.items() if _server_variable(item[0])))
         if key in self._broken:
             self.report["fresh"][spec.name] = self._broken[key]
             return spawn_child(spec)
@@ -129,6 +128,11 @@ class ChildStarter:
         for server in self._servers.values():
             server.close()
         self._servers.clear()
+
+
+def _server_variable(name: str) -> bool:
+    """Whether `name` belongs in the server's environment (and so in its key)."""
+    return not name.startswith(_PER_PHASE_PREFIX) and name not in _RANK_VARIABLES
 
 
 class _ServerFailure(Exception):
