@@ -68,6 +68,7 @@ setup(
         "trainparity.integrations",
         "trainparity.distributed",
         "trainparity.checkpoints",
+        "trainparity.executors",
         "trainparity.quickstarts",
     ],
     package_data={"trainparity": ["py.typed"]},

@@ -1,4 +1,6 @@
-"""The suite's start mode: checks fork their children warm, except where a start itself is tested.
+"""Fixtures shared across test modules: the suite's start mode, one real SLURM cluster per session.
+
+Start mode: checks fork their children warm, except where a start itself is tested.
 
 A check's children each import torch (seconds of CPU apiece); in warm mode a
 check imports it once (docs/limitations.md, "Warm starts"). The session runs
@@ -12,8 +14,11 @@ both modes, so each of their tests proves the two alike.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
+
+from tests.slurm_cluster import SlurmCluster, slurm_cluster
 
 # Tests of the default (fresh) start itself: the pinned reports, the spawn and the children's
 # environment, and what a fresh interpreter draws at random (hash seeds included).
@@ -66,3 +71,18 @@ def start_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 def _module_name(module: object) -> str:
     return getattr(module, "__name__", "").rpartition(".")[2]
+
+
+@pytest.fixture(scope="session")
+def slurm_session() -> Iterator[SlurmCluster]:
+    """Started on first use, stopped (every job cancelled, directory removed) at session end."""
+    with slurm_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def slurm(slurm_session: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> SlurmCluster:
+    """The session's cluster, its clients' variables (SLURM_CONF, PATH) set for this test."""
+    for key in ("SLURM_CONF", "PATH"):
+        monkeypatch.setenv(key, slurm_session.environment[key])
+    return slurm_session

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
 from pathlib import Path
 
+from trainparity.distributed.launch import torchrun_command
 from trainparity.native.core import core
 from trainparity.state.freeze import freeze
 from trainparity.state.snapshot import Snapshot
@@ -65,3 +68,15 @@ def set_manifest(metadata: dict, manifest_text: str) -> None:
     metadata["trainparity_digest"] = core.digest(
         manifest_text.encode("utf-8", errors="surrogatepass"), version=core.DIGEST_VERSION
     ).hex()
+
+
+def run_torchrun_job(job: Path, arguments: list[str], *, ranks: int, out: Path, logs: Path) -> None:
+    """One real torchrun job (gloo, one thread per rank, temporary files under `out`); must exit 0."""
+    completed = subprocess.run(
+        torchrun_command([str(job), *arguments], nproc_per_node=ranks, log_dir=logs),
+        env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]

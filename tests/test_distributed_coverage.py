@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,8 +12,9 @@ import pytest
 from trainparity import AtLeastOnce, ExactlyOnce, ExpectedPadding, NoCrossRankOverlap, record_ids
 from trainparity.coverage.audit import audit_rank_arrays
 from trainparity.coverage.recorded_ids import audit_recorded_ids
-from trainparity.distributed import torchrun_command
 from trainparity.distributed.record_ids import read_recorded_ids, recorded_epochs, recorded_ids
+
+from tests.helpers import run_torchrun_job
 
 JOB = Path(__file__).resolve().parent / "fixtures" / "distributed" / "coverage_job.py"
 
@@ -23,14 +23,7 @@ JOB = Path(__file__).resolve().parent / "fixtures" / "distributed" / "coverage_j
 def recorded(tmp_path_factory) -> Path:
     """One real torchrun job (2 ranks, gloo) recording three pipelines; its output directory."""
     out = tmp_path_factory.mktemp("coverage")
-    completed = subprocess.run(
-        torchrun_command([str(JOB), str(out)], nproc_per_node=2, log_dir=out / "logs"),
-        env={**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(out)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
+    run_torchrun_job(JOB, [str(out)], ranks=2, out=out, logs=out / "logs")
     return out
 
 

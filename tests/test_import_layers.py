@@ -41,6 +41,9 @@ LAYERS = {
     "recording": PROCESSES,
     "forensics": PROCESSES,
     "checkpoints": PROCESSES,
+    # Executors run the phases elsewhere (SLURM, a plan's replay): beside processes/, whose
+    # seam (processes/executor.py) they implement; only the checks and the CLI choose one.
+    "executors": PROCESSES,
     "state": STATE,
     "comparison": STATE,
     "reports": REPORTS,

@@ -83,7 +83,7 @@ FACE_NAMES = {
         ],
     },
     "trainparity.distributed.ids_audit": {
-        "trainparity.coverage.recorded_ids": ["audit_recorded_ids"],
+        "trainparity.coverage.recorded_ids": ["audit_recorded_chain", "audit_recorded_ids"],
     },
     "trainparity.html_report": {
         "trainparity.reports.html": ["render_html_report", "write_html_report"],
@@ -138,6 +138,12 @@ FACE_NAMES = {
             "audit_rank_arrays",
             "audit_rank_iterables",
             "audit_sample_coverage",
+        ],
+        "trainparity.coverage.global_order": [
+            "GlobalOrderResult",
+            "MovedId",
+            "SameGlobalOrder",
+            "audit_global_order",
         ],
     },
     "trainparity.snapshot": {

@@ -67,3 +67,65 @@ def test_reports_without_a_divergence_have_no_diagnosis():
     report.update(outcome="PASS", trajectory={"first_divergence": None})
     assert "Diagnosis" not in text_report(report)
     assert "Diagnosis" not in text_report({"outcome": "PASS", "message": "ok", "case": "x"})
+
+
+def test_baselines_that_part_are_said_to_be_nondeterministic_not_a_resume_fault():
+    report = _round_trip_report()
+    report["outcome"] = "ABSTAIN"
+    first = report["trajectory"]["first_divergence"]
+    first.update(candidate_phase="baseline_b", round_trip=False, step=3, paths=["model.weight"])
+    lines = _lines(text_report(report))
+    assert (
+        "compared baseline = baseline_a (the uninterrupted run); candidate = baseline_b (its repeat)"
+        in lines
+    )
+    assert (
+        "finding the two uninterrupted runs already differ at step 3 in model: training is not "
+        "deterministic, so no resume verdict is possible" in lines
+    )
+    assert any(line.startswith("try next make training deterministic") for line in lines)
+
+
+def test_two_configurations_of_check_runs_are_named_as_they_are():
+    report = _round_trip_report()
+    first = report["trajectory"]["first_divergence"]
+    first.update(
+        baseline_phase="accum4x2_a", candidate_phase="accum1x8_a", round_trip=False, step=2
+    )
+    text = text_report(report)
+    assert "first differs between accum4x2_a and accum1x8_a at step 2" in text
+    assert "uninterrupted" not in text.split("Summary")[0]
+
+
+def test_the_count_of_differences_matches_the_listed_rows_or_says_how_many_are_hidden():
+    report = _round_trip_report()
+    report["all_differences"] = [
+        {"path": f"model.w{index}", "reason": "value", "baseline": "1", "candidate": "2"}
+        for index in range(12)
+    ]
+    lines = _lines(text_report(report, max_rows=10))
+    assert "differences 12 (listed under Differences)" in lines
+    listed = lines[lines.index("Differences") + 2 :]
+    assert [line.split()[0] for line in listed[:10]] == [f"model.w{index}" for index in range(10)]
+    assert listed[10] == "... 2 more"
+
+
+def test_the_drift_after_a_round_trip_finding_is_said_in_one_line():
+    report = _round_trip_report()
+    flat = {"model": 0.0, "optimizer": 0.0}
+    report["trajectory"]["drift"] = [
+        {"step": 2, "max_relative_rms_error": 0.0, "components": flat},
+        {"step": 3, "max_relative_rms_error": 0.01, "components": {**flat, "model": 0.01}},
+        {
+            "step": 4,
+            "max_relative_rms_error": 0.05,
+            "components": {"model": 0.05, "optimizer": 0.02},
+        },
+    ]
+    lines = _lines(text_report(report))
+    diagnosis = lines[lines.index("Diagnosis") + 1 : lines.index("Summary")]
+    assert diagnosis[3] == (
+        "then model tensors differ from step 3 on; at step 4 the relative RMS error is 0.05 "
+        "(see Drift)"
+    )
+    assert diagnosis[4].startswith("try next")

@@ -23,10 +23,12 @@ from trainparity.coverage.audit import (
     audit_rank_iterables,
     audit_sample_coverage,
 )
+from trainparity.coverage.global_order import SameGlobalOrder
 from trainparity.environment import environment_fingerprint
 from trainparity.forensics.trace_diff import TraceDiff, diff_traces
 from trainparity.forensics.tracing import trace
 from trainparity.outcomes import Outcome
+from trainparity.processes.command_case import CommandCase
 from trainparity.protocols import (
     AccumulationCase,
     LossAccounting,
@@ -53,6 +55,7 @@ __all__ = [
     "ExactlyOnce",
     "ExpectedPadding",
     "NoCrossRankOverlap",
+    "SameGlobalOrder",
     "SampleAnomaly",
     "SampleCoverageResult",
     "SampleObservation",
@@ -74,6 +77,7 @@ __all__ = [
     "ToleranceComparison",
     "check_resume",
     "check_runs",
+    "CommandCase",
     "RunVariant",
     "RunsCase",
     "RunsResult",

@@ -15,3 +15,7 @@ from trainparity.coverage.audit import SampleViolation as SampleViolation
 from trainparity.coverage.audit import audit_rank_arrays as audit_rank_arrays
 from trainparity.coverage.audit import audit_rank_iterables as audit_rank_iterables
 from trainparity.coverage.audit import audit_sample_coverage as audit_sample_coverage
+from trainparity.coverage.global_order import GlobalOrderResult as GlobalOrderResult
+from trainparity.coverage.global_order import MovedId as MovedId
+from trainparity.coverage.global_order import SameGlobalOrder as SameGlobalOrder
+from trainparity.coverage.global_order import audit_global_order as audit_global_order

@@ -30,12 +30,22 @@ def test_clean_trainer_resume_passes(project, tmp_path):
 def test_ignore_data_skip_fails_at_the_first_step_after_the_split(project, tmp_path):
     result = _resume(project, "TrainerIgnoringDataSkip", tmp_path)
     assert result.outcome == Outcome.FAIL, result.message
-    # The callback records every step: the resumed run replays the epoch's first batches,
-    # so step 5, the first after the split at 4, already trains on other data.
+    # The callback records every step and the IDs of every batch: the resumed run replays
+    # the epoch's first batches, so step 5, the first after the split at 4, trains on samples
+    # already seen, and the report names them first.
     assert result.first_divergent_step == 5
-    assert result.primary_difference.path.startswith("model[")
-    # The final-state view: log_history sorts before the model; entry 4 is step 5.
-    assert result.final_state_differences[0].path == "log_history[4].epoch"
+    repeated = result.primary_difference
+    assert (repeated.path, repeated.reason) == ("coverage.epoch0.rank0", "sample_repeated")
+    # 4 steps of 4 samples before the split: position 16 is the resumed run's first sample.
+    assert "consumed again at position 16 of epoch 0 on rank 0" in repeated.candidate
+    assert "(candidate_resume's position 0 during step 5); first consumed at position 0" in (
+        repeated.candidate
+    )
+    assert any(d.path.startswith("model[") for d in result.all_differences)
+    # The final-state view: sample order first, then log_history (before the model); entry 4
+    # is step 5.
+    assert result.final_state_differences[0] == repeated
+    assert result.final_state_differences[1].path == "log_history[4].epoch"
     paths = {difference.path for difference in result.final_state_differences}
     assert "log_history[4].loss" in paths
     assert not any(path.startswith("log_history[3]") for path in paths)

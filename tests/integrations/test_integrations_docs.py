@@ -2,33 +2,30 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+from tests.doc_blocks import code_blocks, excerpt_mismatch
 
 REPO = Path(__file__).resolve().parents[2]
 GUIDE = REPO / "docs" / "integrations.md"
-EXAMPLE = REPO / "docs" / "examples" / "integrations"
-RECIPE = re.compile(r"<!-- recipe: (?P<file>[\w.]+) -->\n```python\n(?P<code>.*?)```", re.DOTALL)
 
 
 def test_every_recipe_line_is_in_the_example_file_the_tests_run():
-    recipes = list(RECIPE.finditer(GUIDE.read_text(encoding="utf-8")))
-    assert {match["file"] for match in recipes} == {
-        "train_hf.py",
-        "hf_cases.py",
-        "train_lightning.py",
-        "lightning_cases.py",
-        "train_accelerate.py",
-        "accelerate_cases.py",
+    recipes = [block for block in code_blocks(GUIDE) if block.kind == "recipe"]
+    assert {block.source.relative_to(REPO / "docs").as_posix() for block in recipes} == {
+        "examples/integrations/train_hf.py",
+        "examples/integrations/hf_cases.py",
+        "examples/integrations/train_lightning.py",
+        "examples/integrations/lightning_cases.py",
+        "examples/integrations/train_accelerate.py",
+        "examples/integrations/accelerate_cases.py",
     }
-    for match in recipes:
-        source = (EXAMPLE / match["file"]).read_text(encoding="utf-8").splitlines()
-        lines = [line for line in match["code"].splitlines() if line.strip()]
-        assert len(lines) <= 10, f"a recipe from {match['file']} is longer than 10 lines"
-        position = 0
-        for line in lines:  # in the file's order
-            assert line in source[position:], f"{match['file']}: {line!r}"
-            position = source.index(line, position) + 1
+    for block in recipes:
+        shown = [line for line in block.code.splitlines() if line.strip() not in ("", "...")]
+        assert len(shown) <= 10, f"{block.where}: a recipe is longer than 10 lines"
+        assert excerpt_mismatch(block) is None, excerpt_mismatch(block)
+        # An excerpt reads as Python: every call it opens, it closes.
+        assert block.code.count("(") == block.code.count(")"), f"{block.where}: unclosed call"
 
 
 def test_the_guide_names_every_file_the_observers_read():

@@ -40,7 +40,8 @@ class Sequences(torch.utils.data.Dataset):
         return len(self.rows)
 
     def __getitem__(self, index):
-        return {"input_ids": self.rows[index]}
+        # "id": the sample's stable ID, which the callback records (and drops before the model).
+        return {"input_ids": self.rows[index], "id": index}
 
 
 def pad(rows):
@@ -106,7 +107,7 @@ trainer = (OwnLossTrainer if options.own_loss else Trainer)(
     args=arguments,
     train_dataset=Sequences(),
     data_collator=pad,
-    callbacks=[tp_hf.TrainParityCallback()],
+    callbacks=[tp_hf.TrainParityCallback(id_column="id")],
 )
 if options.lose_rank1_rng and tp_hf.resume_from() and arguments.process_index == 1:
     # As if the checkpoint had been copied before rank 1 wrote its RNG file: the Trainer

@@ -41,6 +41,7 @@ class CommandOutput:
     report: dict[str, Any]
     outcome: Outcome | None
     report_written: bool = False
+    text: str | None = None  # what to print instead of the report's text form (a plan)
 
 
 def output_options() -> argparse.ArgumentParser:
@@ -96,7 +97,10 @@ def emit(output: CommandOutput, arguments: argparse.Namespace) -> None:
     if arguments.json:
         sys.stdout.write(report_text(output.report))
         return
-    sys.stdout.write(text_report(output.report, include_environment=output.outcome is None))
+    if output.text is not None:
+        sys.stdout.write("".join(printable(line) + "\n" for line in output.text.splitlines()))
+    else:
+        sys.stdout.write(text_report(output.report, include_environment=output.outcome is None))
     if path is not None:
         print(printable(f"report written to {path}"), file=sys.stderr)
 
@@ -179,6 +183,112 @@ def add_run_options(parser: argparse.ArgumentParser, *, kept: str) -> None:
         action="store_true",
         help="no per-phase progress lines (shown on stderr when it is a terminal)",
     )
+
+
+# Command templates (`trainparity resume ... -- python train.py ...`) ----------------------
+
+TEMPLATE_COMMANDS = ("resume", "runs")
+
+
+def split_template(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """(the options, the command template after the first `--`) of a resume or runs command line.
+
+    argparse would hand the template's first word to the optional CASE
+    positional, so the template is cut off before parsing.
+    """
+    if argv and argv[0] in TEMPLATE_COMMANDS and "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1 :]
+    return argv, None
+
+
+def add_case_options(parser: argparse.ArgumentParser, *, resume: bool) -> None:
+    """CASE, or the options of a case made from the command after `--`."""
+    parser.add_argument(
+        "case",
+        nargs="?",
+        help="importable case class, 'package.module:ClassName' (or a command after --)",
+    )
+    group = parser.add_argument_group(
+        "command template (instead of CASE): -- python train.py --ckpt {checkpoint} "
+        "--end-step {end_step}" + (" --resume {resume_from?}" if resume else "")
+    )
+    if resume:
+        group.add_argument(
+            "--split-step", type=positive_int, help="where the interrupted run stops"
+        )
+    group.add_argument("--total-step", type=positive_int, help="where every run ends")
+    group.add_argument(
+        "--checkpoint",
+        metavar="TEMPLATE",
+        help="where a phase's checkpoint is, inside its run directory: '{run_dir}/ck.pt'",
+    )
+    group.add_argument(
+        "--observe",
+        metavar="MODULE:FUNCTION",
+        help="called with the checkpoint path, returns the state to compare (default: the "
+        "torch.load'd dict, weights only, or a DCP directory through load_dcp)",
+    )
+
+
+def add_executor_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--executor",
+        choices=("local", "slurm"),
+        default="local",
+        help="where the training phases run: here (default), or one SLURM job each, on the "
+        "cluster sbatch would use (SLURM_CONF, SBATCH_PARTITION); the run directory "
+        "(--work-dir) must then be on a path every node shares",
+    )
+
+
+def executor_from(arguments: argparse.Namespace) -> Any:
+    """None (local children) or a SlurmExecutor read from the environment, as sbatch reads it."""
+    if arguments.executor != "slurm":
+        return None
+    from trainparity.executors import SlurmExecutor
+
+    return SlurmExecutor.from_environment()
+
+
+def case_from(arguments: argparse.Namespace, *, resume: bool) -> Any:
+    """The check's case: CASE as given, or a CommandCase from the template after `--`."""
+    from trainparity.importing import CaseSetupError
+    from trainparity.processes.command_case import CommandCase
+
+    template = getattr(arguments, "template", None)
+    steps = {"total_step": arguments.total_step}
+    if resume:
+        steps["split_step"] = arguments.split_step
+    given = [name for name, value in steps.items() if value is not None]
+    if arguments.checkpoint is not None:
+        given.append("checkpoint")
+    if arguments.observe is not None:
+        given.append("observe")
+    if arguments.case is not None:
+        if template is not None:
+            raise UsageError(f"give CASE {arguments.case!r} or a command after --, not both")
+        if given:
+            raise UsageError(
+                f"--{given[0].replace('_', '-')} belongs to a command template: "
+                "give it with a command after --, or drop it"
+            )
+        return arguments.case
+    if template is None:
+        raise UsageError(
+            "give a CASE ('package.module:ClassName') or a training command after --, e.g. "
+            "--total-step 4 --checkpoint '{run_dir}/ck.pt' -- python train.py --ckpt {checkpoint}"
+        )
+    missing = [name for name in (*steps, "checkpoint") if name not in given]
+    if missing:
+        flags = ", ".join("--" + name.replace("_", "-") for name in missing)
+        raise UsageError(f"a command template needs {flags}")
+    try:
+        return CommandCase(
+            template=template, checkpoint=arguments.checkpoint, observe=arguments.observe, **steps
+        )
+    except CaseSetupError as error:
+        raise UsageError(str(error)) from None
 
 
 def positive_number(text: str) -> float:

@@ -14,11 +14,19 @@ from trainparity.cli import accumulation as cli_accumulation
 from trainparity.cli import coverage as cli_coverage
 from trainparity.cli import diff as cli_diff
 from trainparity.cli import env as cli_env
+from trainparity.cli import judge as cli_judge
 from trainparity.cli import resume as cli_resume
 from trainparity.cli import runs as cli_runs
 from trainparity.cli import snapshot as cli_snapshot
 from trainparity.cli import trace as cli_trace
-from trainparity.cli.common import EXIT_CODES, USAGE_ERROR, UsageError, emit, output_options
+from trainparity.cli.common import (
+    EXIT_CODES,
+    USAGE_ERROR,
+    UsageError,
+    emit,
+    output_options,
+    split_template,
+)
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
 from trainparity.reports.terminal_text import printable
@@ -41,10 +49,12 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one `trainparity` command; returns its exit code."""
     parser = build_parser()
+    options, template = split_template(list(sys.argv[1:] if argv is None else argv))
     try:
-        arguments = parser.parse_args(argv)
+        arguments = parser.parse_args(options)
     except SystemExit as stop:  # --help (0) or a usage error (4)
         return stop.code if isinstance(stop.code, int) else USAGE_ERROR
+    arguments.template = template
     if arguments.command is None:
         parser.print_help(sys.stderr)
         return USAGE_ERROR
@@ -77,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (
         cli_resume,
         cli_runs,
+        cli_judge,
         cli_accumulation,
         cli_coverage,
         cli_snapshot,

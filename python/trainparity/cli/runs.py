@@ -21,7 +21,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         example=EXAMPLE,
         run=run,
     )
-    parser.add_argument("case", help="importable case class, 'package.module:ClassName'")
+    common.add_case_options(parser, resume=False)
     group = parser.add_argument_group(
         "variants (default: the case's `variants`; the first is the reference)"
     )
@@ -40,6 +40,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         help="an environment variable for one variant's runs (repeatable)",
     )
     common.add_tolerance_options(parser)
+    common.add_executor_option(parser)
     common.add_run_options(parser, kept="every run's logs, checkpoints and snapshot files")
 
 
@@ -74,10 +75,11 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
     variants = variants_from(arguments)
     report_path = common.writes_json_report(arguments)
     result = check_runs(
-        arguments.case,
+        common.case_from(arguments, resume=False),
         variants,
         comparison=comparison,
         report_path=report_path,
+        executor=common.executor_from(arguments),
         **common.run_keywords(arguments),
     )
     return common.result_output(result, report_written=report_path is not None)

@@ -25,6 +25,7 @@ from typing import Any
 __all__ = ["fixed_port_problem", "is_torchrun", "local_ranks", "torchrun_command"]
 
 _RUN_MODULE = "torch.distributed.run"
+_NODES_MODULE = "trainparity.distributed.nodes"  # one torchrun agent per node (nodes.py)
 _DEFAULT_MASTER_PORT = 29500  # torchrun's default for the static rendezvous
 _DEFAULT_RDZV_PORT = 29400  # torch.distributed.elastic's default for a c10d endpoint without port
 
@@ -36,6 +37,7 @@ def torchrun_command(
     log_dir: str | os.PathLike[str] | None = None,
     python: str | None = None,
     torchrun_options: Sequence[str] = (),
+    nnodes: int = 1,
 ) -> list[str]:
     """The argv that runs `script` (a script path and its arguments) on `nproc_per_node` local ranks.
 
@@ -46,41 +48,62 @@ def torchrun_command(
     failed. Without `log_dir` torchrun creates a directory under the
     temporary root and never removes it. `torchrun_options` are added before
     the script (e.g. `["--module"]` to run `script[0]` as a module).
+
+    `nnodes` > 1 spans the phase over that many nodes, one torchrun agent each
+    on one c10d rendezvous: the argv then starts the node launcher
+    (`python -m trainparity.distributed.nodes`, distributed/nodes.py), which
+    picks the rendezvous port and starts the agents, here on this machine.
     """
     if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int):
         raise TypeError(f"nproc_per_node must be an int, not {nproc_per_node!r}")
     if nproc_per_node < 1:
         raise ValueError(f"nproc_per_node must be at least 1, not {nproc_per_node}")
+    if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
+        raise ValueError(f"nnodes must be a positive int, not {nnodes!r}")
     if isinstance(script, (str, bytes)) or not script:
         raise TypeError(
             "script must be a non-empty sequence such as ['train.py', '--steps', '4'], not one string"
         )
+    interpreter = python or sys.executable
     argv = [
-        python or sys.executable,
+        interpreter,
         "-m",
         _RUN_MODULE,
-        "--nnodes=1",
+        f"--nnodes={nnodes}",
         f"--nproc-per-node={nproc_per_node}",
         "--rdzv-backend=c10d",
-        "--rdzv-endpoint=127.0.0.1:0",
+        # One node: a port the kernel assigns. Several: the node launcher's port.
+        *(["--rdzv-endpoint=127.0.0.1:0"] if nnodes == 1 else []),
         f"--rdzv-id={uuid.uuid4().hex}",
         "--local-addr=127.0.0.1",
         "--max-restarts=0",
     ]
     if log_dir is not None:
         argv += [f"--log-dir={Path(log_dir)}", "--redirects=3", "--tee=3"]
-    return [*argv, *torchrun_options, *map(str, script)]
+    argv = [*argv, *torchrun_options, *map(str, script)]
+    if nnodes == 1:
+        return argv
+    return [interpreter, "-m", _NODES_MODULE, "--nnodes", str(nnodes), "--", *argv]
 
 
 def is_torchrun(argv: Sequence[str]) -> bool:
-    """Whether argv launches torchrun: `torchrun …` or `python -m torch.distributed.run …`."""
+    """Whether argv launches torchrun: `torchrun …`, `python -m torch.distributed.run …`, or
+    the node launcher of a multi-node phase (which starts such agents)."""
     if not argv:
         return False
     if Path(argv[0]).name == "torchrun":
         return True
     return any(
-        argv[index] == "-m" and argv[index + 1] == _RUN_MODULE for index in range(len(argv) - 1)
+        argv[index] == "-m" and argv[index + 1] in (_RUN_MODULE, _NODES_MODULE)
+        for index in range(len(argv) - 1)
     )
+
+
+def nodes_on_this_host(argv: Sequence[str]) -> int:
+    """How many torchrun agents argv starts here: the node launcher's --nnodes, else 1."""
+    if _NODES_MODULE in argv and "--nnodes" in argv:
+        return int(argv[argv.index("--nnodes") + 1])
+    return 1
 
 
 def _torchrun_arguments(argv: Sequence[str]) -> list[str]:
@@ -122,7 +145,8 @@ def local_ranks(argv: Sequence[str], environment: Mapping[str, str]) -> int:
     from torch.distributed.run import determine_local_world_size
 
     try:  # "auto", "cpu", "gpu" or a number, resolved as torchrun resolves it
-        return max(1, determine_local_world_size(str(arguments.nproc_per_node)))
+        per_agent = max(1, determine_local_world_size(str(arguments.nproc_per_node)))
+        return per_agent * nodes_on_this_host(argv)
     except ValueError:
         return 1  # torchrun will refuse it and the phase will say so
 
@@ -133,7 +157,7 @@ def fixed_port_problem(argv: Sequence[str], environment: Mapping[str, str]) -> s
     Parsed by torchrun's own argument parser (so every spelling and the
     `PET_*` environment defaults count as torchrun counts them).
     """
-    if not is_torchrun(argv):
+    if not is_torchrun(argv) or nodes_on_this_host(argv) > 1:  # the node launcher's free port
         return None
     from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 

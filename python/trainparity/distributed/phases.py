@@ -13,6 +13,7 @@ stderr) and that rank's last stderr line (from the per-rank logs of
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -22,13 +23,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainparity.distributed.launch import fixed_port_problem, is_torchrun
+from trainparity.distributed.launch import fixed_port_problem, is_torchrun, nodes_on_this_host
+from trainparity.distributed.nodes import NODES_FILE_VARIABLE
 from trainparity.distributed.record_ids import IDS_DIR_VARIABLE
 
 __all__ = [
     "PHASE_TAG_VARIABLE",
     "RankExit",
     "concurrency_problem",
+    "node_failure",
+    "node_rows",
     "phase_environment",
     "rank_failure",
     "reported_rank_exits",
@@ -46,6 +50,18 @@ _FAILURE_ENTRY = re.compile(
     re.MULTILINE,
 )
 _SWEEP_SECONDS = 2.0
+_NODES_FILE = "nodes.json"
+_NODE_KEYS = frozenset(
+    {
+        "node",
+        "pid",
+        "returncode",
+        "elapsed_seconds",
+        "user_seconds",
+        "system_seconds",
+        "peak_rss_bytes",
+    }
+)
 
 
 def phase_environment(
@@ -60,7 +76,35 @@ def phase_environment(
         temporary = run_dir / "tmp"
         temporary.mkdir(parents=True, exist_ok=True)
         phase_env["TMPDIR"] = str(temporary)
+    if nodes_on_this_host(argv) > 1:  # the node launcher writes each agent's row there
+        (run_dir / _NODES_FILE).unlink(missing_ok=True)  # a kept work_dir's last check's
+        phase_env[NODES_FILE_VARIABLE] = str(run_dir / _NODES_FILE)
     return phase_env, tag
+
+
+def node_failure(run_dir: Path) -> str | None:
+    """'node I of N exited with status S' for the agent that ended a multi-node phase, or None.
+
+    The launcher records the agents that ended by themselves; the others it
+    stopped after the first failure, so the failed row is the one that did.
+    """
+    rows = node_rows(run_dir)
+    failed = [row for row in rows if row["returncode"] != 0]
+    if not failed:
+        return None
+    row = failed[0]
+    return f"node {row['node']} (torchrun agent pid {row['pid']}) exited with status {row['returncode']}"
+
+
+def node_rows(run_dir: Path) -> list[dict]:
+    """The node launcher's row per agent of a multi-node phase (none for other phases)."""
+    try:
+        rows = json.loads((run_dir / _NODES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(rows, list):
+        return []
+    return [row for row in rows if isinstance(row, dict) and set(row) == _NODE_KEYS]
 
 
 def tagged_processes(tag: str) -> list[int]:

@@ -16,10 +16,17 @@ positions [start, end) were consumed during that step (after the record()
 call before it). IDs in no triple were consumed after a process's last
 record() call. `record()` writes them through `mark_step`, so a script that
 never calls record() gets no such file.
+
+Beside each record, `rank{R}.epoch{E}.batches` holds where each batch ends:
+one little-endian int64 per `record_ids` call (one call is one batch), the
+record's ID count after it. Batch b of a rank is the IDs between the ends of
+batches b-1 and b; the global order audit (SameGlobalOrder) interleaves the
+ranks' batches by index.
 """
 
 from __future__ import annotations
 
+import array
 import atexit
 import bisect
 import mmap
@@ -32,14 +39,17 @@ from typing import Any
 
 __all__ = [
     "FLUSH_IDS",
+    "append_batch",
     "IDS_DIR_VARIABLE",
     "ConsumptionSteps",
     "consumption_steps",
+    "batch_ends",
     "flush_ids",
     "ids_file_name",
     "mark_step",
     "read_recorded_ids",
     "record_ids",
+    "record_key",
     "recorded_epochs",
     "recorded_ids",
 ]
@@ -49,6 +59,9 @@ IDS_DIR_VARIABLE = "TRAINPARITY_IDS_DIR"
 
 FLUSH_IDS = 1 << 16
 """IDs buffered per file before they are written (512 KiB)."""
+
+PENDING_BATCHES = 64
+"""Batches of IDs held as tensors before they are copied into the buffer (see append_tensor)."""
 
 _FILE_PATTERN = re.compile(r"^rank(\d+)\.epoch(\d+)\.ids$")
 
@@ -63,6 +76,10 @@ def ids_file_name(rank: int, epoch: int) -> str:
 
 def _steps_path(ids_path: Path) -> Path:
     return ids_path.with_suffix(".steps")
+
+
+def _batches_path(ids_path: Path) -> Path:
+    return ids_path.with_suffix(".batches")
 
 
 def _append(path: Path, data: bytes | bytearray | memoryview) -> None:
@@ -93,12 +110,42 @@ class _Writer:
         self.count = os.fstat(self.descriptor).st_size // 8
         self.placed = self.count  # IDs before this position belong to a marked step
         self.marks = bytearray()
+        self.ends = array.array("q")  # the ID count after each batch not yet written
+        self.pending: list[Any] = []  # CPU tensors of IDs not yet copied into the buffer
 
-    def append(self, data: memoryview) -> None:
-        self.buffer += data
-        self.count += len(data) // 8
+    def append(self, data: Any) -> None:
+        """Append one batch: `data` is a contiguous buffer of little-endian int64."""
+        self.settle()  # batches reach the buffer in order
+        self.buffer += memoryview(data)  # not `+= data`: an ndarray would broadcast
+        self.count += data.nbytes // 8
+        self.ends.append(self.count)
         if len(self.buffer) >= 8 * FLUSH_IDS:
             self.flush()
+
+    def append_tensor(self, ids: Any) -> None:
+        """Append one batch of IDs held by a CPU tensor that owns its storage, copied later.
+
+        Copying a batch's IDs one by one costs more than the batch of a fast
+        loader allows (a NumPy conversion per batch); joining `PENDING_BATCHES`
+        of them at once costs a fraction. A tensor that owns its storage keeps
+        nothing else alive meanwhile.
+        """
+        self.pending.append(ids)
+        self.count += ids.numel()
+        self.ends.append(self.count)
+        if len(self.pending) >= PENDING_BATCHES:
+            self.settle()
+            if len(self.buffer) >= 8 * FLUSH_IDS:
+                self.flush()
+
+    def settle(self) -> None:
+        """Copy the pending tensors' IDs into the buffer (one join, one conversion)."""
+        if not self.pending:
+            return
+        torch = sys.modules["torch"]
+        joined = torch.cat([ids.reshape(-1) for ids in self.pending]).to(torch.int64)
+        self.pending.clear()
+        self.buffer += memoryview(_as_int64_bytes(joined))
 
     def mark(self, step: int) -> None:
         """The IDs consumed since the last mark were consumed during `step`."""
@@ -107,8 +154,14 @@ class _Writer:
             self.placed = self.count
 
     def flush(self) -> None:
+        self.settle()
         _write_all(self.descriptor, self.buffer)
         self.buffer.clear()
+        if self.ends:  # after the IDs, so a batch end never points past the IDs on disk
+            if sys.byteorder != "little":
+                self.ends.byteswap()
+            _append(_batches_path(self.path), memoryview(self.ends).cast("B"))
+            del self.ends[:]
         if self.marks:  # after the IDs they place, so a mark never precedes its IDs on disk
             _append(_steps_path(self.path), self.marks)
             self.marks.clear()
@@ -137,23 +190,24 @@ def _default_rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def _as_int64_bytes(ids: Any) -> memoryview:
-    """Little-endian int64 bytes of a tensor, NumPy array, buffer or iterable of ints."""
+_LITTLE = sys.byteorder == "little"
+
+
+def _as_int64_bytes(ids: Any) -> Any:
+    """Little-endian int64 bytes (a buffer with `nbytes`) of a tensor, array, int or iterable of ints."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(ids, torch.Tensor):
-        if ids.dtype is not torch.int64 or ids.device.type != "cpu" or not ids.is_contiguous():
-            ids = ids.detach().to(device="cpu", dtype=torch.int64).contiguous()
-        if sys.byteorder == "little":
-            return memoryview(ids.numpy()).cast("B")
+        ids = ids.detach().to(device="cpu", dtype=torch.int64).contiguous().reshape(-1)
+        if _LITTLE:
+            return ids.numpy()
         ids = ids.tolist()
+    if isinstance(ids, int):
+        ids = [ids]
     numpy = sys.modules.get("numpy")
     if numpy is not None:
-        array = numpy.ascontiguousarray(numpy.asarray(ids).reshape(-1), dtype="<i8")
-        return memoryview(array).cast("B")
-    import array
-
+        return numpy.ascontiguousarray(numpy.asarray(ids).reshape(-1), dtype="<i8")
     values = array.array("q", [int(value) for value in ids])
-    if sys.byteorder != "little":
+    if not _LITTLE:
         values.byteswap()
     return memoryview(values).cast("B")
 
@@ -177,11 +231,24 @@ def record_ids(
         directory = os.environ.get(IDS_DIR_VARIABLE)
         if not directory:
             return
-    key = (os.fspath(directory), _default_rank() if rank is None else rank)
+    append_batch(record_key(directory, rank), epoch, ids)
+
+
+def record_key(directory: str | os.PathLike[str], rank: int | None) -> tuple[str, int]:
+    """The (directory, rank) a record is kept under; `rank=None` resolved as record_ids does."""
+    return (os.fspath(directory), _default_rank() if rank is None else rank)
+
+
+def append_batch(key: tuple[str, int], epoch: int, ids: Any) -> None:
+    """Append one batch of IDs to the record `key` (from record_key) for `epoch`."""
     writer = _writers.get(key)
     if writer is None or writer.epoch != epoch or type(epoch) is not int:
         writer = _opened(key, epoch)
-    writer.append(_as_int64_bytes(ids))
+    torch = sys.modules.get("torch")
+    if torch is not None and type(ids) is torch.Tensor and ids.is_cpu and ids._base is None:
+        writer.append_tensor(ids)
+    else:
+        writer.append(_as_int64_bytes(ids))
 
 
 def _opened(key: tuple[str, int], epoch: object) -> _Writer:
@@ -285,3 +352,16 @@ def recorded_ids(directory: str | os.PathLike[str], epoch: int) -> dict[int, mem
         rank: read_recorded_ids(path)
         for rank, path in recorded_epochs(directory).get(epoch, {}).items()
     }
+
+
+def batch_ends(ids_path: str | os.PathLike[str]) -> memoryview:
+    """The ID count after each recorded batch of the record `ids_path` (int64, memory-mapped).
+
+    Empty when the record has no `.batches` file (written before batches were
+    recorded); a torn last value is dropped.
+    """
+    path = _batches_path(Path(ids_path))
+    if not path.is_file():
+        return memoryview(b"").cast("q")
+    view = read_recorded_ids(path)
+    return view.cast("q") if len(view) else memoryview(b"").cast("q")

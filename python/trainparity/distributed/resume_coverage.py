@@ -1,9 +1,10 @@
-"""Sample order across the resume boundary: split + resume must consume what baseline_a consumed.
+"""Sample order across resume boundaries, per rank: the phases must consume what baseline_a consumed.
 
-When the training script records the IDs it consumes (`record_ids`),
-check_resume gives every phase its own record directory. For each epoch and
-rank that baseline_a recorded, the IDs of candidate_split followed by those
-of candidate_resume must be exactly baseline_a's sequence. The first position
+When the training script records the IDs it consumes (`record_ids`,
+`track_ids`), check_resume gives every phase its own record directory. For
+each epoch and rank that baseline_a recorded, the IDs of the phases one after
+the other (candidate_split, then candidate_resume, and so on along a resume
+chain) must be exactly baseline_a's sequence. The first position
 where they part is reported at `coverage.epoch{E}.rank{R}`, as a repeated ID
 (a resumed sampler that restarted its epoch, or fast-forwarded too little),
 a missing ID (one that skipped ahead), an extra ID, or a different order.
@@ -28,7 +29,7 @@ from trainparity.distributed.record_ids import (
     recorded_epochs,
 )
 
-__all__ = ["BoundaryDifference", "resume_coverage_differences"]
+__all__ = ["BoundaryDifference", "chain_coverage_differences"]
 
 _CHUNK = 1 << 16  # values compared at once as bytes before looking inside a chunk
 
@@ -84,22 +85,23 @@ def _describe(
     epoch: int,
     rank: int,
     baseline: _PhaseIds,
-    split: _PhaseIds,
-    resume: _PhaseIds,
+    phases: list[tuple[str, _PhaseIds]],
     actual: list[int],
     position: int,
 ) -> BoundaryDifference:
-    expected, split_count = baseline.values, len(split.values)
-    phase, offset, steps = (
-        ("candidate_split", position, split.steps)
-        if position < split_count
-        else ("candidate_resume", position - split_count, resume.steps)
-    )
+    expected = baseline.values
+    index, offset = 0, position
+    # The phase that consumed `position` (the last one when the candidate stopped before it).
+    while index < len(phases) - 1 and offset >= len(phases[index][1].values):
+        offset -= len(phases[index][1].values)
+        index += 1
+    phase, ids = phases[index]
     baseline_step = baseline.steps.step_at(position) if position < len(expected) else None
-    candidate_step = steps.step_at(offset) if position < len(actual) else None
+    candidate_step = ids.steps.step_at(offset) if position < len(actual) else None
+    boundary = f", after boundary {index}" if index and len(phases) > 2 else ""
     where = (
         f"position {position} of epoch {epoch} on rank {rank} "
-        f"({phase}'s position {offset}{_during(candidate_step)})"
+        f"({phase}'s position {offset}{_during(candidate_step)}{boundary})"
     )
     baseline_text = f"ID {expected[position]}" if position < len(expected) else "no more IDs"
     baseline_text = (
@@ -108,11 +110,12 @@ def _describe(
     )
     path = f"coverage.epoch{epoch}.rank{rank}"
     if position >= len(actual):
+        names = " + ".join(name for name, _ids in phases)
         difference = Difference(
             path=path,
             reason="sample_missing",
             baseline=baseline_text,
-            candidate=f"ID {expected[position]} never consumed: split + resume stop after "
+            candidate=f"ID {expected[position]} never consumed: {names} stop after "
             f"{len(actual)} IDs",
         )
         return BoundaryDifference(difference, baseline_step)
@@ -155,23 +158,33 @@ def _consumed_difference(
     )
 
 
-def resume_coverage_differences(run_root: Path) -> list[BoundaryDifference]:
-    """Differences of split + resume's sample order from baseline_a's, epoch by epoch, rank by rank.
+def chain_coverage_differences(
+    baseline_dir: Path, phase_dirs: list[tuple[str, Path]]
+) -> list[BoundaryDifference]:
+    """Differences of the phases' concatenated sample order from the baseline's, per epoch and rank.
 
-    Empty when baseline_a recorded no IDs (the script does not call record_ids).
+    `phase_dirs`: (name, record directory) of each phase of a resume chain,
+    in order (A, B, C, …), all on the baseline's ranks. For each epoch and
+    rank, the phases' IDs one after the other must be exactly the baseline's
+    sequence; the first position where they part is reported, with the phase
+    (and, past the first boundary, which boundary) that consumed it. Empty
+    when the baseline recorded no IDs.
     """
-    baseline = _records(run_root / "baseline_a" / "ids")
+    baseline = _records(baseline_dir)
     if not baseline:
         return []
-    split = _records(run_root / "candidate_split" / "ids")
-    resume = _records(run_root / "candidate_resume" / "ids")
+    phases = [(name, _records(directory)) for name, directory in phase_dirs]
     differences = []
-    for epoch in sorted(set(baseline) | set(split) | set(resume)):
-        ranks = set(baseline.get(epoch, {})) | set(split.get(epoch, {}))
-        for rank in sorted(ranks | set(resume.get(epoch, {}))):
-            phases = [_phase_ids(records, epoch, rank) for records in (baseline, split, resume)]
-            actual = phases[1].values.tolist() + phases[2].values.tolist()
-            position = _first_mismatch(phases[0].values, actual)
+    epochs = set(baseline).union(*(records for _name, records in phases))
+    for epoch in sorted(epochs):
+        ranks = set(baseline.get(epoch, {})).union(
+            *(records.get(epoch, {}) for _name, records in phases)
+        )
+        for rank in sorted(ranks):
+            expected = _phase_ids(baseline, epoch, rank)
+            consumed = [(name, _phase_ids(records, epoch, rank)) for name, records in phases]
+            actual = [value for _name, ids in consumed for value in ids.values.tolist()]
+            position = _first_mismatch(expected.values, actual)
             if position is not None:
-                differences.append(_describe(epoch, rank, *phases, actual, position))
+                differences.append(_describe(epoch, rank, expected, consumed, actual, position))
     return differences

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from trainparity.distributed.record_ids import IDS_DIR_VARIABLE, record_ids
 from trainparity.processes.phase_plan import plan_command, plan_environment
 from trainparity.protocols import ProcessExecutionPlan
 from trainparity.recording.variables import RECORD_VARIABLE
@@ -163,3 +164,53 @@ def record_step(step: int, build_state: Callable[[], Mapping[str, object]]) -> N
 
     if recording_requested():
         trainparity.record(step, build_state())
+
+
+def ids_requested(id_column: str | int | None) -> bool:
+    """Whether a callback given `id_column` records sample IDs: a column named, under a check."""
+    return id_column is not None and bool(os.environ.get(IDS_DIR_VARIABLE))
+
+
+def batch_ids(batch: Any, id_column: str | int) -> Any:
+    """The IDs of a collated batch: its `id_column` field (a dict key, or a tuple's index)."""
+    try:
+        return batch[id_column]
+    except (KeyError, IndexError, TypeError) as error:
+        raise ValueError(
+            f"the training batch has no ID column {id_column!r} ({type(batch).__name__}"
+            f"{' with keys ' + repr(sorted(map(str, batch))) if isinstance(batch, Mapping) else ''}): "
+            "have the dataset return the sample's stable ID under that name, or pass id_column=None"
+        ) from error
+
+
+class RecordingCollator:
+    """A collate function that notes the ID column of the rows it collates, then drops it.
+
+    For trainers whose callbacks never see a batch (the Hugging Face
+    Trainer): the rows of a batch pass through the collator once, in the
+    order the loader yields them, when the loader collates in the training
+    process (no workers). A loader may collate ahead of what it trains on,
+    so the IDs wait in `pending` as (epoch, IDs) until the callback knows
+    which batches were trained. The column is dropped so the model never
+    receives it.
+    """
+
+    def __init__(
+        self, collate: Callable[[list[Any]], Any], id_column: str, epoch: Callable[[], int]
+    ) -> None:
+        self.collate = collate
+        self.id_column = id_column
+        self.epoch = epoch
+        self.pending: list[tuple[int, list[Any]]] = []
+
+    def __call__(self, rows: list[Any]) -> Any:
+        self.pending.append((self.epoch(), [batch_ids(row, self.id_column) for row in rows]))
+        return self.collate(
+            [{key: value for key, value in row.items() if key != self.id_column} for row in rows]
+        )
+
+    def record(self, batches: int) -> None:
+        """Record the first `batches` pending batches (trained on) with `record_ids`."""
+        for epoch, ids in self.pending[:batches]:
+            record_ids(ids, epoch=epoch)
+        del self.pending[:batches]

@@ -12,7 +12,13 @@ In the training script::
         if run.step_end(step):        # at the plan's end step: accelerator.save_state(<checkpoint>)
             break
 
-Outside a check `resume()` does nothing and `step_end` returns False. The
+`run.track(batches, id_column="id", epoch=epoch)` wraps what the loop
+iterates (the prepared loader, or `skip_first_batches`' result) so that the
+IDs of every batch it trains on are recorded (`track_ids`), and check_resume
+audits the data across the resume.
+
+Outside a check `resume()` does nothing, `step_end` returns False and
+`track` returns its loader. The
 script keeps its own step counter and data position (e.g. a registered
 object and `accelerator.skip_first_batches`): those are what a resume check
 tests.
@@ -25,9 +31,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from trainparity.distributed.track_ids import track_ids
 from trainparity.integrations._common import (
     NeedsUnpickling,
     ScriptCase,
+    batch_ids,
     file_fingerprint,
     load_json,
     load_safetensors,
@@ -67,6 +75,15 @@ class PhaseRun:
             return False
         self.accelerator.load_state(str(self.plan.resume_from))
         return True
+
+    def track(self, loader: Any, *, id_column: str | int, epoch: int) -> Any:
+        """`loader`, recording the `id_column` field of every batch it yields (under a check).
+
+        Wrap what the loop iterates, after `skip_first_batches`: the batches
+        it yields are the ones trained on (accelerate's one-batch lookahead
+        happens inside it and is not recorded).
+        """
+        return track_ids(loader, id_of=lambda batch: batch_ids(batch, id_column), epoch=epoch)
 
     def step_end(self, step: int, state: Callable[[], Mapping[str, object]] | None = None) -> bool:
         """After optimizer step `step`: record it when asked; at the plan's end step save and return True.

@@ -9,7 +9,10 @@ In the training script::
     trainer.train(resume_from_checkpoint=tp_hf.resume_from())
 
 Outside a check all three are no-ops (`output_dir` returns its argument,
-`resume_from` None). Under one, the callback stops the run at the plan's end
+`resume_from` None). `TrainParityCallback(id_column="id")` also records the
+sample IDs of every batch the Trainer trains on (`record_ids`), read from
+that column of the dataset's rows, so check_resume audits the data across
+the resume (docs/coverage.md, "Data across resumes"). Under one, the callback stops the run at the plan's end
 step without touching `max_steps` (which defines the LR schedule), has the
 Trainer save its own complete checkpoint there and moves `checkpoint-<N>` to
 the plan's checkpoint path. Under torchrun (DDP) every rank runs the
@@ -27,8 +30,10 @@ from typing import Any
 
 from trainparity.integrations._common import (
     NeedsUnpickling,
+    RecordingCollator,
     ScriptCase,
     file_fingerprint,
+    ids_requested,
     load_json,
     load_safetensors,
     load_weights_only,
@@ -78,12 +83,17 @@ def resume_from() -> str | None:
 class TrainParityCallback(transformers.TrainerCallback):
     """Follows the phase plan: stop and save at its end step, publish the checkpoint, record steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, id_column: str | None = None) -> None:
         self.plan: PhasePlan | None = current_phase_plan()
         self.recording = recording_requested()
         self.published = False
+        self.id_column = id_column
+        self.epoch = 0
+        self.collator: RecordingCollator | None = None
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        if ids_requested(self.id_column) and train_dataloader is not None:
+            self._record_ids_of(train_dataloader)
         plan = self.plan
         if plan is not None and not Path(args.output_dir).resolve().is_relative_to(
             plan.run_dir.resolve()
@@ -99,7 +109,41 @@ class TrainParityCallback(transformers.TrainerCallback):
                 lambda: _live_state(kwargs.get("model"), kwargs.get("optimizer"), kwargs),
             )
 
+    def _record_ids_of(self, loader: Any) -> None:
+        """Have `loader` record its batches' IDs as it collates them (skip_first_batches copies it)."""
+        if loader.num_workers:
+            raise ValueError(
+                f"TrainParityCallback(id_column={self.id_column!r}) records IDs as batches are "
+                f"collated, which {loader.num_workers} dataloader workers do in other processes: "
+                "set dataloader_num_workers=0 under a check, or pass id_column=None"
+            )
+        # accelerate's DataLoaderShard iterates the DataLoader it wraps: that one collates.
+        collating = getattr(loader, "base_dataloader", loader)
+        self.collator = RecordingCollator(
+            collating.collate_fn, str(self.id_column), lambda: self.epoch
+        )
+        collating.collate_fn = self.collator
+
+    def _record_trained_ids(self) -> None:
+        """Record the batches this optimizer step trained on: all collated but the one ahead.
+
+        accelerate's DataLoaderShard collates the next batch before it yields
+        the current one (to know which is last), except at its end; the batch
+        collated ahead when a phase stops is never trained on, and never recorded.
+        """
+        from accelerate.state import GradientState
+
+        assert self.collator is not None
+        ahead = 0 if GradientState().end_of_dataloader else 1
+        self.collator.record(max(len(self.collator.pending) - ahead, 0))
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.epoch = int(state.epoch or 0)  # a resumed epoch starts at a fraction: its index
+        return control
+
     def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+        if self.collator is not None:  # before record(), which places them at this step
+            self._record_trained_ids()
         if self.recording:
             record_step(state.global_step, lambda: _live_state(model, optimizer, kwargs))
         if self.plan is not None and state.global_step >= self.plan.end_step:

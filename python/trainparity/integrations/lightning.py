@@ -19,6 +19,9 @@ Under torchrun with `strategy="ddp"` every rank runs the callback and calls
 `save_checkpoint`, as Lightning requires: it writes the file from rank 0
 only and waits for every rank.
 Works with `lightning` (`lightning.pytorch`) or the standalone `pytorch_lightning`.
+`TrainParityCallback(id_column="id")` also records the sample IDs of every
+batch it trains on (`record_ids`, that field of the batch, the epoch
+Lightning's), so check_resume audits the data across the resume.
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainparity.distributed.record_ids import record_ids
 from trainparity.integrations._common import (
     NeedsUnpickling,
     ScriptCase,
+    batch_ids,
+    ids_requested,
     load_weights_only,
     record_step,
     recording_requested,
@@ -69,11 +75,17 @@ def ckpt_path() -> str | None:
 class TrainParityCallback(pl.callbacks.Checkpoint):
     """Follows the phase plan: save with `trainer.save_checkpoint` and stop at its end step."""
 
-    def __init__(self) -> None:
+    def __init__(self, id_column: str | int | None = None) -> None:
         self.plan: PhasePlan | None = current_phase_plan()
         self.recording = recording_requested()
         self.saved = False
         self.last_recorded_step = -1
+        self.recording_ids = ids_requested(id_column)
+        self.id_column = id_column
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.recording_ids:  # the batch Lightning is about to train on, as it arrives
+            record_ids(batch_ids(batch, self.id_column), epoch=trainer.current_epoch)
 
     def on_train_start(self, trainer, pl_module) -> None:
         if self.recording and self.plan is not None and self.plan.resume_from is not None:

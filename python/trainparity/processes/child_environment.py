@@ -10,9 +10,10 @@ from pathlib import Path
 from trainparity.importing import CaseSetupError, CaseSetupTypeError, case_module_name
 
 
-def child_environment(spec: str, environment: Mapping[str, str] | None) -> dict[str, str]:
+def child_environment(spec: str | None, environment: Mapping[str, str] | None) -> dict[str, str]:
     """`os.environ` overridden by `environment`, with the loaded case module's directory on PYTHONPATH.
 
+    `spec` is "module:name" (a case class, a command case's observer) or None.
     Raises TypeError/ValueError for keys or values that are not str, empty
     keys, and `=` or NUL where the OS cannot carry them (CONTRACT §6.2, §6.5).
     Call after the case was imported, so its module file is known.
@@ -29,6 +30,8 @@ def child_environment(spec: str, environment: Mapping[str, str] | None) -> dict[
                 f"invalid environment variable name or value: {key!r}", field="environment"
             )
         variables[key] = value
+    if spec is None:
+        return variables
     module_file = getattr(sys.modules.get(case_module_name(spec)), "__file__", None)
     if module_file:
         case_directory = str(Path(module_file).resolve().parent)

@@ -29,7 +29,8 @@ from trainparity.distributed.rank_processes import (
 )
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
-from trainparity.processes.evidence import ExternalProcessEvidence
+from trainparity.processes.evidence import ExternalProcessEvidence, NodeProcessEvidence
+from trainparity.processes.executor import PhaseLauncher
 from trainparity.processes.failure_text import (
     directory_listing,
     failure_block,
@@ -115,6 +116,14 @@ class PhaseChildren:
         self.timings = timings
         self.timing_keys = dict(timing_keys or {})
         self.group = ChildGroup(on_event=self._on_child_event, launcher=settings.starter.launch)
+        # The training phases' launcher: this group, or an executor's (e.g. SLURM jobs).
+        self.launcher: PhaseLauncher = self.group
+        if settings.executor is not None:
+            self.launcher = settings.executor.launcher(
+                run_root=settings.run_root,
+                on_event=self._on_child_event,
+                progress=settings.progress,
+            )
         self.rank_watcher = RankWatcher(self._on_rank_event)
         # One observer worker in the same group snapshots every phase's checkpoint.
         self.observer = ObserverClient(
@@ -139,7 +148,12 @@ class PhaseChildren:
         group: whatever still carries a phase tag (ranks, their workers) is
         killed by the sweep.
         """
-        with multirank.swept(self._phase_tags), self.rank_watcher, self.group:
+        with (
+            multirank.swept(self._phase_tags),
+            self.rank_watcher,
+            self.group,
+            contextlib.closing(self.launcher),
+        ):
             try:
                 yield
             finally:
@@ -174,7 +188,7 @@ class PhaseChildren:
             self.start(name)
         if phase.error is None:  # else the command callback or the launch failed
             if phase.result is None:
-                self.group.wait_for(name)
+                self.launcher.wait_for(name)
             self._account(phase)
         if phase.error is not None:
             raise phase.error
@@ -221,8 +235,8 @@ class PhaseChildren:
                 stdout_path=phase.run_dir / "stdout.log",
                 stderr_path=phase.run_dir / "stderr.log",
             )
-            self.group.start(spec, timeout=self.settings.timeout)
-        except (ChildLaunchError, OSError, TypeError, ValueError) as error:
+            self.launcher.start(spec, timeout=self.settings.timeout)
+        except (ChildLaunchError, OSError, TypeError, ValueError, RuntimeError) as error:
             self.rank_watcher.close(phase.name)  # no ranks will come
             phase.error = PhaseError(
                 Outcome.ERROR, f"{phase.name} child launch failed: {error_text(error)}"
@@ -317,6 +331,10 @@ class PhaseChildren:
         """
         result = phase.result
         name = phase.name
+        if result.job_state not in (None, "COMPLETED"):
+            message = f"{name}'s job {result.job_id} ended {result.job_state}"
+            phase.error = PhaseError(Outcome.ERROR, self.explained(phase, message))
+            return
         if result.timed_out:
             message = self.explained(phase, f"{name} child exceeded timeout", with_reason=False)
             phase.error = PhaseError(Outcome.ERROR, message)
@@ -332,6 +350,10 @@ class PhaseChildren:
                 user_seconds=result.user_seconds,
                 system_seconds=result.sys_seconds,
                 peak_rss_bytes=result.peak_rss_bytes,
+                job_id=result.job_id,
+                nodes=tuple(
+                    NodeProcessEvidence(**row) for row in multirank.node_rows(phase.run_dir)
+                ),
                 ranks=rank_evidence(
                     phase.rank_samples,
                     phase_returncode=returncode,
@@ -342,9 +364,12 @@ class PhaseChildren:
         if returncode != 0:
             self.timings[name] = result.wall_seconds
             message = f"{name} child exited with status {returncode}"
-            rank_detail = multirank.rank_failure(phase.run_dir / "stderr.log", phase.run_dir)
-            if rank_detail:
-                message += f": {rank_detail}"
+            details = (
+                multirank.node_failure(phase.run_dir),
+                multirank.rank_failure(phase.run_dir / "stderr.log", phase.run_dir),
+            )
+            if any(details):
+                message += ": " + "; ".join(detail for detail in details if detail)
             phase.error = PhaseError(Outcome.ERROR, self.explained(phase, message))
             return
         self.timings[self.timing_keys.get(name, name)] = result.wall_seconds

@@ -1,4 +1,4 @@
-"""What a check reports of one training child it ran: phase, PID, time, exit status, resources."""
+"""What a check reports of one training child it ran: phase, PID, time, exit status, resources, job."""
 
 from __future__ import annotations
 
@@ -6,7 +6,20 @@ from dataclasses import dataclass
 
 from trainparity.distributed.rank_processes import RankProcessEvidence
 
-__all__ = ["ExternalProcessEvidence"]
+__all__ = ["ExternalProcessEvidence", "NodeProcessEvidence"]
+
+
+@dataclass(frozen=True)
+class NodeProcessEvidence:
+    """One torchrun agent of a multi-node phase: its node, PID, exit status and resources (wait4)."""
+
+    node: int
+    pid: int
+    returncode: int
+    elapsed_seconds: float
+    user_seconds: float
+    system_seconds: float
+    peak_rss_bytes: int
 
 
 @dataclass(frozen=True)
@@ -22,3 +35,9 @@ class ExternalProcessEvidence:
     system_seconds: float = 0.0
     peak_rss_bytes: int = 0
     ranks: tuple[RankProcessEvidence, ...] = ()  # a torchrun phase's ranks, sampled from /proc
+    # The scheduler's job that ran the phase (processes/executor.py); not in a report
+    # when None, so a local check's report has the keys it always had.
+    job_id: str | None = None
+    # A multi-node phase's agents, one per node (distributed/nodes.py); not in a report when
+    # empty, as job_id.
+    nodes: tuple[NodeProcessEvidence, ...] = ()

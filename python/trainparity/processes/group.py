@@ -149,6 +149,10 @@ class ChildResult:
     user_seconds: float
     sys_seconds: float
     peak_rss_bytes: int
+    # A phase run by a scheduler (processes/executor.py): its job, and the state the
+    # scheduler gave it at the end (COMPLETED, TIMEOUT, PREEMPTED, ...). None: a local child.
+    job_id: str | None = None
+    job_state: str | None = None
 
     @property
     def succeeded(self) -> bool:

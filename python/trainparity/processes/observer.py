@@ -86,11 +86,15 @@ def write_result(path: str, record: dict[str, Any]) -> None:
 
 def serve(case_spec: str, requests_path: str, case_kind: str = "resume") -> None:
     from trainparity.importing import load_process_case, load_runs_case
+    from trainparity.processes.command_case import COMMAND_CASE_PREFIX, CommandCase
 
     case: Any = None
     load_error: BaseException | None = None
     try:
-        case = (load_runs_case if case_kind == "runs" else load_process_case)(case_spec)
+        if case_spec.startswith(COMMAND_CASE_PREFIX):
+            case = CommandCase.from_spec(case_spec)
+        else:
+            case = (load_runs_case if case_kind == "runs" else load_process_case)(case_spec)
     except Exception as error:
         load_error = error
     with open(requests_path, encoding="utf-8") as requests:

@@ -19,7 +19,7 @@ class ProgressEvent:
     """
 
     phase: str
-    kind: str  # "start" or "end"
+    kind: str  # "start" or "end"; "state": a scheduler's news of a phase's job, in `detail`
     elapsed_seconds: float | None
     since_check_start_seconds: float
     rank: int | None = None
@@ -31,6 +31,10 @@ ProgressCallback = Callable[[ProgressEvent], None]
 
 def _print_to_stderr(event: ProgressEvent) -> None:
     who = event.phase if event.rank is None else f"{event.phase} rank {event.rank}"
+    if event.kind == "state":
+        text = f"trainparity: {who}: {event.detail} (t+{event.since_check_start_seconds:.2f} s)"
+        print(printable(text), file=sys.stderr, flush=True)
+        return
     if event.kind == "start":
         line = f"trainparity: {who} started"
     else:

@@ -13,6 +13,7 @@ from typing import Any, Protocol, TypeVar
 from trainparity.comparison.policies import ComparisonPolicy
 from trainparity.comparison.states import checked_policy
 from trainparity.environment import environment_fingerprint
+from trainparity.processes.executor import PhaseExecutor
 from trainparity.processes.progress import ProgressCallback, ProgressReporter
 from trainparity.processes.run_directory import run_directory
 from trainparity.processes.termination import terminating_signals_unwind
@@ -51,6 +52,7 @@ class RunSettings:
     progress: ProgressReporter
     threads: ChildThreads
     starter: ChildStarter
+    executor: PhaseExecutor | None = None  # None: the phases run here, as local children
 
     def environment_report(self) -> dict[str, Any]:
         """The report's environment section: the children's fingerprint and their thread count.
@@ -94,7 +96,8 @@ class CheckRunner:
 
     Each is checked here, the same way for all three, before anything runs:
     `comparison` (None: exact), `timeout` per child, `temporary_root` for the
-    run directory, `parallel` (None: decided per device), `progress` and
+    run directory, `parallel` (None: decided per device), `progress`,
+    `executor` (None: the training phases run as local children) and
     `start` ("fresh" or "warm"; None: $TRAINPARITY_START, else "fresh").
     """
 
@@ -106,6 +109,7 @@ class CheckRunner:
         temporary_root: Path | None = None,
         parallel: bool | None = None,
         progress: bool | ProgressCallback | None = None,
+        executor: PhaseExecutor | None = None,
         start: str | None = None,
     ) -> None:
         self.policy = checked_policy(comparison)  # first, as the contract's accumulation tests ask
@@ -114,6 +118,12 @@ class CheckRunner:
         self.parallel = checked_parallel(parallel)
         self.temporary_root = Path(temporary_root) if temporary_root is not None else None
         self.progress = ProgressReporter(progress)
+        if executor is not None and not isinstance(executor, PhaseExecutor):
+            raise TypeError(
+                f"executor must be None or a phase executor such as "
+                f"trainparity.executors.SlurmExecutor, not {type(executor).__name__}"
+            )
+        self.executor = executor
 
     @contextmanager
     def run_settings(
@@ -134,7 +144,10 @@ class CheckRunner:
         `concurrent_children` is how many children the check runs at once when
         parallel; the thread count of every phase is decided from it here, once.
         """
-        parallel = wants_parallel(self.parallel, device)
+        # A scheduler's jobs run side by side whatever this host has (unless asked not to).
+        parallel = (
+            (self.parallel is not False) if self.executor else wants_parallel(self.parallel, device)
+        )
         threads = child_threads(environment, concurrent_children if parallel else 1)
         with (
             terminating_signals_unwind(),
@@ -152,6 +165,7 @@ class CheckRunner:
                     progress=self.progress,
                     threads=threads,
                     starter=starter,
+                    executor=self.executor,
                 )
 
     def finished(self, result: ResultT, report_path: Path | None) -> ResultT:

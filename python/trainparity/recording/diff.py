@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,16 +13,15 @@ from trainparity.comparison.policies import (
     ToleranceComparison,
     policy_report_fields,
 )
+from trainparity.comparison.windows import ValueWindow
 from trainparity.environment import EnvironmentLead, environment_leads
 from trainparity.outcomes import Outcome
 from trainparity.recording.frames import FRAME_VERSION
 from trainparity.recording.reader import RecordedStep, Recording, read_recording
-from trainparity.recording.trajectory import compare_records
+from trainparity.recording.trajectory import compare_records, drift_point
 from trainparity.reports.reported import ReportedResult
 
 __all__ = ["RecordedFile", "RecordingDiff", "diff_recordings"]
-
-_COMPONENT = re.compile(r"[^.\[]+")
 
 
 @dataclass(frozen=True)
@@ -46,7 +44,8 @@ class RecordingDiff(ReportedResult):
     `first_divergent_step` is the first step whose records differ in any bit
     (`primary_difference` its first path); `first_step_beyond_tolerance` the
     first step that differs under the declared ToleranceComparison (without
-    one it equals `first_divergent_step`). `drift` has one point per compared
+    one it equals `first_divergent_step`). `value_windows` hold the elements
+    around each differing tensor's first differing element at that step. `drift` has one point per compared
     step: the largest relative RMS error (‖a−b‖₂/‖a‖₂, from the values when
     both steps stored them, else the norm-based lower bound) over the tensors
     of each top-level component, and over all of them.
@@ -75,6 +74,7 @@ class RecordingDiff(ReportedResult):
     candidate_file: RecordedFile | None = None
     first_divergent_step: int | None = None
     primary_difference: Difference | None = None
+    value_windows: tuple[ValueWindow, ...] = ()
     first_step_beyond_tolerance: int | None = None
     drift: tuple[dict[str, Any], ...] = ()
     environment_leads: tuple[EnvironmentLead, ...] = ()
@@ -109,18 +109,20 @@ def diff_recordings(
     exact = ExactComparison()
     first_step: int | None = None
     primary: Difference | None = None
+    windows: tuple[ValueWindow, ...] = ()
     beyond: int | None = None
     drift = []
     for step in compared:
         result = compare_records(exact, left_steps[step], right_steps[step])
         if result.differences and first_step is None:
             first_step, primary = step, result.differences[0]
+            windows = result.value_windows
         if result.differences and beyond is None:
             if comparison is None or isinstance(comparison, ExactComparison):
                 beyond = step
             elif compare_records(comparison, left_steps[step], right_steps[step]).differences:
                 beyond = step
-        drift.append(_drift_point(step, left_steps[step], result.relative_rms_errors))
+        drift.append(drift_point(step, left_steps[step], result.relative_rms_errors))
     only_left = tuple(sorted(set(left_steps) - set(right_steps)))
     only_right = tuple(sorted(set(right_steps) - set(left_steps)))
     outcome, message = _verdict(first_step, beyond, primary, compared, comparison)
@@ -145,6 +147,7 @@ def diff_recordings(
         candidate_file=RecordedFile.of(right),
         first_divergent_step=first_step,
         primary_difference=primary,
+        value_windows=windows,
         first_step_beyond_tolerance=beyond,
         drift=tuple(drift),
         environment_leads=environment_leads(left.environment, right.environment),
@@ -158,23 +161,6 @@ def _by_step(steps: tuple[RecordedStep, ...]) -> dict[int, RecordedStep]:
     for step in steps:
         found.setdefault(step.step, step)
     return found
-
-
-def component_of(path: str) -> str:
-    match = _COMPONENT.match(path)
-    return match.group(0) if match else path
-
-
-def _drift_point(step: int, baseline: RecordedStep, errors: dict[str, float]) -> dict[str, Any]:
-    components = {component_of(name): 0.0 for name in baseline.summaries}
-    for path, error in errors.items():
-        component = component_of(path)
-        components[component] = max(components.get(component, 0.0), error)
-    return {
-        "step": step,
-        "max_relative_rms_error": max(components.values(), default=0.0),
-        "components": dict(sorted(components.items())),
-    }
 
 
 def _verdict(

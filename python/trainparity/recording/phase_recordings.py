@@ -4,18 +4,24 @@ Each child of a check records into `<run root>/recordings/<child name>/`
 (one file per rank). check_resume (`recording/resume.py`) and check_runs
 (`recording/runs.py`) align the records differently; what they share is
 here: reading (a recording that cannot be read makes the verdict ERROR),
-and the report keys `trajectory` and `final_state_differences`.
+and the report keys `trajectory` and `final_state_differences`. When two
+children part, `trajectory.drift` is the drift curve of that pair, on the
+rank that parted first: how fast the difference grows after it appears.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from trainparity.comparison.policies import ComparisonPolicy, Difference
-from trainparity.recording.reader import Recording, read_recordings
-from trainparity.recording.trajectory import StepDivergence, recorded_steps
+from trainparity.recording.reader import RecordedStep, Recording, read_recordings
+from trainparity.recording.trajectory import StepDivergence, drift_curve, recorded_steps
 from trainparity.recording.variables import PHASE_VARIABLE, RECORD_VARIABLE
+
+# (baseline record, candidate record, round trip): one aligned position of two children.
+AlignedPair = tuple[RecordedStep | None, RecordedStep | None, bool]
 
 __all__ = ["RECORDINGS_DIRECTORY", "PhaseRecordings", "TrajectoryError", "recording_environment"]
 
@@ -34,7 +40,8 @@ def recording_environment(run_root: Path, child: str) -> dict[str, str]:
 class PhaseRecordings:
     """The recordings of one check's children, each read once, when the decisions need it.
 
-    `divergence` is the one the verdict reports; subclasses set it.
+    `divergence` is the one the verdict reports; subclasses set it, and register
+    the aligned records of each pair they compare with `aligned`.
     """
 
     def __init__(self, run_root: Path, policy: ComparisonPolicy) -> None:
@@ -42,6 +49,15 @@ class PhaseRecordings:
         self.policy = policy
         self.recordings: dict[str, dict[int, Recording]] = {}
         self.divergence: StepDivergence | None = None
+        self._aligned: dict[tuple[str, str, int], list[AlignedPair]] = {}
+
+    def aligned(
+        self, baseline: str, candidate: str, rank: int, pairs: Iterable[AlignedPair]
+    ) -> list[AlignedPair]:
+        """`pairs` as a list, kept so the drift of the pair that parts can be drawn."""
+        listed = list(pairs)
+        self._aligned[(baseline, candidate, rank)] = listed
+        return listed
 
     @property
     def recorded(self) -> bool:
@@ -61,9 +77,17 @@ class PhaseRecordings:
                     if recordings
                 },
                 "first_divergence": None if self.divergence is None else self.divergence.to_dict(),
+                **self._drift(),
             },
             "final_state_differences": final_differences,
         }
+
+    def _drift(self) -> dict[str, Any]:
+        divergence = self.divergence
+        if divergence is None:
+            return {}
+        key = (divergence.baseline_phase, divergence.candidate_phase, divergence.rank)
+        return {"drift": drift_curve(self._aligned.get(key, ()))}
 
     def read(self, child: str) -> dict[int, Recording]:
         """A child's recording per rank (ranks that recorded no step left out); read once."""

@@ -59,7 +59,12 @@ class ResumeTrajectories(PhaseRecordings):
         found = [
             first_divergence(
                 self.policy,
-                ((a, b, False) for a, b in zip_longest(first[rank].steps, second[rank].steps)),
+                self.aligned(
+                    "baseline_a",
+                    "baseline_b",
+                    rank,
+                    ((a, b, False) for a, b in zip_longest(first[rank].steps, second[rank].steps)),
+                ),
                 rank=rank,
                 baseline_phase="baseline_a",
                 candidate_phase="baseline_b",
@@ -95,7 +100,7 @@ class ResumeTrajectories(PhaseRecordings):
             found.append(
                 first_divergence(
                     self.policy,
-                    split_pairs,
+                    self.aligned("baseline_a", "candidate_split", rank, split_pairs),
                     rank=rank,
                     baseline_phase="baseline_a",
                     candidate_phase="candidate_split",
@@ -110,7 +115,7 @@ class ResumeTrajectories(PhaseRecordings):
             found.append(
                 first_divergence(
                     self.policy,
-                    resumed_pairs,
+                    self.aligned("baseline_a", "candidate_resume", rank, resumed_pairs),
                     rank=rank,
                     baseline_phase="baseline_a",
                     candidate_phase="candidate_resume",

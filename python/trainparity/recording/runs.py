@@ -40,9 +40,14 @@ class RunsTrajectories(PhaseRecordings):
         found = [
             first_divergence(
                 self.policy,
-                (
-                    (a, b, False)
-                    for a, b in zip_longest(baseline[rank].steps, candidate[rank].steps)
+                self.aligned(
+                    baseline_run,
+                    candidate_run,
+                    rank,
+                    (
+                        (a, b, False)
+                        for a, b in zip_longest(baseline[rank].steps, candidate[rank].steps)
+                    ),
                 ),
                 rank=rank,
                 baseline_phase=baseline_run,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,10 +13,14 @@ from trainparity.comparison.policies import (
     MISSING,
     ComparisonPolicy,
     Difference,
+    ExactComparison,
     collect_differences,
 )
+from trainparity.comparison.windows import ValueWindow, value_window
 from trainparity.recording.reader import RecordedStep, Recording, tensor_at
 from trainparity.state.paths import path_under
+
+_COMPONENT = re.compile(r"[^.\[]+")
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class StepComparison:
     differences: tuple[Difference, ...]
     relative_rms_errors: dict[str, float] = field(default_factory=dict)
     error_bounds: dict[str, str] = field(default_factory=dict)  # path -> "exact" | "lower_bound"
+    value_windows: tuple[ValueWindow, ...] = ()  # around each differing tensor's first element
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,10 @@ class StepDivergence:
                 for path, error in comparison.relative_rms_errors.items()
             },
             {path_under(key, path): bound for path, bound in comparison.error_bounds.items()},
+            tuple(
+                dataclasses.replace(window, path=path_under(key, window.path))
+                for window in comparison.value_windows
+            ),
         )
         return dataclasses.replace(self, comparison=named)
 
@@ -97,10 +107,14 @@ def compare_records(
         return StepComparison(present.step, (Difference("step", reason, left, right),))
     errors: dict[str, float] = {}
     bounds: dict[str, str] = {}
+    windows: list[ValueWindow] = []
 
     def on_tensor(record: Any) -> None:
         if record.values.equal:
             return
+        window = value_window(record)
+        if window is not None:
+            windows.append(window)
         if record.values.relative_rms_error is not None:
             errors[record.path] = record.values.relative_rms_error
             bounds[record.path] = "exact"
@@ -120,7 +134,7 @@ def compare_records(
             if error is not None:
                 errors[difference.path] = error
                 bounds[difference.path] = "exact"
-    return StepComparison(baseline.step, differences, errors, bounds)
+    return StepComparison(baseline.step, differences, errors, bounds, tuple(windows))
 
 
 def _cross_dtype_error(baseline: RecordedStep, candidate: RecordedStep, path: str) -> float | None:
@@ -170,6 +184,39 @@ def first_divergence(
                 comparison=comparison,
             )
     return None
+
+
+def component_of(path: str) -> str:
+    """The top-level component of a rendered path: `model` for `model["0.bias"]`."""
+    match = _COMPONENT.match(path)
+    return match.group(0) if match else path
+
+
+def drift_point(step: int, baseline: RecordedStep, errors: dict[str, float]) -> dict[str, Any]:
+    """One step of a drift curve: each component's largest relative RMS error, and their maximum."""
+    components = {component_of(name): 0.0 for name in baseline.summaries}
+    for path, error in errors.items():
+        component = component_of(path)
+        components[component] = max(components.get(component, 0.0), error)
+    return {
+        "step": step,
+        "max_relative_rms_error": max(components.values(), default=0.0),
+        "components": dict(sorted(components.items())),
+    }
+
+
+def drift_curve(
+    pairs: Iterable[tuple[RecordedStep | None, RecordedStep | None, bool]],
+) -> tuple[dict[str, Any], ...]:
+    """The drift point of every aligned pair recorded on both sides (bitwise: any difference shows)."""
+    exact = ExactComparison()
+    return tuple(
+        drift_point(
+            baseline.step, baseline, compare_records(exact, baseline, candidate).relative_rms_errors
+        )
+        for baseline, candidate, _ in pairs
+        if baseline is not None and candidate is not None
+    )
 
 
 def recorded_steps(recordings: dict[int, Recording], *, several_ranks: bool) -> Any:

@@ -10,6 +10,7 @@ __all__ = ["diagnosis_rows"]
 _PHASE_ROLES = {
     "baseline_a": "the uninterrupted run",
     "baseline_b": "its repeat",
+    "candidate_split": "the run interrupted at split_step",
     "candidate_resume": "the resumed run",
 }
 # One line per difference reason: the first thing to look at.
@@ -19,6 +20,9 @@ _NEXT_STEPS = {
     "tensor_value": "{components} loads equal but training drifts: check what the checkpoint leaves out (data order, RNG, data loader position)",
     "missing_candidate": "the resumed run lacks {components}: save and restore it",
     "missing_baseline": "the resumed run has {components} that the uninterrupted run lacks",
+    "nondeterministic": "make training deterministic (seed every RNG, deterministic algorithms, "
+    "fixed thread counts) or declare a ToleranceComparison for {components}",
+    "configuration": "compare how the two configurations compute {components} at that step",
 }
 
 
@@ -27,7 +31,7 @@ def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     trajectory = report.get("trajectory")
     first = trajectory.get("first_divergence") if isinstance(trajectory, Mapping) else None
     if isinstance(first, Mapping):
-        return _step_rows(first)
+        return _step_rows(first, trajectory.get("drift") or ())
     differences = report.get("all_differences") or ()
     is_resume = "fresh_resume_processes_distinct" in report
     if report.get("outcome") != "FAIL" or not differences or not is_resume:
@@ -47,24 +51,51 @@ def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(rows)
 
 
-def _step_rows(first: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def _step_rows(first: Mapping[str, Any], drift: Any) -> tuple[tuple[str, str], ...]:
     paths = [str(path) for path in first.get("paths") or ()]
     components = _components(paths)
     step = first.get("step")
-    rows = [("compared", _compared(str(first["baseline_phase"]), str(first["candidate_phase"])))]
-    if first.get("round_trip"):
+    baseline, candidate = str(first["baseline_phase"]), str(first["candidate_phase"])
+    rows = [("compared", _compared(baseline, candidate))]
+    if candidate == "baseline_b":
+        finding = (
+            f"the two uninterrupted runs already differ at step {step} in {components}: "
+            "training is not deterministic, so no resume verdict is possible"
+        )
+        reason = "nondeterministic"
+    elif first.get("round_trip"):
         finding = (
             f"right after loading, {components} differs from the uninterrupted run at step "
             f"{step}: the resume does not restore it"
         )
-    else:
+        reason = "round_trip"
+    elif candidate in _PHASE_ROLES or candidate == "candidate_split":
         finding = f"{components} first differs from the uninterrupted run at step {step}"
+        # After a clean load, a later difference is drift from what the checkpoint leaves out.
+        reason = "tensor_value"
+    else:  # two configurations of check_runs
+        finding = f"{components} first differs between {baseline} and {candidate} at step {step}"
+        reason = "configuration"
     rows += [("finding", finding), (f"differing at step {step}", ", ".join(paths))]
-    # The step's own reasons are not in the report: after loading, any difference is a
-    # restore problem; later ones are drift from what the checkpoint leaves out.
-    reason = "round_trip" if first.get("round_trip") else "tensor_value"
+    rows += _drift_rows(drift)
     rows += _next_rows([{"path": path, "reason": reason} for path in paths])
     return tuple(rows)
+
+
+def _drift_rows(drift: Any) -> tuple[tuple[str, str], ...]:
+    """Where the tensors begin to differ, and how far apart they end: the drift in one line."""
+    parted = [point for point in drift if point["max_relative_rms_error"] > 0]
+    if not parted:
+        return ()
+    start, last = parted[0], drift[-1]
+    components = ", ".join(name for name, error in start["components"].items() if error > 0)
+    return (
+        (
+            "then",
+            f"{components} tensors differ from step {start['step']} on; at step {last['step']} "
+            f"the relative RMS error is {last['max_relative_rms_error']:.3g} (see Drift)",
+        ),
+    )
 
 
 def _next_rows(differences: Any) -> list[tuple[str, str]]:

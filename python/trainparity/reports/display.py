@@ -23,6 +23,7 @@ __all__ = [
     "Section",
     "headline",
     "html_fragment",
+    "drift_points",
     "report_sections",
     "result_html",
     "result_repr",
@@ -111,6 +112,7 @@ def report_sections(
         _diagnosis,
         _context,
         _first_divergence,
+        _differences,
         _first_divergent_op,
         _first_violation,
         _coverage_counts,
@@ -154,10 +156,32 @@ def _context(report: Mapping[str, Any]) -> Section | None:
     if "comparison_policy" in report:
         rows.append(("comparison", _policy_text(report)))
     if "all_differences" in report:
-        rows.append(("differences", str(len(report["all_differences"]))))
+        rows.append(("differences", _count_text(report)))
     if report.get("process_ids"):
         rows.append(("process IDs", ", ".join(str(pid) for pid in report["process_ids"])))
     return Section("Summary", tuple(rows)) if rows else None
+
+
+def _count_text(report: Mapping[str, Any]) -> str:
+    count = len(report["all_differences"])
+    return f"{count} (listed under Differences)" if count else "0"
+
+
+def _differences(report: Mapping[str, Any]) -> Section | None:
+    """Every difference the verdict counts, in traversal order; long lists say how many are hidden."""
+    differences = report.get("all_differences") or ()
+    if not differences:
+        return None
+    rows = tuple(
+        (
+            str(item["path"]),
+            str(item["reason"]),
+            _text(item.get("baseline")),
+            _text(item.get("candidate")),
+        )
+        for item in differences
+    )
+    return Section("Differences", rows, ("path", "reason", "baseline", "candidate"))
 
 
 def _policy_text(report: Mapping[str, Any]) -> str:
@@ -183,7 +207,33 @@ def _first_divergence(report: Mapping[str, Any]) -> Section | None:
     for key, label in (("max_abs_error", "max abs error"), ("max_rel_error", "max rel error")):
         if first.get(key) is not None:
             rows.append((label, _number(first[key])))
+    rows += _window_rows(report, str(first["path"]))
     return Section("First divergence", tuple(rows))
+
+
+def _window_rows(report: Mapping[str, Any], path: str) -> list[tuple[str, str]]:
+    """The elements around the path's first differing element, when the report holds them."""
+    window = next(
+        (item for item in report.get("value_windows") or () if item["path"] == path), None
+    )
+    if window is None:
+        return []
+    start, index = window["start"], window["index"]
+    last = start + len(window["baseline"]) - 1
+
+    def shown(values: Sequence[Any]) -> str:
+        # Every digit (a rounded preview could show two different values alike); the first
+        # differing element is bracketed, so the eye finds it in the row.
+        return ", ".join(
+            f"[{value!r}]" if start + offset == index else repr(value)
+            for offset, value in enumerate(values)
+        )
+
+    return [
+        ("first differing element", f"flat index {index} (row-major)"),
+        (f"baseline [{start}..{last}]", shown(window["baseline"])),
+        (f"candidate [{start}..{last}]", shown(window["candidate"])),
+    ]
 
 
 def _first_divergent_op(report: Mapping[str, Any]) -> Section | None:
@@ -357,9 +407,17 @@ def _worst_tensors(report: Mapping[str, Any]) -> Section | None:
     return Section("Worst tensors", rows, ("path", "max abs", "max rel"))
 
 
+def drift_points(report: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+    """A report's drift curve: a recording diff's `drift`, or a check's `trajectory.drift`."""
+    if report.get("drift"):
+        return report["drift"]
+    trajectory = report.get("trajectory")
+    return (trajectory.get("drift") or ()) if isinstance(trajectory, Mapping) else ()
+
+
 def _drift(report: Mapping[str, Any]) -> Section | None:
-    """A recording diff's drift curve as a table: max relative RMS error per step and component."""
-    drift = report.get("drift")
+    """A drift curve as a table: max relative RMS error per step and component."""
+    drift = drift_points(report)
     if not drift:
         return None
     components = sorted({name for point in drift for name in point["components"]})
@@ -566,6 +624,10 @@ _FRAGMENT_STYLE = """
   text-align: left; vertical-align: top; font-family: ui-monospace, monospace; font-size: 12px; }
 .trainparity-result th { background: #f6f8fa; }
 .trainparity-result .tp-message { font-weight: 600; }
+.trainparity-result .tp-diagnosis { background: #fff8c5; border-left: 4px solid #9a6700;
+  padding: 2px 10px 6px; margin: 8px 0; }
+.trainparity-result .tp-diagnosis th, .trainparity-result .tp-diagnosis td { border: 0;
+  background: transparent; font-family: system-ui, sans-serif; font-size: 13px; }
 .trainparity-result .tp-detail { font-size: 12px; background: #f6f8fa; padding: 6px 8px;
   white-space: pre-wrap; margin: 6px 0; }
 """
@@ -589,11 +651,15 @@ def html_fragment(
     detail, newline = message_detail(report), "\n"
     if detail:
         parts.append(f"<pre class='tp-detail'>{_escape(newline.join(detail))}</pre>")
-    if report.get("drift"):
-        parts.append(drift_svg(report["drift"], report.get("first_divergent_step")))
+    drift = drift_points(report)
     for section in report_sections(
         report, max_rows=max_rows, include_environment=include_environment
     ):
+        # The curve right after the diagnosis (or first, when there is none): it shows
+        # where the runs part and how fast they drift before any table is read.
+        if drift and section.title != "Diagnosis":
+            parts.append(_drift_figure(report, drift))
+            drift = ()
         parts.append(_html_section(section))
         if section.title == "First divergence" and "error_growth" in report:
             parts.append(error_growth_svg(report))
@@ -601,6 +667,19 @@ def html_fragment(
         parts.append(error_growth_svg(report))
     parts.append("</div>")
     return "".join(parts)
+
+
+def _drift_figure(report: Mapping[str, Any], drift: Sequence[Mapping[str, Any]]) -> str:
+    """The drift curve under a title that says which runs it compares, when the report says."""
+    first = (report.get("trajectory") or {}).get("first_divergence") or {}
+    pair = (
+        f" of {first['candidate_phase']} against {first['baseline_phase']}"
+        if first.get("candidate_phase")
+        else ""
+    )
+    title = f"Drift{pair}: relative RMS error per step (dashed: first divergent step)"
+    svg = drift_svg(list(drift), report.get("first_divergent_step"))
+    return f"<section class='tp-drift-plot'><h3>{_escape(title)}</h3>{svg}</section>"
 
 
 def _html_section(section: Section) -> str:

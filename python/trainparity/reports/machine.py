@@ -40,11 +40,22 @@ def report_dict(result: Any) -> dict[str, Any]:
 
     Like dataclasses.asdict: nested dataclasses become dicts, tuples stay tuples
     (they become JSON arrays when serialised). Fields marked
-    `metadata={"reported": False}` are left out.
+    `metadata={"reported": False}` are left out, those marked
+    `{"omitted_when_none": True}` when None, and so are a process row's
+    `job_id` when None and `nodes` when empty.
     """
     fields = dataclasses.asdict(result)
     for field in dataclasses.fields(result):
-        if not field.metadata.get("reported", True):
+        if not field.metadata.get("reported", True) or (
+            field.metadata.get("omitted_when_none") and fields[field.name] is None
+        ):
             del fields[field.name]
     fields["outcome"] = str(Outcome(fields["outcome"]).value)
+    # A phase run by a scheduler names its job, a multi-node phase its nodes; other phases'
+    # rows have neither key, so their reports keep the keys they always had.
+    for row in fields.get("processes") or ():
+        if isinstance(row, dict):
+            for key, absent in (("job_id", None), ("nodes", ())):
+                if key in row and row[key] == absent:
+                    del row[key]
     return add_report_metadata(fields)

@@ -26,6 +26,8 @@ from trainparity.importing import CaseSetupError, CaseSetupTypeError, load_proce
 from trainparity.outcomes import Outcome
 from trainparity.processes.case_setup import setup_failure
 from trainparity.processes.child_environment import child_environment
+from trainparity.processes.command_case import CommandCase, case_names, resolved_case
+from trainparity.processes.executor import PhaseExecutor
 from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import PROCESS_RESUME_PREFIX
 from trainparity.processes.setup import CheckRunner
@@ -33,11 +35,11 @@ from trainparity.protocols import ProcessResumeCase
 from trainparity.resume.execution import CONCURRENT_CHILDREN, ResumeExecution
 from trainparity.resume.result import ProcessResumeResult
 
-__all__ = ["ProcessResumeRunner", "check_resume"]
+__all__ = ["ProcessResumeRunner", "check_resume", "resume_case_setup"]
 
 
 def check_resume(
-    case: str,
+    case: str | CommandCase,
     *,
     comparison: ExactComparison | ToleranceComparison | None = None,
     cwd: Path | None = None,
@@ -48,16 +50,20 @@ def check_resume(
     temporary_root: Path | None = None,
     parallel: bool | None = None,
     progress: bool | ProgressCallback | None = None,
+    executor: PhaseExecutor | None = None,
     start: str | None = None,
 ) -> ProcessResumeResult:
     """Check that save → exit → fresh-process load → continue reproduces uninterrupted training.
 
     `case` is an importable "package.module:ClassName" implementing
-    ProcessResumeCase. `timeout` applies to each child. `parallel=None` runs
+    ProcessResumeCase, or a CommandCase (a command template: no class needed). `timeout` applies to each child. `parallel=None` runs
     the independent phases concurrently on CPU and sequentially when the case
     declares `device = "cuda..."`; True/False force it. `progress=True`
     prints phase start/end lines to stderr; a callable receives ProgressEvent
-    objects. Returns PASS, FAIL (first divergent path), ABSTAIN or ERROR.
+    objects. `executor` runs the training phases elsewhere (e.g.
+    trainparity.executors.SlurmExecutor: one SLURM job per phase); the
+    observer and the verdict stay here. Returns PASS, FAIL (first divergent
+    path), ABSTAIN or ERROR.
     `start="warm"` forks each `python script.py`/`python -m` child from a
     server that imported torch once (docs/limitations.md says what differs);
     None takes $TRAINPARITY_START, else "fresh": a new interpreter per child.
@@ -68,6 +74,7 @@ def check_resume(
         temporary_root=temporary_root,
         parallel=parallel,
         progress=progress,
+        executor=executor,
         start=start,
     )
     return runner.run(
@@ -80,7 +87,7 @@ class ProcessResumeRunner(CheckRunner):
 
     def run(
         self,
-        case: str,
+        case: str | CommandCase,
         *,
         cwd: Path | None = None,
         work_dir: Path | None = None,
@@ -92,12 +99,12 @@ class ProcessResumeRunner(CheckRunner):
         command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
         propagated = tuple(sorted(environment)) if environment is not None else ()
         fields: dict[str, Any] = {
-            "case": case,
+            "case": case_names(case)[0],
             "propagated_environment_keys": propagated,
             **policy_report_fields(self.policy),
         }
         try:
-            loaded, child_environment = _setup(case, environment)
+            loaded, child_environment = resume_case_setup(case, environment)
         except Exception as error:  # importing runs the user's module: anything can fail
             failure = setup_failure("process ", error, command_dir=command_dir)
             fields["timing_seconds"] = {"total_wall": time.perf_counter() - started}
@@ -120,7 +127,7 @@ class ProcessResumeRunner(CheckRunner):
             # The children's allow-listed variables (CUBLAS_WORKSPACE_CONFIG, ...) are what mattered.
             fields["environment"] = settings.environment_report()
             execution = ResumeExecution(
-                case_spec=case,
+                case_spec=case_names(case)[1],
                 case=loaded,
                 policy=self.policy,
                 settings=settings,
@@ -130,11 +137,11 @@ class ProcessResumeRunner(CheckRunner):
         return self.finished(result, report_path)
 
 
-def _setup(
-    spec: str, environment: Mapping[str, str] | None
+def resume_case_setup(
+    spec: str | CommandCase, environment: Mapping[str, str] | None
 ) -> tuple[ProcessResumeCase, dict[str, str]]:
     """Load and validate the case and build the children's environment (CONTRACT §6.2, §6.5)."""
-    case = load_process_case(spec)
+    case, module_spec = resolved_case(spec, load_process_case)
     if not case.name:
         raise CaseSetupError("case name must be non-empty", field="name")
     split, total = case.split_step, case.total_step
@@ -145,4 +152,4 @@ def _setup(
         raise CaseSetupError(
             f"need 0 < split_step < total_step, got {split} and {total}", field="split_step"
         )
-    return case, child_environment(spec, environment)
+    return case, child_environment(module_spec, environment)

@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
-from trainparity.distributed.resume_coverage import (
-    BoundaryDifference,
-    resume_coverage_differences,
-)
+from trainparity.comparison.windows import ValueWindow, differences_with_windows
+from trainparity.coverage.resume_chain import resume_chain_differences
+from trainparity.distributed.resume_coverage import BoundaryDifference
 from trainparity.outcomes import Outcome
 from trainparity.processes.children import (
     PhaseChildren,
@@ -32,7 +31,7 @@ from trainparity.recording.resume import (
 )
 from trainparity.resume.result import ProcessResumeResult
 
-__all__ = ["CONCURRENT_CHILDREN", "ResumeExecution"]
+__all__ = ["CONCURRENT_CHILDREN", "ResumeExecution", "resume_end_steps"]
 
 _CONCURRENT_PHASES = ("baseline_a", "baseline_b", "candidate_split")
 CONCURRENT_CHILDREN = len(_CONCURRENT_PHASES)  # what each phase's threads are shared over
@@ -41,6 +40,16 @@ _TIMING_KEYS = {
     "candidate_split": "candidate_save_exit",
     "candidate_resume": "candidate_new_process_load_resume",
 }
+
+
+def resume_end_steps(case: ProcessResumeCase) -> dict[str, int]:
+    """Each phase of a resume check, in order, and the step it trains to."""
+    return {
+        "baseline_a": case.total_step,
+        "baseline_b": case.total_step,
+        "candidate_split": case.split_step,
+        "candidate_resume": case.total_step,
+    }
 
 
 class ResumeExecution:
@@ -61,12 +70,7 @@ class ResumeExecution:
         self.settings = settings
         self.staged_checkpoint_hook = staged_checkpoint_hook
         root = settings.run_root
-        end_steps = {
-            "baseline_a": case.total_step,
-            "baseline_b": case.total_step,
-            "candidate_split": case.split_step,
-            "candidate_resume": case.total_step,
-        }
+        end_steps = resume_end_steps(case)
         self.timings: dict[str, float] = {}
         self.children = PhaseChildren(
             case_spec=case_spec,
@@ -111,7 +115,9 @@ class ResumeExecution:
         trajectories = ResumeTrajectories(self.settings.run_root, self.policy, self.case.split_step)
         parted = _recorded(trajectories.baselines_part)
         began = time.perf_counter()
-        baseline_differences = self.policy.compare_all(snapshot_a, snapshot_b)
+        baseline_differences, baseline_windows = differences_with_windows(
+            self.policy, snapshot_a, snapshot_b
+        )
         self.timings["baseline_comparison"] = time.perf_counter() - began
         self.timings["baseline_self_consistency"] = sum(
             self.timings.get(key, 0.0)
@@ -135,6 +141,7 @@ class ResumeExecution:
                 primary_difference=first_differences[0],
                 all_differences=first_differences,
                 nondeterminism_hints=nondeterminism_hints(self.settings.environment),
+                value_windows=_windows(parted, baseline_windows),
                 **trajectories.report_fields(baseline_differences),
             )
         split_checkpoint = self.children.trained("candidate_split")
@@ -150,8 +157,14 @@ class ResumeExecution:
         snapshot_resume = self.children.observed("candidate_resume", resumed_checkpoint)
         parted = _recorded(trajectories.candidates_part)
         began = time.perf_counter()
-        final_differences = self.policy.compare_all(snapshot_a, snapshot_resume)
-        coverage = resume_coverage_differences(self.settings.run_root)
+        final_differences, final_windows = differences_with_windows(
+            self.policy, snapshot_a, snapshot_resume
+        )
+        root = self.settings.run_root
+        coverage = resume_chain_differences(
+            root / "baseline_a" / "ids",
+            [(name, root / name / "ids") for name in ("candidate_split", "candidate_resume")],
+        )
         # Sample order first: a resume that repeats or skips samples explains the states.
         differences = (*(placed.difference for placed in coverage), *final_differences)
         self.timings["candidate_comparison"] = time.perf_counter() - began
@@ -177,6 +190,7 @@ class ResumeExecution:
                 primary_difference=first_differences[0],
                 all_differences=first_differences,
                 fresh_resume_processes_distinct=True,
+                value_windows=_windows(parted, final_windows),
                 **recorded,
             )
         wording = (
@@ -213,6 +227,10 @@ class ResumeExecution:
         staged = self.children.checkpoint_path(
             "candidate_resume", resume_dir, "before child launch"
         )
+        if getattr(self.children.launcher, "replays", False):
+            return (
+                staged  # the phases ran elsewhere, from a plan that staged it (trainparity judge)
+            )
         try:
             staged.parent.mkdir(parents=True, exist_ok=True)
             if split_checkpoint.is_dir():
@@ -252,6 +270,11 @@ def _first_divergence(
     if leading is not None and leading <= parted.step:
         return leading, (*ordered, *parted.differences)
     return parted.step, (*parted.differences, *ordered)
+
+
+def _windows(parted: Any, final_windows: tuple[ValueWindow, ...]) -> tuple[ValueWindow, ...]:
+    """The value windows of the step the verdict names: a recorded step's, else the final state's."""
+    return final_windows if parted is None else parted.comparison.value_windows
 
 
 def _recorded(part: Callable[[], Any]) -> Any:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from trainparity.comparison.windows import ValueWindow
+from trainparity.environment import EnvironmentLead
 from trainparity.processes.check_result import PhaseCheckResult
 
 __all__ = ["ProcessResumeResult"]
@@ -14,3 +16,12 @@ class ProcessResumeResult(PhaseCheckResult):
     """The verdict of `check_resume` (CONTRACT §6.11), plus hints when baselines disagree."""
 
     fresh_resume_processes_distinct: bool = False
+    # The elements around each differing tensor's first differing element, at the step the
+    # verdict names: what a report previews (a summary shows a tensor's first elements only).
+    value_windows: tuple[ValueWindow, ...] = ()
+    # `trainparity judge` only: how the machines that ran baseline_a and candidate_resume
+    # differ (the plan's scripts record their fingerprints). A check that ran its phases
+    # itself has no such key in its report.
+    environment_leads: tuple[EnvironmentLead, ...] | None = field(
+        default=None, metadata={"omitted_when_none": True}
+    )

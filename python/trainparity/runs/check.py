@@ -28,6 +28,8 @@ from trainparity.importing import CaseSetupError, CaseSetupTypeError, load_runs_
 from trainparity.outcomes import Outcome
 from trainparity.processes.case_setup import setup_failure
 from trainparity.processes.child_environment import child_environment
+from trainparity.processes.command_case import CommandCase, case_names, resolved_case
+from trainparity.processes.executor import PhaseExecutor
 from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import RUNS_PREFIX
 from trainparity.processes.setup import CheckRunner
@@ -40,7 +42,7 @@ __all__ = ["RunVariant", "check_runs"]
 
 
 def check_runs(
-    case: str,
+    case: str | CommandCase,
     variants: Mapping[str, RunVariant | Mapping[str, Any]] | None = None,
     *,
     comparison: ExactComparison | ToleranceComparison | None = None,
@@ -52,19 +54,21 @@ def check_runs(
     temporary_root: Path | None = None,
     parallel: bool | None = None,
     progress: bool | ProgressCallback | None = None,
+    executor: PhaseExecutor | None = None,
     start: str | None = None,
 ) -> RunsResult:
     """Check that every variant of the case's run ends in the same observed state.
 
     `case` is an importable "package.module:ClassName" with `name`,
     `total_step`, `command(plan)`, `checkpoint_path(run_dir)` and
-    `observe_checkpoint(path)` (any resume case qualifies). `variants` maps
+    `observe_checkpoint(path)` (any resume case qualifies), or a CommandCase. `variants` maps
     a name to `RunVariant(args=..., env=...)` or `{"args": [...], "env":
     {...}}`; None takes the case's own `variants` attribute. The first
     variant is the reference. Each variant runs twice; PASS when all agree
     under `comparison` (exact by default), FAIL naming the first variant
     that differs and its first path, ABSTAIN when a variant disagrees with
-    itself, ERROR when something could not run or be observed.
+    itself, ERROR when something could not run or be observed. `executor`
+    runs the training runs elsewhere, as check_resume's does.
     `start="warm"` forks each `python script.py`/`python -m` child from a
     server that imported torch once (docs/limitations.md says what differs);
     None takes $TRAINPARITY_START, else "fresh": a new interpreter per child.
@@ -75,6 +79,7 @@ def check_runs(
         temporary_root=temporary_root,
         parallel=parallel,
         progress=progress,
+        executor=executor,
         start=start,
     )
     return runner.run(
@@ -92,7 +97,7 @@ class _RunsRunner(CheckRunner):
 
     def run(
         self,
-        case: str,
+        case: str | CommandCase,
         variants: Mapping[str, Any] | None,
         *,
         cwd: Path | None,
@@ -103,16 +108,16 @@ class _RunsRunner(CheckRunner):
         started = time.perf_counter()
         command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
         fields: dict[str, Any] = {
-            "case": case,
+            "case": case_names(case)[0],
             "propagated_environment_keys": tuple(sorted(environment))
             if environment is not None
             else (),
             **policy_report_fields(self.policy),
         }
         try:
-            loaded = load_runs_case(case)
+            loaded, module_spec = resolved_case(case, load_runs_case)
             declared = _declared_variants(loaded, variants)
-            environment_for_children = child_environment(case, environment)
+            environment_for_children = child_environment(module_spec, environment)
         except Exception as error:  # importing runs the user's module: anything can fail
             failure = setup_failure("runs ", error, command_dir=command_dir)
             result = RunsResult(
@@ -139,7 +144,7 @@ class _RunsRunner(CheckRunner):
         ) as settings:
             fields["environment"] = settings.environment_report()
             execution = RunsExecution(
-                case_spec=case,
+                case_spec=case_names(case)[1],
                 case=loaded,
                 variants=declared,
                 policy=self.policy,
