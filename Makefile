@@ -6,23 +6,29 @@ PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 
-.PHONY: venv quickstart test fuzz sanitize lint cuda-check clean
+.PHONY: package venv quickstart test fuzz sanitize lint cuda-check clean
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q torch==2.13.0
 
-# The library integrations' extras come pinned (.ci/integrations-constraints.txt), torch included,
-# so pip never replaces the torch installed above.
+# The package alone: all a quickstart needs (a first run installs nothing more).
+package: $(VPY)
+	$(VPY) -m pip install -q .
+
+# Everything the suite, lint and CI need, added to the same .venv. The library
+# integrations' extras come pinned (.ci/integrations-constraints.txt), torch
+# included, so pip never replaces the torch installed above.
 venv: $(VPY)
 	$(VPY) -m pip install -q -c .ci/integrations-constraints.txt ".[test,integrations]" ruff setuptools
 
-quickstart: venv
+quickstart: package
 	$(VPY) -m trainparity.quickstarts.resume
 
+# Ends with the 10 slowest tests: the suite's time budget at a glance (docs/validation.md).
 test: venv
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q --durations=10
 
 # The fuzzers (tests/fuzz, and the core's malformed-input fuzzer) with many random
 # examples each; `make test` runs the same fuzzers bounded and derandomized.

@@ -121,8 +121,8 @@ def measure(
     return samples
 
 
-def report(samples: dict[str, list[Run]], *, wall_target: float, cpu_target: float) -> bool:
-    """Print the medians table and the targets (ours default / original); True when both are met."""
+def median_table(samples: dict[str, list[Run]]) -> dict[str, tuple[float, float]]:
+    """Print the table of each row's medians; return each row's (wall, CPU) medians."""
     rounds = len(next(iter(samples.values())))
     print(f"\nmedians of {rounds} runs each, whole process")
     print("| run | wall | CPU (user + sys) | user CPU |")
@@ -134,6 +134,22 @@ def report(samples: dict[str, list[Run]], *, wall_target: float, cpu_target: flo
         user = statistics.median(run.user for run in runs)
         medians[label] = (wall, cpu)
         print(f"| {label} | {wall:.2f} s | {cpu:.2f} s | {user:.2f} s |")
+    return medians
+
+
+def print_load(samples: dict[str, list[Run]]) -> None:
+    """The usable cores and the load average while measuring: what the figures are worth."""
+    loads = [run.load for runs in samples.values() for run in runs]
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    print(
+        f"usable cores {usable}; 1-minute load average while measuring: "
+        f"min {min(loads):.1f}, median {statistics.median(loads):.1f}, max {max(loads):.1f}"
+    )
+
+
+def report(samples: dict[str, list[Run]], *, wall_target: float, cpu_target: float) -> bool:
+    """Print the medians table and the targets (ours default / original); True when both are met."""
+    medians = median_table(samples)
     wall_ratio = medians[OURS][0] / medians[ORIGINAL][0]
     cpu_ratio = medians[OURS][1] / medians[ORIGINAL][1]
     wall_met, cpu_met = wall_ratio <= wall_target, cpu_ratio <= cpu_target
@@ -142,10 +158,5 @@ def report(samples: dict[str, list[Run]], *, wall_target: float, cpu_target: flo
         f"{'met' if wall_met else 'NOT met'}), cpu {cpu_ratio:.2f}x (target <= {cpu_target}: "
         f"{'met' if cpu_met else 'NOT met'})"
     )
-    loads = [run.load for runs in samples.values() for run in runs]
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    print(
-        f"usable cores {usable}; 1-minute load average while measuring: "
-        f"min {min(loads):.1f}, median {statistics.median(loads):.1f}, max {max(loads):.1f}"
-    )
+    print_load(samples)
     return wall_met and cpu_met

@@ -1,12 +1,76 @@
-"""Fixtures shared across test modules: one real SLURM cluster per test session."""
+"""Fixtures shared across test modules: the suite's start mode, one real SLURM cluster per session.
+
+Start mode: checks fork their children warm, except where a start itself is tested.
+
+A check's children each import torch (seconds of CPU apiece); in warm mode a
+check imports it once (docs/limitations.md, "Warm starts"). The session runs
+with TRAINPARITY_START=warm and, unless the caller set one, PYTHONHASHSEED=0
+(which warm mode needs to share one server between a check's children). The
+tests of the fixed fresh set below run fresh, with the caller's hash seed
+setting; the modules about starting, stopping and crashing children run in
+both modes, so each of their tests proves the two alike.
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.slurm_cluster import SlurmCluster, slurm_cluster
+
+# Tests of the default (fresh) start itself: the pinned reports, the spawn and the children's
+# environment, and what a fresh interpreter draws at random (hash seeds included).
+FRESH_MODULES = frozenset(
+    {
+        "test_report_pins",
+        "test_processes",
+        "test_child_threads",
+        "test_environment",
+    }
+)
+# Timeouts, crashes, Ctrl-C, SIGTERM/SIGHUP and leaked grandchildren: each test in both modes.
+BOTH_MODES_MODULES = frozenset({"test_resume_processes", "test_termination"})
+
+
+# Whether the hash seed is the suite's (set below) rather than the caller's own.
+_OWN_HASH_SEED = "PYTHONHASHSEED" not in os.environ
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "fresh_start: run this test's checks in fresh mode (a new interpreter per child)"
+    )
+    # The session's default, so that checks run by module- and session-scoped fixtures
+    # (which start before any test's own fixtures) are warm too.
+    os.environ.setdefault("TRAINPARITY_START", "warm")
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if _module_name(metafunc.module) in BOTH_MODES_MODULES:
+        metafunc.parametrize("start_mode", ["fresh", "warm"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def start_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The start mode of this test's checks (TRAINPARITY_START, which a check without start= takes)."""
+    mode = getattr(request, "param", None)
+    if mode is None:
+        fresh = (
+            _module_name(request.module) in FRESH_MODULES
+            or request.node.get_closest_marker("fresh_start") is not None
+        )
+        mode = "fresh" if fresh else "warm"
+    monkeypatch.setenv("TRAINPARITY_START", mode)
+    if mode == "fresh" and _OWN_HASH_SEED:
+        monkeypatch.delenv("PYTHONHASHSEED", raising=False)  # children draw theirs, as ever
+    return mode
+
+
+def _module_name(module: object) -> str:
+    return getattr(module, "__name__", "").rpartition(".")[2]
 
 
 @pytest.fixture(scope="session")

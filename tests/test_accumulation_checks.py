@@ -164,9 +164,11 @@ FAULTS = [
 ]
 
 
+# Both start modes (a child forked warm must behave as a fresh one): same verdict and paths.
+@pytest.mark.parametrize("start", ["fresh", "warm"])
 @pytest.mark.parametrize(("case", "plan", "phase", "differences", "captured"), FAULTS)
-def test_faults_fail_at_their_phase(case, plan, phase, differences, captured):
-    result = check(case, plan)
+def test_faults_fail_at_their_phase(case, plan, phase, differences, captured, start):
+    result = check(case, plan, start=start)
     assert result.outcome == "FAIL", result.message
     assert result.first_observed_phase == phase
     assert result.message == f"first observed divergence in {phase}; not a root-cause claim"

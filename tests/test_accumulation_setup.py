@@ -209,7 +209,7 @@ def test_check_validates_comparison_before_timeout():
 def test_signature():  # A8
     parameters = inspect.signature(check_accumulation).parameters
     names = list(parameters)
-    extras = [] if ORIGINAL else ["work_dir", "parallel", "progress"]
+    extras = [] if ORIGINAL else ["work_dir", "parallel", "progress", "start"]
     assert names == CONTRACT_PARAMETERS + extras
     assert parameters["candidate"].kind is inspect.Parameter.KEYWORD_ONLY
     assert parameters["candidate"].default is inspect.Parameter.empty

@@ -136,6 +136,7 @@ def test_accumulation_clean_quickstart_passes_with_progress_kept_files_and_envir
 
 def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
     calls: list = []
+    starts: list = []
 
     def check_accumulation(
         case,
@@ -151,10 +152,12 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
         timeout,
         parallel,
         progress,
+        start,
     ):
         calls.append(
             (case, candidate, comparison, device, seed, environment, timeout, parallel, progress)
         )
+        starts.append(start)
         return _Result(Outcome.ABSTAIN, "baseline self-consistency failed")
 
     _fake_module(
@@ -201,6 +204,7 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
     assert (comparison.rtol, comparison.atol) == (1e-6, 1e-7)
     assert (device, seed, environment, timeout) == ("cuda:1", 5, {"A": "b"}, 300.0)
     assert progress is False  # stderr is not a terminal here
+    assert starts == [None]  # no --start: the check's own default ($TRAINPARITY_START, else fresh)
     assert parallel is None  # the check's own default: concurrent on CPU
     assert (
         _run(capsys, "accumulation", "c:C", "--microbatches", "2", "--clip-per-microbatch")[0] == 4

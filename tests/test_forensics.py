@@ -173,10 +173,13 @@ def test_an_op_found_in_one_trace_only_is_reported_and_skipped(float32_trace, tm
 
 
 def test_a_tolerance_needs_kept_values_to_pass_a_difference_the_summaries_cannot_decide():
+    # Every op is kept (""), not only the reductions in `head`: which other ops round
+    # differently with 2 threads (the projection's matmuls, the optimizer's update)
+    # depends on the machine and its load, and an unkept one would leave it ABSTAIN.
     threads = torch.get_num_threads()
     try:
-        one = traced_step(None, "reduction", threads=1, keep=("head",))
-        two = traced_step(None, "reduction", threads=2, keep=("head",))
+        one = traced_step(None, "reduction", threads=1, keep=("",))
+        two = traced_step(None, "reduction", threads=2, keep=("",))
         unkept = traced_step(None, "reduction", threads=2)
     finally:
         torch.set_num_threads(threads)

@@ -172,10 +172,12 @@ def assert_fault_is_found(result, expectation: FaultExpectation, on_cpu: bool) -
     assert [process.phase for process in result.processes] == list(PHASES)
 
 
+# Both start modes (a child forked warm must behave as a fresh one): same verdict and paths.
+@pytest.mark.parametrize("start", ["fresh", "warm"])
 @pytest.mark.parametrize("class_name", FAULTS)
-def test_fault_fails_at_its_observed_first_path(tmp_path, class_name):
+def test_fault_fails_at_its_observed_first_path(tmp_path, class_name, start):
     expectation = FAULTS[class_name]
-    result = check(class_name, tmp_path, environment=expectation.environment)
+    result = check(class_name, tmp_path, environment=expectation.environment, start=start)
     assert_fault_is_found(result, expectation, on_cpu=ON_CPU or expectation.environment == CPU_ONLY)
 
 

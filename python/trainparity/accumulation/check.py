@@ -72,6 +72,7 @@ def check_accumulation(
     work_dir: Path | None = None,
     parallel: bool | None = None,
     progress: bool | ProgressCallback | None = None,
+    start: str | None = None,
 ) -> AccumulationResult:
     """Check that `candidate` gives the same update as one full batch, at one optimizer boundary.
 
@@ -83,6 +84,9 @@ def check_accumulation(
     observations) instead of a temporary one. `parallel=None` runs the
     children concurrently unless `device` is CUDA. `progress=True` prints
     child start/end lines to stderr; a callable receives ProgressEvents.
+    `start="warm"` forks each `python script.py`/`python -m` child from a
+    server that imported torch once (docs/limitations.md says what differs);
+    None takes $TRAINPARITY_START, else "fresh": a new interpreter per child.
     """
     runner = AccumulationRunner(
         comparison=comparison if comparison is not None else ExactComparison(),
@@ -90,6 +94,7 @@ def check_accumulation(
         temporary_root=temporary_root,
         parallel=parallel,
         progress=progress,
+        start=start,
     )
     return runner.run(
         case,

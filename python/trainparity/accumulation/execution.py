@@ -78,7 +78,7 @@ class AccumulationExecution:
         self.policy = policy
         # The candidate of a case with its own train_step runs that step (accumulation_user_step).
         self.own_step_children = {"candidate"} if own_step else set()
-        self.group = ChildGroup(on_event=self._on_child_event)
+        self.group = ChildGroup(on_event=self._on_child_event, launcher=settings.starter.launch)
         self.launch_errors: dict[str, str] = {}
         self.rank_reports: list[_ChildReport] = []  # every rank's, for a multi-rank candidate
         self.rank_pids: list[tuple[str, int]] = []

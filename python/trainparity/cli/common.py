@@ -173,6 +173,12 @@ def add_run_options(parser: argparse.ArgumentParser, *, kept: str) -> None:
         help="run one child at a time (default: children run concurrently on CPU)",
     )
     group.add_argument(
+        "--start",
+        choices=("fresh", "warm"),
+        help="fresh: a new interpreter per child; warm: fork `python script.py`/`-m` children "
+        "from a server that imported torch once (default: $TRAINPARITY_START, else fresh)",
+    )
+    group.add_argument(
         "--no-progress",
         action="store_true",
         help="no per-phase progress lines (shown on stderr when it is a terminal)",
@@ -361,6 +367,7 @@ def run_keywords(arguments: argparse.Namespace) -> dict[str, Any]:
         "timeout": arguments.timeout,
         "parallel": False if arguments.sequential else None,
         "progress": progress_from(arguments),
+        "start": arguments.start,
     }
 
 

@@ -116,7 +116,7 @@ class PhaseChildren:
         self.phases = dict(phases)
         self.timings = timings
         self.timing_keys = dict(timing_keys or {})
-        self.group = ChildGroup(on_event=self._on_child_event)
+        self.group = ChildGroup(on_event=self._on_child_event, launcher=settings.starter.launch)
         # The training phases' launcher: this group, or an executor's (e.g. SLURM jobs).
         self.launcher: PhaseLauncher = self.group
         if settings.executor is not None:

@@ -36,7 +36,9 @@ __all__ = [
     "ChildSpec",
     "EventCallback",
     "EventKind",
+    "Launcher",
     "run_children",
+    "spawn_child",
 ]
 
 DEFAULT_GRACE_SECONDS = 3.0
@@ -158,6 +160,9 @@ class ChildResult:
         return self.exit_code == 0 and not self.timed_out
 
 
+Launcher = Callable[["ChildSpec"], int]
+"""Starts a child now and returns its pid; raises ChildLaunchError when it cannot."""
+
 EventCallback = Callable[[str, EventKind, ChildResult | None], None]
 """on_event(name, "start", None) after a launch; on_event(name, "end", result) after a reap."""
 
@@ -198,7 +203,8 @@ class _RunningChild:
         return math.inf
 
 
-def _launch(spec: ChildSpec) -> int:
+def spawn_child(spec: ChildSpec) -> int:
+    """Start `spec` as a fresh interpreter (fork + exec by the C core); its pid."""
     try:
         return core.spawn(
             list(spec.argv),
@@ -334,10 +340,17 @@ class ChildGroup:
     """
 
     def __init__(
-        self, *, grace: float = DEFAULT_GRACE_SECONDS, on_event: EventCallback | None = None
+        self,
+        *,
+        grace: float = DEFAULT_GRACE_SECONDS,
+        on_event: EventCallback | None = None,
+        launcher: Launcher = spawn_child,
     ) -> None:
+        """`launcher` starts one child and returns its pid, a child of this process
+        (spawn_child: a fresh interpreter; a warm ChildStarter: forked from its server)."""
         self.grace = grace
         self.on_event = on_event
+        self.launcher = launcher
         self._running: dict[int, _RunningChild] = {}
         self._results: dict[str, ChildResult] = {}
         self._names: set[str] = set()
@@ -353,7 +366,7 @@ class ChildGroup:
         if spec.name in self._names:
             raise ValueError(f"child name {spec.name!r} is used twice; give each child its own")
         started = time.monotonic()
-        pid = _launch(spec)
+        pid = self.launcher(spec)
         self._names.add(spec.name)
         self._running[pid] = _RunningChild(
             spec, pid, started, math.inf if timeout is None else timeout

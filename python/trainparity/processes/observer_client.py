@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainparity.outcomes import Outcome
+from trainparity.processes.failure_text import log_tail
 from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildSpec
 from trainparity.processes.progress import ProgressReporter
 from trainparity.state.snapshot import Snapshot
@@ -185,9 +186,7 @@ class ObserverClient:
             if not self.group.is_running(OBSERVER_NAME):
                 if result_path.exists():
                     return
-                raise ObservationFailure(
-                    Outcome.ERROR, f"{phase} checkpoint observation worker did not publish a result"
-                )
+                raise ObservationFailure(Outcome.ERROR, self._ended_without_result(phase))
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
                 self.group.terminate(OBSERVER_NAME)
@@ -195,6 +194,22 @@ class ObserverClient:
                     Outcome.ERROR, f"{phase} checkpoint observation worker launch or timeout failed"
                 )
             self.group.wait(min(_POLL_SECONDS, remaining))
+
+    def _ended_without_result(self, phase: str) -> str:
+        """Why the worker gave no result: how it ended and the last lines of its stderr."""
+        message = f"{phase} checkpoint observation worker did not publish a result"
+        ended = self.group.result(OBSERVER_NAME)
+        if ended is not None:
+            how = (
+                f"exited with status {ended.exit_code}"
+                if ended.exit_code is not None
+                else f"was killed by signal {ended.signal}"
+            )
+            message += f" (the worker {how})"
+        # Its lines only, not the log's path: a temporary path would make two reports differ.
+        tail = log_tail(self.snapshot_dir / "observer.stderr.log")
+        shown = [f"last {len(tail)} lines of the worker's stderr:"] if tail else []
+        return "\n".join([message, *shown, *(f"  {line}" for line in tail)])
 
     @staticmethod
     def _read_record(phase: str, result_path: Path) -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from trainparity.processes.progress import ProgressCallback, ProgressReporter
 from trainparity.processes.run_directory import run_directory
 from trainparity.processes.termination import terminating_signals_unwind
 from trainparity.processes.threads import ChildThreads, child_threads, usable_cores
+from trainparity.processes.warm import ChildStarter, checked_start
 from trainparity.reports.machine import write_report
 
 
@@ -37,7 +39,8 @@ class RunSettings:
     seconds. preserved is True when run_root is the user's work_dir (kept
     afterwards, so messages may point into it); parallel says whether
     independent children run at once; threads is the thread count every phase
-    runs with (a child of several ranks: `threads.environment(..., ranks=n)`).
+    runs with (a child of several ranks: `threads.environment(..., ranks=n)`);
+    starter starts every child (its `launch` is the groups' launcher), fresh or warm.
     """
 
     command_dir: Path
@@ -48,12 +51,20 @@ class RunSettings:
     parallel: bool
     progress: ProgressReporter
     threads: ChildThreads
+    starter: ChildStarter
     executor: PhaseExecutor | None = None  # None: the phases run here, as local children
 
     def environment_report(self) -> dict[str, Any]:
-        """The report's environment section: the children's fingerprint and their thread count."""
+        """The report's environment section: the children's fingerprint and their thread count.
+
+        In warm mode, `child_start` says which children were forked warm and why
+        others started fresh; it fills in as they start (absent in fresh mode,
+        whose reports stay as they were).
+        """
         fingerprint = environment_fingerprint(variables=self.environment)
         fingerprint["child_threads"] = self.threads.report()
+        if self.starter.mode == "warm":
+            fingerprint["child_start"] = self.starter.report
         return dict(sorted(fingerprint.items()))
 
 
@@ -85,8 +96,9 @@ class CheckRunner:
 
     Each is checked here, the same way for all three, before anything runs:
     `comparison` (None: exact), `timeout` per child, `temporary_root` for the
-    run directory, `parallel` (None: decided per device), `progress`, and
-    `executor` (None: the training phases run as local children).
+    run directory, `parallel` (None: decided per device), `progress`,
+    `executor` (None: the training phases run as local children) and
+    `start` ("fresh" or "warm"; None: $TRAINPARITY_START, else "fresh").
     """
 
     def __init__(
@@ -98,9 +110,11 @@ class CheckRunner:
         parallel: bool | None = None,
         progress: bool | ProgressCallback | None = None,
         executor: PhaseExecutor | None = None,
+        start: str | None = None,
     ) -> None:
         self.policy = checked_policy(comparison)  # first, as the contract's accumulation tests ask
         self.timeout = checked_timeout(timeout)
+        self.start = checked_start(start)
         self.parallel = checked_parallel(parallel)
         self.temporary_root = Path(temporary_root) if temporary_root is not None else None
         self.progress = ProgressReporter(progress)
@@ -139,17 +153,20 @@ class CheckRunner:
             terminating_signals_unwind(),
             run_directory(work_dir, self.temporary_root, prefix) as (root, managed),
         ):
-            yield RunSettings(
-                command_dir=command_dir,
-                run_root=root,
-                environment=threads.environment(environment),
-                timeout=self.timeout,
-                preserved=not managed,
-                parallel=parallel,
-                progress=self.progress,
-                threads=threads,
-                executor=self.executor,
-            )
+            starter = ChildStarter(self.start, log_dir=root / "warm_servers", timeout=self.timeout)
+            with contextlib.closing(starter):
+                yield RunSettings(
+                    command_dir=command_dir,
+                    run_root=root,
+                    environment=threads.environment(environment),
+                    timeout=self.timeout,
+                    preserved=not managed,
+                    parallel=parallel,
+                    progress=self.progress,
+                    threads=threads,
+                    starter=starter,
+                    executor=self.executor,
+                )
 
     def finished(self, result: ResultT, report_path: Path | None) -> ResultT:
         """`result`, after writing its machine report to `report_path` when one was asked for."""

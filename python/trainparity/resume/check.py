@@ -54,6 +54,7 @@ def check_resume(
     executor: PhaseExecutor | None = None,
     split_steps: Sequence[int] | None = None,
     world_sizes: Sequence[int] | None = None,
+    start: str | None = None,
 ) -> ProcessResumeResult:
     """Check that save → exit → fresh-process load → continue reproduces uninterrupted training.
 
@@ -72,6 +73,9 @@ def check_resume(
     trainparity.executors.SlurmExecutor: one SLURM job per phase); the
     observer and the verdict stay here. Returns PASS, FAIL (first divergent
     path), ABSTAIN or ERROR.
+    `start="warm"` forks each `python script.py`/`python -m` child from a
+    server that imported torch once (docs/limitations.md says what differs);
+    None takes $TRAINPARITY_START, else "fresh": a new interpreter per child.
     """
     runner = ProcessResumeRunner(
         comparison=comparison,
@@ -80,6 +84,7 @@ def check_resume(
         parallel=parallel,
         progress=progress,
         executor=executor,
+        start=start,
     )
     return runner.run(
         case,

@@ -55,6 +55,7 @@ def check_runs(
     parallel: bool | None = None,
     progress: bool | ProgressCallback | None = None,
     executor: PhaseExecutor | None = None,
+    start: str | None = None,
 ) -> RunsResult:
     """Check that every variant of the case's run ends in the same observed state.
 
@@ -68,6 +69,9 @@ def check_runs(
     that differs and its first path, ABSTAIN when a variant disagrees with
     itself, ERROR when something could not run or be observed. `executor`
     runs the training runs elsewhere, as check_resume's does.
+    `start="warm"` forks each `python script.py`/`python -m` child from a
+    server that imported torch once (docs/limitations.md says what differs);
+    None takes $TRAINPARITY_START, else "fresh": a new interpreter per child.
     """
     runner = _RunsRunner(
         comparison=comparison,
@@ -76,6 +80,7 @@ def check_runs(
         parallel=parallel,
         progress=progress,
         executor=executor,
+        start=start,
     )
     return runner.run(
         case,

@@ -1,0 +1,304 @@
+"""How a check starts its children: fresh interpreters, or forked from a warm server.
+
+`start="fresh"` (the default) execs a new interpreter per child. `start="warm"`
+forks each child whose command is `python script.py …`, `python -m module …`
+or `python -c code …` (python being this interpreter, without other options) from a server that imported torch once
+(warm_server.py); any other command starts fresh. A ChildStarter is the one
+seam: ChildGroup calls its `launch` where it would spawn. Servers live as long
+as the check (closed with it, and killed by their parent-death signal if the
+check dies); one serves every child of the same environment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import select
+import shutil
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from trainparity.native.core import core
+from trainparity.processes.group import ChildLaunchError, ChildSpec, spawn_child
+
+__all__ = ["START_MODES", "START_VARIABLE", "ChildStarter", "checked_start", "warm_refusal"]
+
+START_MODES = ("fresh", "warm")
+START_VARIABLE = "TRAINPARITY_START"
+"""The start mode of a check whose caller passed no `start` (the test suite sets "warm")."""
+
+_SERVER_SCRIPT = Path(__file__).with_name("warm_server.py")
+# Variables that differ between the children of one check and that importing torch does not
+# read: trainparity's own (recording, tags) and the rendezvous of a rank (read by
+# init_process_group). Children that differ only in these share a server.
+_PER_PHASE_PREFIX = "TRAINPARITY_"
+_RANK_VARIABLES = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"})
+_HASH_SEED = "PYTHONHASHSEED"
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+_CONNECT_SECONDS = 30.0
+
+
+def checked_start(start: object) -> str:
+    """The start mode: `start`, else $TRAINPARITY_START, else "fresh"; ValueError if unknown."""
+    origin = "start"
+    if start is None:
+        start, origin = os.environ.get(START_VARIABLE) or "fresh", START_VARIABLE
+    if start not in START_MODES:
+        raise ValueError(f"{origin} must be 'fresh' or 'warm', not {start!r}")
+    return str(start)
+
+
+def warm_refusal(argv: tuple[str, ...] | list[str], environment: Mapping[str, str]) -> str | None:
+    """Why `argv` cannot be forked from a warm server (None: it can)."""
+    program = argv[0]
+    if os.sep not in program:
+        program = shutil.which(program, path=environment.get("PATH", os.defpath)) or program
+    if os.path.abspath(program) != os.path.abspath(sys.executable):
+        return f"{argv[0]!r} is not this Python interpreter ({sys.executable})"
+    if len(argv) >= 3 and argv[1] == "-m" and argv[2] and not argv[2].startswith("-"):
+        return None
+    if len(argv) >= 3 and argv[1] == "-c":
+        return None
+    if len(argv) >= 2 and argv[1] and not argv[1].startswith("-"):
+        return None
+    return "only `python script.py`, `python -m module` and `python -c code` are forked warm"
+
+
+class ChildStarter:
+    """Starts every child of one check, fresh or warm; records which way each started.
+
+    `report` is the report's `child_start` entry (warm mode): the phases forked
+    warm, and each phase started fresh with the reason.
+    """
+
+    def __init__(self, mode: str, *, log_dir: Path, timeout: float) -> None:
+        self.mode = mode
+        self.log_dir = log_dir
+        self.timeout = timeout
+        self.report: dict[str, Any] = {"mode": mode, "warm": [], "fresh": {}}
+        self._servers: dict[tuple[tuple[str, str], ...], _WarmServer] = {}
+        self._broken: dict[tuple[tuple[str, str], ...], str] = {}
+
+    def launch(self, spec: ChildSpec) -> int:
+        """Start `spec` now; its pid, a child of this process. ChildLaunchError if it cannot."""
+        if self.mode == "fresh":
+            return spawn_child(spec)
+        refusal = warm_refusal(spec.argv, spec.env)
+        if refusal is not None:
+            self.report["fresh"][spec.name] = refusal
+            return spawn_child(spec)
+        environment = dict(spec.env)
+        if environment.get(_HASH_SEED, "random") == "random":
+            # A forked child keeps its server's str hashes: a phase without a fixed seed
+            # gets one of its own (and so its own server), as a fresh process would.
+            environment[_HASH_SEED] = str(1 + secrets.randbelow(4294967295))
+        key = tuple(sorted(item for item in environment.items() if _server_variable(item[0])))
+        if key in self._broken:
+            self.report["fresh"][spec.name] = self._broken[key]
+            return spawn_child(spec)
+        try:
+            server = self._servers.get(key)
+            if server is None:
+                index = len(self._servers) + len(self._broken)
+                server = self._servers[key] = _WarmServer(
+                    dict(key), self.log_dir, index, self.timeout
+                )
+            pid = server.fork(spec, environment)
+        except _ServerFailure as failure:
+            self._servers.pop(key).close()
+            self._broken[key] = f"the warm server failed ({failure}); started fresh"
+            self.report["fresh"][spec.name] = self._broken[key]
+            return spawn_child(spec)
+        self.report["warm"].append(spec.name)
+        return pid
+
+    def close(self) -> None:
+        """Stop every server (the children they forked are this process's, not theirs)."""
+        for server in self._servers.values():
+            server.close()
+        self._servers.clear()
+
+
+def _server_variable(name: str) -> bool:
+    """Whether `name` belongs in the server's environment (and so in its key)."""
+    return not name.startswith(_PER_PHASE_PREFIX) and name not in _RANK_VARIABLES
+
+
+class _ServerFailure(Exception):
+    """The server could not fork a child (it died, or broke the protocol): start fresh instead."""
+
+
+class _WarmServer:
+    """One warm server process and the connection to it."""
+
+    def __init__(
+        self,
+        environment: dict[str, str],
+        log_dir: Path,
+        index: int,
+        timeout: float,
+    ) -> None:
+        self.timeout = timeout
+        self.name = f"trainparity-warm-{secrets.token_hex(16)}"
+        self.stderr_path = log_dir / f"warm_server_{index}.stderr.log"
+        self.pid = 0
+        try:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            # Its cwd is its log directory: a phase's own cwd may not exist (a launch failure
+            # reported for that phase), and every child changes to its own anyway.
+            self.pid = core.spawn(
+                [sys.executable, str(_SERVER_SCRIPT), self.name],
+                cwd=str(log_dir),
+                env=[f"{key}={value}" for key, value in environment.items()],
+                stdout_path=str(log_dir / f"warm_server_{index}.stdout.log"),
+                stderr_path=str(self.stderr_path),
+            )
+        except OSError as error:
+            raise _ServerFailure(f"it could not start: {error}") from None
+        self.connection: socket.socket | None = None
+        self.buffer = b""
+
+    def fork(self, spec: ChildSpec, environment: dict[str, str]) -> int:
+        request = {
+            "argv": list(spec.argv),
+            "cwd": str(spec.cwd),
+            "env": environment,
+            "stdout": os.path.abspath(spec.stdout_path),
+            "stderr": os.path.abspath(spec.stderr_path),
+        }
+        deadline = time.monotonic() + self.timeout
+        connection = self._connected(deadline)
+        with _adopting():
+            try:
+                connection.sendall((json.dumps(request) + "\n").encode())
+                reply = self._reply(deadline)
+            except BaseException:
+                self.close()  # an interrupted request: no half-made child may outlive the check
+                raise
+        if "pid" not in reply:
+            raise _ServerFailure(str(reply.get("error", "no pid in the reply")))
+        pid = int(reply["pid"])
+        failure = reply.get("failure")
+        if failure is not None:
+            _reap(pid)
+            error = OSError(failure["errno"], os.strerror(failure["errno"]), failure["filename"])
+            raise ChildLaunchError(spec.name, failure["step"], error)
+        return pid
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+            self.connection = None
+        if self.pid:
+            core.kill_group(self.pid, signal.SIGKILL)
+            _reap(self.pid)
+            self.pid = 0
+
+    def _connected(self, deadline: float) -> socket.socket:
+        if self.connection is not None:
+            return self.connection
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        limit = min(deadline, time.monotonic() + _CONNECT_SECONDS)
+        while True:
+            try:
+                connection.connect("\0" + self.name)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if not self._alive() or time.monotonic() > limit:
+                    connection.close()
+                    raise _ServerFailure(self._died()) from None
+                time.sleep(0.005)
+        if _peer_pid(connection) != self.pid:  # someone else's socket of that name
+            connection.close()
+            raise _ServerFailure("another process answered on the server's socket")
+        self.connection = connection
+        try:
+            ready = self._reply(deadline, ready=True)  # torch imported (seconds)
+        except BaseException:
+            self.close()
+            raise
+        if ready != "ready":
+            raise _ServerFailure(f"unexpected greeting {ready!r}")
+        return connection
+
+    def _reply(self, deadline: float, *, ready: bool = False) -> Any:
+        assert self.connection is not None
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _ServerFailure("no reply within the timeout")
+            readable, _, _ = select.select([self.connection], [], [], min(remaining, 1.0))
+            if not readable:
+                continue
+            chunk = self.connection.recv(65536)
+            if not chunk:
+                raise _ServerFailure(self._died())
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line.decode() if ready else json.loads(line)
+
+    def _alive(self) -> bool:
+        with contextlib.suppress(ChildProcessError):
+            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
+        return False
+
+    def _died(self) -> str:
+        try:
+            lines = self.stderr_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        return "it exited" + (f": {lines[-1]}" if lines else "")
+
+
+def _peer_pid(connection: socket.socket) -> int:
+    credentials = connection.getsockopt(
+        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
+    )
+    return struct.unpack("3i", credentials)[0]
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+_subreaper_lock = threading.Lock()
+_subreaper_users = 0
+_subreaper_was_set = False
+
+
+@contextlib.contextmanager
+def _adopting() -> Iterator[None]:
+    """This process as a child subreaper while a request runs, so it adopts the forked child.
+
+    Only for the request (milliseconds): a descendant orphaned meanwhile is
+    adopted too, and is reaped by nothing of ours. Left set when it already was.
+    """
+    global _subreaper_users, _subreaper_was_set
+    libc = ctypes.CDLL(None, use_errno=True)
+    with _subreaper_lock:
+        if _subreaper_users == 0:
+            current = ctypes.c_int(0)
+            libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(current), 0, 0, 0)
+            _subreaper_was_set = bool(current.value)
+            if not _subreaper_was_set and libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                raise _ServerFailure("this process cannot adopt the forked child (prctl)")
+        _subreaper_users += 1
+    try:
+        yield
+    finally:
+        with _subreaper_lock:
+            _subreaper_users -= 1
+            if _subreaper_users == 0 and not _subreaper_was_set:
+                libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)

@@ -1,0 +1,143 @@
+"""In a child forked from the warm server: become what `python script.py`, `-m` or `-c` would be.
+
+Loaded by warm_server.py from its file, never imported as part of trainparity
+(the child's sys.modules must hold nothing of the check), so it uses the
+standard library only. `become_fresh` redraws the state a fresh interpreter
+draws at random; `run_main` runs the command's target in a new `__main__`
+with CPython's own exit semantics (SystemExit, an uncaught exception printed
+by sys.excepthook and status 1, KeyboardInterrupt re-raised as SIGINT).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import os
+import signal
+import sys
+import types
+
+_OWN_FILES = frozenset()  # set by the server: this file's and its own, kept out of tracebacks
+
+
+def become_fresh(argv: list[str], cwd: str, environment: dict[str, str]) -> None:
+    """Environment, argv, sys.path and random state as a fresh interpreter would have them."""
+    os.environ.clear()  # through putenv/unsetenv: the C library's getenv sees the phase's too
+    os.environ.update(environment)
+    sys.orig_argv = list(argv)
+    if argv[1] == "-m":
+        sys.argv = ["-m", *argv[3:]]  # runpy puts the module's file in argv[0], as `python -m`
+        sys.path[0] = cwd
+    elif argv[1] == "-c":
+        sys.argv = ["-c", *argv[3:]]
+        sys.path[0] = ""
+    else:
+        sys.argv = list(argv[1:])
+        sys.path[0] = os.path.dirname(os.path.realpath(os.path.join(cwd, argv[1])))
+    importlib.invalidate_caches()  # directory listings the server cached may be stale
+    _redraw_random_state()
+    _show_command(argv)
+
+
+def _show_command(argv: list[str]) -> None:
+    """/proc/PID/cmdline (ps, pgrep, psutil) shows `argv`, not the server's own command.
+
+    The kernel reads it from the argument strings the server was exec'd with;
+    they are overwritten in place (NUL-separated, NUL-padded), or, when the
+    command is longer, as one space-joined string running on into the old
+    environment strings (setproctitle's convention). Call after os.environ was
+    replaced: its variables then live on the heap, not in that area.
+    """
+    import ctypes
+
+    with open("/proc/self/stat", "rb") as handle:
+        fields = handle.read().rpartition(b")")[2].split()
+    arg_start, arg_end, env_start, env_end = (int(field) for field in fields[45:49])
+    arguments_room = arg_end - arg_start
+    packed = b"\0".join(os.fsencode(argument) for argument in argv) + b"\0"
+    if len(packed) <= arguments_room:
+        data = packed.ljust(arguments_room, b"\0")
+    else:
+        room = (env_end if env_start == arg_end else arg_end) - arg_start
+        data = b" ".join(os.fsencode(argument) for argument in argv)[: room - 1] + b"\0"
+    ctypes.memmove(arg_start, data, len(data))
+
+
+def _redraw_random_state() -> None:
+    """What a fresh interpreter seeds from the OS, seeded from the OS again (not inherited)."""
+    random = sys.modules.get("random")
+    if random is not None:
+        random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()  # the legacy global RandomState, which np.random.rand() uses
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:
+        process.current_process().authkey = os.urandom(32)
+
+
+def run_main(argv: list[str], cwd: str) -> None:
+    """Run the script or module as __main__; return normally only when it completed."""
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = sys.modules["builtins"]
+    sys.modules["__main__"] = main
+    try:
+        if argv[1] == "-m":
+            import runpy
+
+            # What `python -m` itself calls: argv[0] set, __main__ replaced by the module.
+            runpy._run_module_as_main(argv[2])  # type: ignore[attr-defined]
+        elif argv[1] == "-c":
+            main.__dict__.update(__loader__=importlib.machinery.BuiltinImporter, __spec__=None)
+            exec(compile(argv[2], "<string>", "exec"), main.__dict__)
+        else:
+            _run_script(main, argv[1], cwd)
+    except SystemExit:
+        raise  # the interpreter prints its message (if any) and exits with its code
+    except BaseException as error:  # as CPython's main does: print, finalize, exit 1
+        _print_uncaught(error)
+        if isinstance(error, KeyboardInterrupt):
+            _exit_by_sigint()
+        raise SystemExit(1) from None
+
+
+def _run_script(main: types.ModuleType, script: str, cwd: str) -> None:
+    path = os.path.join(cwd, script)
+    with open(path, "rb") as handle:
+        source = handle.read()
+    filename = os.path.abspath(path)
+    main.__dict__.update(
+        __file__=filename,
+        __cached__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", filename),
+        __spec__=None,
+    )
+    exec(compile(source, filename, "exec"), main.__dict__)
+
+
+def _print_uncaught(error: BaseException) -> None:
+    """sys.excepthook on the traceback from the user's first frame, as a fresh run shows it."""
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_frame.f_code.co_filename in _OWN_FILES:
+        traceback = traceback.tb_next
+    error.__traceback__ = traceback
+    sys.last_type, sys.last_value, sys.last_traceback = type(error), error, traceback
+    sys.last_exc = error
+    sys.excepthook(type(error), error, traceback)
+
+
+def _exit_by_sigint() -> None:
+    """Finalize, then die of SIGINT: a fresh interpreter's end after an uncaught Ctrl-C."""
+    import atexit
+    import threading
+
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(128 + signal.SIGINT)

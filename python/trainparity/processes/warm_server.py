@@ -1,0 +1,187 @@
+"""The warm server: imports torch once, then forks one child per request of the check that started it.
+
+Run as a script (`python warm_server.py SOCKET_NAME`), never imported: it
+loads nothing of trainparity, so a forked child's sys.modules holds nothing of
+the check. It imports torch (and numpy where present) and runs no torch op, so
+no thread pool exists and CUDA is never touched.
+
+Protocol, one JSON line each way per request on one Unix socket (Linux
+abstract namespace) accepted from the server's parent only: "ready" once the
+imports are done, then per request {argv,
+cwd, env, stdout, stderr}; reply {pid} or {pid, failure: {step, errno,
+filename}}, or {error} when no child was made. The child is forked twice
+(server → middle → child) and the middle exits at once, so the child is
+reparented to the check, which marks itself a child subreaper for the
+request: the check then waits for it as for any child it spawned (exit
+status, rusage). The child sets up its process exactly as the C core's spawn
+does before exec (own process group, parent-death signal, signals unblocked,
+stdin /dev/null, stdout/stderr to files, cwd, other descriptors closed),
+reports that on a pipe, and becomes `python script.py …` or `python -m …`
+(warm_main.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib.util
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+
+_PR_SET_PDEATHSIG = 1
+_REPARENT_SECONDS = 10.0  # the middle process exits right after its fork; this is never reached
+
+
+def _preload() -> None:
+    """The heavy imports every child would pay for; no op runs, so no thread pool starts."""
+    import torch  # noqa: F401
+
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        pass
+
+
+def _load_warm_main():
+    """warm_main.py, loaded from its file without a sys.modules entry (nothing of trainparity)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_main.py")
+    spec = importlib.util.spec_from_file_location("_trainparity_warm_main", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module._OWN_FILES = frozenset({os.path.abspath(__file__), path})
+    return module
+
+
+def _peer_pid(connection: socket.socket) -> int:
+    credentials = connection.getsockopt(
+        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")
+    )
+    return struct.unpack("3i", credentials)[0]
+
+
+def serve(name: str) -> tuple[dict, object] | None:
+    """Answer the parent's requests; returns (request, warm_main) only in a forked child."""
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(4)
+    _preload()
+    warm_main = _load_warm_main()
+    # What the imports made is kept out of the children's collections: they neither
+    # pay to traverse it nor copy its pages (copy-on-write) by touching it.
+    gc.freeze()
+    while True:
+        connection, _ = listener.accept()
+        if _peer_pid(connection) == parent:  # anyone may connect to an abstract name
+            break
+        connection.close()
+    connection.sendall(b"ready\n")  # the imports are done: the check may now adopt children
+    with connection, connection.makefile("rb") as lines:
+        for line in lines:
+            request = json.loads(line)
+            reply = _fork(request, parent, (listener, connection, lines))
+            if reply is None:  # the child
+                return request, warm_main
+            connection.sendall((json.dumps(reply) + "\n").encode())
+    return None  # the check closed its end: it is done
+
+
+def _fork(request: dict, parent: int, own: tuple) -> dict | None:
+    """Fork the child through a middle process; None in the child, the reply in the server."""
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            child = os.fork()
+            if child == 0:
+                os.close(read_end)
+                _become_child(request, parent, os.getppid(), write_end, own)
+                return None
+        except BaseException:  # neither the middle nor the child may ever serve
+            os._exit(127)
+        os._exit(0)  # the child is orphaned now, and adopted by the check
+    os.close(write_end)
+    os.waitpid(middle, 0)
+    with os.fdopen(read_end, "rb") as status:
+        text = status.read().decode()
+    pid_line, _, outcome = text.partition("\n")
+    if not pid_line.isdigit():
+        return {"error": "the forked child died before it reported its pid"}
+    if outcome == "ok":
+        return {"pid": int(pid_line)}
+    step, _, detail = (outcome or "fork 0 ").partition(" ")
+    number, _, filename = detail.partition(" ")
+    failure = {"step": step, "errno": int(number or 0), "filename": filename or None}
+    return {"pid": int(pid_line), "failure": failure}
+
+
+def _become_child(request: dict, parent: int, middle: int, write_end: int, own: tuple) -> None:
+    """Set up the process as spawn does before exec, reporting each failure as spawn would."""
+    os.write(write_end, f"{os.getpid()}\n".encode())
+    step = "setpgid"
+    filename = None
+    try:
+        os.setpgid(0, 0)
+        step = "pdeathsig"
+        deadline = time.monotonic() + _REPARENT_SECONDS
+        while os.getppid() == middle and time.monotonic() < deadline:
+            time.sleep(0.0002)
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+        if os.getppid() != parent:  # the check died, or could not adopt us
+            os._exit(127)
+        step = "signals"
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        for stream, target, path, flags in (
+            ("stdin", 0, "/dev/null", os.O_RDONLY),
+            ("stdout", 1, request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+            ("stderr", 2, request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+        ):
+            step, filename = stream, path
+            descriptor = os.open(path, flags | os.O_CLOEXEC, 0o666)
+            os.dup2(descriptor, target)
+            os.close(descriptor)
+        step, filename = "chdir", request["cwd"]
+        os.chdir(request["cwd"])
+        step, filename = "close_fds", None
+        listener, connection, lines = own
+        lines.close()
+        connection.close()
+        listener.close()
+        _close_descriptors(keep=write_end)
+    except OSError as error:
+        os.write(write_end, f"{step} {error.errno or 0} {filename or ''}".encode())
+        os._exit(127)
+    os.write(write_end, b"ok")
+    os.close(write_end)
+
+
+def _close_descriptors(keep: int) -> None:
+    for entry in os.listdir("/proc/self/fd"):
+        descriptor = int(entry)
+        if descriptor > 2 and descriptor != keep:
+            try:
+                os.close(descriptor)
+            except OSError:
+                pass  # the directory's own descriptor, already gone
+
+
+def main() -> None:
+    forked = serve(sys.argv[1])
+    if forked is None:
+        os._exit(0)  # no finalization of torch and co. in the server: nothing to flush
+    request, warm_main = forked
+    warm_main.become_fresh(request["argv"], request["cwd"], request["env"])
+    warm_main.run_main(request["argv"], request["cwd"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,387 @@
+"""Warm starts: a child forked from the warm server behaves as a fresh interpreter, compared side by side.
+
+Each scenario runs the same command fresh (the C core's spawn) and warm (a
+ChildStarter's server) and compares what a program can see: exit status,
+stdout and stderr byte for byte (argv, sys.path[0], __main__'s attributes,
+tracebacks, SystemExit messages, atexit output).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from trainparity import Outcome, check_resume
+from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildSpec, spawn_child
+from trainparity.processes.warm import ChildStarter, checked_start, warm_refusal
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+PROBE = """\
+import atexit, os, sys
+print("argv", sys.argv, "orig", sys.orig_argv[1:])
+print("path0", sys.path[0], "cwd", os.getcwd())
+main = sys.modules["__main__"]
+print("main", __name__, getattr(main, "__file__", None), getattr(main, "__cached__", "-"))
+print("spec", getattr(__spec__, "name", None), "package", __package__)
+print("loader", type(__loader__).__name__ if not isinstance(__loader__, type) else __loader__.__name__)
+print("stdin", repr(sys.stdin.read()), "env", os.environ.get("PROBE_MARK"))
+print("to stderr", file=sys.stderr)
+atexit.register(print, "atexit ran")
+action = sys.argv[1] if len(sys.argv) > 1 else "ok"
+if action == "raise":
+    def inner():
+        raise RuntimeError("the probe failed")
+    inner()
+if action == "exit-text":
+    sys.exit("a message to stderr")
+if action == "exit-3":
+    sys.exit(3)
+if action == "sigterm":
+    os.kill(os.getpid(), 15)
+"""
+
+
+@pytest.fixture
+def probe_dir(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "probe.py").write_text(PROBE)
+    (tmp_path / "probe.py").write_text(PROBE)
+    return tmp_path
+
+
+def _environment(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONHASHSEED": "0", "PROBE_MARK": "mark", **extra}
+
+
+def _run(launcher, name: str, argv: list[str], cwd: Path, out: Path, env=None, timeout=120):
+    """Run one child through `launcher`; (exit code, signal, stdout, stderr, result)."""
+    spec = ChildSpec(
+        name=name,
+        argv=argv,
+        cwd=cwd,
+        env=env or _environment(),
+        stdout_path=out / f"{name}.out",
+        stderr_path=out / f"{name}.err",
+    )
+    with ChildGroup(launcher=launcher) as group:
+        group.start(spec, timeout=timeout)
+        result = group.wait_for(name)
+    stdout = (out / f"{name}.out").read_text()
+    stderr = (out / f"{name}.err").read_text()
+    return result.exit_code, result.signal, stdout, stderr, result
+
+
+@pytest.fixture
+def starter(tmp_path):
+    starter = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=120)
+    yield starter
+    starter.close()
+
+
+SCENARIOS = [
+    ("script", ["probe.py"]),
+    ("script-args", ["probe.py", "ok", "--flag", "x y"]),
+    ("script-raise", ["probe.py", "raise"]),
+    ("script-exit-text", ["probe.py", "exit-text"]),
+    ("script-exit-3", ["probe.py", "exit-3"]),
+    ("script-sigterm", ["probe.py", "sigterm"]),
+    ("script-in-subdirectory", ["pkg/probe.py", "ok"]),
+    ("module", ["-m", "pkg.probe", "ok"]),
+    ("module-raise", ["-m", "pkg.probe", "raise"]),
+    ("code", ["-c", "import sys; print(sys.argv, repr(sys.path[0])); 1/0", "arg"]),
+]
+
+
+def test_a_warm_child_is_indistinguishable_from_a_fresh_one(probe_dir, starter, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, arguments in SCENARIOS:
+        argv = [sys.executable, *arguments]
+        fresh = _run(spawn_child, f"{name}-fresh", argv, probe_dir, out)
+        warm = _run(starter.launch, f"{name}-warm", argv, probe_dir, out)
+        assert warm[:4] == fresh[:4], name
+        assert f"{name}-warm" in starter.report["warm"]
+    assert starter.report["fresh"] == {}
+    raised = _run(spawn_child, "raised", [sys.executable, "probe.py", "raise"], probe_dir, out)
+    assert raised[0] == 1 and "RuntimeError: the probe failed" in raised[3]  # compared above
+
+
+PRISTINE = """\
+import json, os, random, sys
+import multiprocessing, numpy, torch
+print(json.dumps({
+    "ours": sorted(m for m in sys.modules if m.startswith("trainparity") or "warm" in m),
+    "random": random.random(),
+    "numpy": float(numpy.random.rand()),
+    "authkey": multiprocessing.current_process().authkey.hex(),
+    "hash": hash("a string"),
+    "seed": os.environ.get("PYTHONHASHSEED"),
+    "cuda": torch.cuda.is_initialized(),
+    "threads_env": os.environ.get("OMP_NUM_THREADS"),
+    "torch_threads": torch.get_num_threads(),
+}))
+"""
+
+
+def test_warm_children_hold_nothing_of_the_check_and_redraw_their_random_state(tmp_path, starter):
+    (tmp_path / "pristine.py").write_text(PRISTINE)
+    argv = [sys.executable, "pristine.py"]
+    env = _environment(OMP_NUM_THREADS="1")
+    seen = [
+        json.loads(_run(starter.launch, f"warm{index}", argv, tmp_path, tmp_path, env)[2])
+        for index in range(2)
+    ]
+    fresh = json.loads(_run(spawn_child, "fresh", argv, tmp_path, tmp_path, env)[2])
+    assert starter.report["warm"] == ["warm0", "warm1"]
+    for child in seen:
+        assert child["ours"] == [] and child["cuda"] is False
+        # The hash seed is the server's, which the phases' PYTHONHASHSEED fixed.
+        assert (child["hash"], child["seed"]) == (fresh["hash"], "0")
+        assert (child["threads_env"], child["torch_threads"]) == ("1", fresh["torch_threads"])
+    for key in ("random", "numpy", "authkey"):
+        assert len({seen[0][key], seen[1][key], fresh[key]}) == 3, key
+
+
+def test_without_a_hash_seed_each_warm_child_gets_its_own(tmp_path, starter):
+    (tmp_path / "pristine.py").write_text(PRISTINE)
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONHASHSEED"}
+    runs = [
+        json.loads(
+            _run(
+                starter.launch,
+                f"c{index}",
+                [sys.executable, "pristine.py"],
+                tmp_path,
+                tmp_path,
+                env,
+            )[2]
+        )
+        for index in range(2)
+    ]
+    assert starter.report["warm"] == ["c0", "c1"]
+    assert runs[0]["seed"] != runs[1]["seed"] and runs[0]["hash"] != runs[1]["hash"]
+    assert hash("a string") == hash("a string")  # (this process's own seed is untouched)
+
+
+SET_ORDER_CASE = """\
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).with_name("set_order_train.py")
+
+
+class SetOrderCase:
+    name = "set_order"
+    split_step = 1
+    total_step = 2
+
+    def command(self, plan):
+        return [sys.executable, str(SCRIPT), str(plan.run_dir)]
+
+    def checkpoint_path(self, run_dir):
+        return run_dir / "order.txt"
+
+    def observe_checkpoint(self, path):
+        return {"order": path.read_text()}
+"""
+SET_ORDER_TRAIN = """\
+import sys
+from pathlib import Path
+words = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"}
+Path(sys.argv[1]).mkdir(parents=True, exist_ok=True)
+(Path(sys.argv[1]) / "order.txt").write_text(" ".join(words))
+"""
+
+
+def test_baselines_forked_warm_still_abstain_on_a_script_iterating_a_set_of_strings(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    (tmp_path / "set_order_case.py").write_text(SET_ORDER_CASE)
+    (tmp_path / "set_order_train.py").write_text(SET_ORDER_TRAIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # Two baselines agree by chance with probability 1/8! at most; three tries make it negligible.
+    for _attempt in range(3):
+        result = check_resume(
+            "set_order_case:SetOrderCase", cwd=tmp_path, start="warm", timeout=120
+        )
+        if result.outcome is Outcome.ABSTAIN:
+            break
+    assert result.outcome is Outcome.ABSTAIN, result.message
+    start = result.environment["child_start"]
+    assert {"baseline_a", "baseline_b"} <= set(start["warm"]), start
+
+
+def test_other_commands_start_fresh_and_the_report_says_why(tmp_path, starter):
+    for name, argv in (
+        ("shell", ["sh", "-c", "echo shell"]),
+        ("option", [sys.executable, "-u", "-c", "print('u')"]),
+        ("other", [sys.executable + "-not-this-one", "x.py"]),
+    ):
+        if name == "other":
+            assert warm_refusal(argv, os.environ) is not None
+            continue
+        code, _, stdout, _, _ = _run(starter.launch, name, argv, tmp_path, tmp_path)
+        assert code == 0 and stdout.strip() in {"shell", "u"}
+    assert set(starter.report["fresh"]) == {"shell", "option"}
+    assert starter.report["warm"] == []
+    assert warm_refusal([sys.executable, "-m", "torch.distributed.run", "x.py"], os.environ) is None
+    assert "torchrun" in warm_refusal(["torchrun", "x.py"], os.environ)
+
+
+@pytest.mark.parametrize(
+    ("cwd", "stdout_dir", "step"),
+    [("missing", ".", "chdir"), (".", "missing", "stdout")],
+)
+def test_a_launch_failure_names_the_same_step_as_a_fresh_one(
+    tmp_path, starter, cwd, stdout_dir, step
+):
+    spec = ChildSpec(
+        name="failing",
+        argv=[sys.executable, "-c", "pass"],
+        cwd=tmp_path / cwd,
+        env=_environment(),
+        stdout_path=tmp_path / stdout_dir / "out.log",
+        stderr_path=tmp_path / "err.log",
+    )
+    errors = []
+    for launcher in (spawn_child, starter.launch):
+        with pytest.raises(ChildLaunchError) as caught:
+            launcher(spec)
+        errors.append((caught.value.step, caught.value.errno))
+    assert errors[0] == errors[1] == (step, errors[0][1])
+
+
+def test_a_warm_child_past_its_timeout_is_terminated_like_a_fresh_one(tmp_path, starter):
+    argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    for name, launcher in (("fresh", spawn_child), ("warm", starter.launch)):
+        code, killed_by, _, _, result = _run(launcher, name, argv, tmp_path, tmp_path, timeout=3)
+        assert (result.timed_out, code, killed_by) == (True, None, signal.SIGTERM), name
+
+
+DRIVER = """\
+import os, sys, time
+from pathlib import Path
+from trainparity.processes.group import ChildGroup, ChildSpec
+from trainparity.processes.warm import ChildStarter
+out = Path(sys.argv[1])
+starter = ChildStarter("warm", log_dir=out, timeout=120)
+group = ChildGroup(launcher=starter.launch)
+spec = ChildSpec(name="sleeper", argv=[sys.executable, "-c", "import time; time.sleep(120)"],
+                 cwd=out, env={**os.environ, "PYTHONHASHSEED": "0"},
+                 stdout_path=out / "s.out", stderr_path=out / "s.err")
+child = group.start(spec, timeout=None)
+(server,) = starter._servers.values()
+print(child, server.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _cmdline(pid: int) -> list[bytes]:
+    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+        return handle.read().rstrip(b"\0").split(b"\0")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_the_server_and_its_children_die_with_the_check(tmp_path):
+    (tmp_path / "driver.py").write_text(DRIVER)
+    driver = subprocess.Popen(
+        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child, server = map(int, driver.stdout.readline().split())
+    assert _alive(child) and _alive(server)
+    # ps and pgrep see the child's command, not the server's, once it has set itself up
+    # (as a fresh child shows its parent's until its exec).
+    command = [os.fsencode(sys.executable), b"-c", b"import time; time.sleep(120)"]
+    deadline = time.monotonic() + 60
+    while _cmdline(child) != command and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _cmdline(child) == command
+    driver.kill()
+    driver.wait()
+    deadline = time.monotonic() + 30
+    while (_alive(child) or _alive(server)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child) and not _alive(server)
+
+
+def test_children_differing_in_their_rank_or_our_variables_share_a_server(tmp_path, starter):
+    code = "import os; print(os.environ['RANK'], os.environ['TRAINPARITY_PHASE_TAG'])"
+    for rank in range(2):
+        env = _environment(RANK=str(rank), MASTER_PORT=str(29500 + rank))
+        env["TRAINPARITY_PHASE_TAG"] = f"tag{rank}"
+        _, _, stdout, _, _ = _run(
+            starter.launch, f"rank{rank}", [sys.executable, "-c", code], tmp_path, tmp_path, env
+        )
+        assert stdout == f"{rank} tag{rank}\n"
+    assert len(starter._servers) == 1 and starter.report["warm"] == ["rank0", "rank1"]
+
+
+def test_closing_the_starter_reaps_its_server(tmp_path):
+    starter = ChildStarter("warm", log_dir=tmp_path, timeout=120)
+    _run(starter.launch, "one", [sys.executable, "-c", "pass"], tmp_path, tmp_path)
+    (server,) = starter._servers.values()
+    pid = server.pid
+    starter.close()
+    assert not Path(f"/proc/{pid}").exists()
+
+
+def test_the_start_mode_defaults_to_the_variable_then_fresh(monkeypatch):
+    monkeypatch.delenv("TRAINPARITY_START", raising=False)
+    assert checked_start(None) == "fresh"
+    monkeypatch.setenv("TRAINPARITY_START", "warm")
+    assert checked_start(None) == "warm"
+    assert checked_start("fresh") == "fresh"
+    with pytest.raises(ValueError, match="start must be 'fresh' or 'warm', not 'hot'"):
+        checked_start("hot")
+    monkeypatch.setenv("TRAINPARITY_START", "tepid")
+    with pytest.raises(ValueError, match="TRAINPARITY_START must be"):
+        checked_start(None)
+
+
+def test_a_warm_check_of_the_quickstart_reports_its_warm_phases(tmp_path):
+    result = check_resume(
+        "trainparity.quickstarts.resume:CleanCase", start="warm", temporary_root=tmp_path
+    )
+    assert result.outcome is Outcome.PASS, result.message
+    start = result.environment["child_start"]
+    assert start["mode"] == "warm" and start["fresh"] == {}
+    assert set(start["warm"]) == {
+        "observer",
+        "baseline_a",
+        "baseline_b",
+        "candidate_split",
+        "candidate_resume",
+    }
+    fresh = check_resume(
+        "trainparity.quickstarts.resume:CleanCase", start="fresh", temporary_root=tmp_path
+    )
+    assert "child_start" not in fresh.environment
+    volatile = {
+        "environment",
+        "timing_seconds",
+        "processes",
+        "process_ids",
+        "snapshot_ipc_bytes",
+        "checkpoint_max_bytes",
+    }
+    warm_report = {k: v for k, v in result.to_dict().items() if k not in volatile}
+    fresh_report = {k: v for k, v in fresh.to_dict().items() if k not in volatile}
+    assert warm_report == fresh_report
