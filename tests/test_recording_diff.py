@@ -12,7 +12,7 @@ from trainparity.cli.main import main
 from trainparity.quickstarts.trajectory import STEPS, train
 from trainparity.reports.html import write_html_report
 
-from tests.test_html_report import _chromium, _png_pixels, _render
+from tests.chromium import chromium_binary, png_pixels, render_page
 
 
 @pytest.fixture(scope="module")
@@ -85,17 +85,17 @@ def test_notebook_view_carries_the_curve(runs):
 
 
 def test_chromium_draws_the_drift_curve(runs, tmp_path):
-    chromium = _chromium()
+    chromium = chromium_binary()
     page = tmp_path / "drift.html"
     write_html_report(page, diff_recordings(runs / "one", runs / "two"))
     screenshot = tmp_path / "drift.png"
-    _render(
+    render_page(
         chromium, page, tmp_path / "profile", "--window-size=800,600", f"--screenshot={screenshot}"
     )
     blue = (0x09, 0x69, 0xDA)  # the first component's line
     drawn = sum(
         1
-        for pixel in _png_pixels(screenshot.read_bytes())
+        for pixel in png_pixels(screenshot.read_bytes())
         if all(abs(a - b) <= 24 for a, b in zip(pixel, blue, strict=True))
     )
     assert drawn > 200, "the plot area should show the drift curve"
