@@ -233,8 +233,11 @@ def test_other_commands_start_fresh_and_the_report_says_why(tmp_path, starter):
         assert code == 0 and stdout.strip() in {"shell", "u"}
     assert set(starter.report["fresh"]) == {"shell", "option"}
     assert starter.report["warm"] == []
-    assert warm_refusal([sys.executable, "-m", "torch.distributed.run", "x.py"], os.environ) is None
-    assert "torchrun" in warm_refusal(["torchrun", "x.py"], os.environ)
+    # torchrun_command's form too: a forked agent would gain nothing (its ranks exec fresh) and
+    # hide its ranks from the rank watcher.
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "x.py"]
+    assert "torchrun" in warm_refusal(torchrun, os.environ)
+    assert warm_refusal(["torchrun", "x.py"], os.environ) is not None
 
 
 @pytest.mark.parametrize(

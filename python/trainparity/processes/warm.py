@@ -2,7 +2,8 @@
 
 `start="fresh"` (the default) execs a new interpreter per child. `start="warm"`
 forks each child whose command is `python script.py …`, `python -m module …`
-or `python -c code …` (python being this interpreter, without other options) from a server that imported torch once
+or `python -c code …` (python being this interpreter, without other options;
+torchrun, `python -m torch.distributed.run`, excepted) from a server that imported torch once
 (warm_server.py); any other command starts fresh. A ChildStarter is the one
 seam: ChildGroup calls its `launch` where it would spawn. Servers live as long
 as the check (closed with it, and killed by their parent-death signal if the
@@ -28,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from trainparity.distributed.launch import is_torchrun
 from trainparity.native.core import core
 from trainparity.processes.group import ChildLaunchError, ChildSpec, spawn_child
 
@@ -66,6 +68,10 @@ def warm_refusal(argv: tuple[str, ...] | list[str], environment: Mapping[str, st
         program = shutil.which(program, path=environment.get("PATH", os.defpath)) or program
     if os.path.abspath(program) != os.path.abspath(sys.executable):
         return f"{argv[0]!r} is not this Python interpreter ({sys.executable})"
+    if is_torchrun(argv):
+        # The agent execs every rank as a fresh interpreter anyway, and the rank watcher finds
+        # the ranks by the environment an exec'd agent hands them: a forked agent gains nothing.
+        return "torchrun starts its ranks as fresh interpreters"
     if len(argv) >= 3 and argv[1] == "-m" and argv[2] and not argv[2].startswith("-"):
         return None
     if len(argv) >= 3 and argv[1] == "-c":
