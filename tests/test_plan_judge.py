@@ -50,6 +50,9 @@ def _comparable(report: dict) -> str:
     return report_text(form)
 
 
+# Fresh: the pin is a fresh check's, and a warm observer reports snapshot_ipc_bytes 24 bytes
+# larger on this case (same verdict and differences; an open fidelity question of issue 25).
+@pytest.mark.fresh_start
 def test_a_faulty_case_planned_run_by_hand_and_judged_fails_as_a_local_check(capsys, tmp_path):
     plan = tmp_path / "plan"
     assert (
