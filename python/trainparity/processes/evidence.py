@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trainparity.distributed.rank_processes import RankProcessEvidence
 
@@ -37,7 +37,9 @@ class ExternalProcessEvidence:
     ranks: tuple[RankProcessEvidence, ...] = ()  # a torchrun phase's ranks, sampled from /proc
     # The scheduler's job that ran the phase (processes/executor.py); not in a report
     # when None, so a local check's report has the keys it always had.
-    job_id: str | None = None
+    job_id: str | None = field(default=None, metadata={"omitted_when_none": True})
     # A multi-node phase's agents, one per node (distributed/nodes.py); not in a report when
     # empty, as job_id.
-    nodes: tuple[NodeProcessEvidence, ...] = ()
+    nodes: tuple[NodeProcessEvidence, ...] = field(
+        default=(), metadata={"omitted_when_empty": True}
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import os
@@ -40,22 +41,37 @@ def report_dict(result: Any) -> dict[str, Any]:
 
     Like dataclasses.asdict: nested dataclasses become dicts, tuples stay tuples
     (they become JSON arrays when serialised). Fields marked
-    `metadata={"reported": False}` are left out, those marked
-    `{"omitted_when_none": True}` when None, and so are a process row's
-    `job_id` when None and `nodes` when empty.
+    `metadata={"reported": False}` are left out, at any depth, and so are those
+    marked `{"omitted_when_none": True}` while None and `{"omitted_when_empty":
+    True}` while empty (keys added later that must not change the reports
+    written before them, e.g. a process row's `job_id` and `nodes`).
     """
-    fields = dataclasses.asdict(result)
-    for field in dataclasses.fields(result):
-        if not field.metadata.get("reported", True) or (
-            field.metadata.get("omitted_when_none") and fields[field.name] is None
-        ):
-            del fields[field.name]
+    fields = _reported(result)
     fields["outcome"] = str(Outcome(fields["outcome"]).value)
-    # A phase run by a scheduler names its job, a multi-node phase its nodes; other phases'
-    # rows have neither key, so their reports keep the keys they always had.
-    for row in fields.get("processes") or ():
-        if isinstance(row, dict):
-            for key, absent in (("job_id", None), ("nodes", ())):
-                if key in row and row[key] == absent:
-                    del row[key]
     return add_report_metadata(fields)
+
+
+def _reported(value: Any) -> Any:
+    """dataclasses.asdict's copy of `value`, leaving out the fields their metadata omits."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            field.name: _reported(item)
+            for field in dataclasses.fields(value)
+            if not _omitted(field, item := getattr(value, field.name))
+        }
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple
+        return type(value)(*(_reported(item) for item in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_reported(item) for item in value)
+    if isinstance(value, dict):
+        return type(value)((_reported(key), _reported(item)) for key, item in value.items())
+    return copy.deepcopy(value)
+
+
+def _omitted(field: dataclasses.Field, value: Any) -> bool:
+    metadata = field.metadata
+    return (
+        not metadata.get("reported", True)
+        or (bool(metadata.get("omitted_when_none")) and value is None)
+        or (bool(metadata.get("omitted_when_empty")) and not value)
+    )
