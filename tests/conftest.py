@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import temp_guard
 from tests.slurm_cluster import SlurmCluster, slurm_cluster
 
 # Tests of the default (fresh) start itself: the pinned reports, the spawn and the children's
@@ -46,6 +47,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # (which start before any test's own fixtures) are warm too.
     os.environ.setdefault("TRAINPARITY_START", "warm")
     os.environ.setdefault("PYTHONHASHSEED", "0")
+    temp_guard.start(config)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    temp_guard.finish(session, exitstatus)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    temp_guard.summary(terminalreporter, config)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -23,7 +23,8 @@ def test_the_guide_has_examples_for_each_section():
     assert any("audit_rank_arrays" in block for block in blocks)
 
 
-def test_guide_examples_run():
+def test_guide_examples_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the guide writes its files into the working directory
     namespace = {"__name__": "coverage_guide"}
     for number, block in enumerate(python_blocks(GUIDE.read_text())):
         exec(compile(block, f"{GUIDE.name} block {number}", "exec"), namespace)
