@@ -14,6 +14,7 @@ both modes, so each of their tests proves the two alike.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -77,6 +78,19 @@ def start_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     if mode == "fresh" and _OWN_HASH_SEED:
         monkeypatch.delenv("PYTHONHASHSEED", raising=False)  # children draw theirs, as ever
     return mode
+
+
+@pytest.fixture(autouse=True)
+def _no_id_writer_outlives_its_test() -> Iterator[None]:
+    """record_ids keeps a process's writers open until exit; the suite's process ends none.
+
+    A writer left open by one test (docs/coverage.md's guide records several ranks in one
+    process) would take the step marks of every later record() call in this process.
+    """
+    yield
+    record_ids = sys.modules.get("trainparity.distributed.record_ids")
+    if record_ids is not None:
+        record_ids._close_all()
 
 
 def _module_name(module: object) -> str:

@@ -23,6 +23,9 @@ def start(config: pytest.Config) -> None:
     if os.environ.get(_VARIABLE):
         return
     root = Path(tempfile.mkdtemp(prefix="trainparity-suite-")).resolve()
+    # Searchable by others, as the system's temporary directory is: munged (tests/slurm_cluster.py)
+    # refuses a socket under a directory that other users cannot traverse.
+    root.chmod(0o755)
     os.environ[_VARIABLE] = str(root)
     os.environ["TMPDIR"] = str(root)
     tempfile.tempdir = str(root)
