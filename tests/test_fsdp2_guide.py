@@ -1,11 +1,15 @@
 """docs/distributed.md's FSDP2 project: real fully_shard ranks on gloo, DCP, PASS clean, FAIL per fault.
 
-Nine real check_resume runs and two check_runs, two at a time, each phase
-a torchrun job: on 2 ranks throughout (the clean run and four resume bugs);
-saved on 2 ranks then resumed on 1 (the clean elastic resume under a
-tolerance, and three bugs that only a change of world size shows); 2 ranks
-against 1 in check_runs (clean, and gradients summed instead of averaged).
-Every assertion reads the reports of those runs.
+Ten real check_resume runs and one check_runs, in three run_parity.py
+processes (each runs its checks in turn, its imports paid once), two at a
+time. The clean run on 2 ranks goes through torchrun, as the guide shows;
+the others fork their ranks from the phase's process (`--fork-ranks`: the
+same training, without the three fresh interpreters per phase that torchrun
+costs). On 2 ranks throughout: the clean run and four resume bugs; saved on
+2 ranks then resumed on 1 (the clean elastic resume under a tolerance, and
+three bugs that only a change of world size shows) and on 3 (clean); in
+check_runs 1 rank against 2, and against 2 whose gradients are summed
+instead of averaged. Every assertion reads the reports of those runs.
 """
 
 from __future__ import annotations
@@ -14,35 +18,45 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.example_projects import copied_project, run_parity_reports
+from tests.fixtures.example_projects import copied_project, run_parity_groups
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "docs" / "examples" / "fsdp2_project"
-RUNS = (
-    ("FsdpResumeCase", None),
-    ("FreshOptimizerLoadCase", None),
-    ("UnevenShardOffsetsCase", None),
-    ("CachedStateDictHookCase", None),
-    ("SchedulerNotRestoredCase", None),
-    ("FsdpResumeCase", "2,1"),
-    ("PerRankSamplerPositionCase", "2,1"),
-    ("PerRankStepCounterCase", "2,1"),
-    ("OptimizerDroppedOnReshardCase", "2,1"),
-    ("WorldSizeRunsCase", None),
-    ("SummedGradientsRunsCase", None),
+FORKED_RANKS = (
+    (
+        "FreshOptimizerLoadCase",
+        "UnevenShardOffsetsCase",
+        "CachedStateDictHookCase",
+        "SchedulerNotRestoredCase",
+        "SummedGradientsRunsCase",
+    ),
+    (
+        "FsdpResumeCase 2,1",
+        "PerRankSamplerPositionCase 2,1",
+        "PerRankStepCounterCase 2,1",
+        "OptimizerDroppedOnReshardCase 2,1",
+        "FsdpResumeCase 2,3",
+    ),
 )
+THROUGH_TORCHRUN = ("FsdpResumeCase",)
 AT_ONCE = 2
 
 
-def _label(case: str, sizes: str | None) -> str:
-    return case if sizes is None else f"{case}-{sizes.replace(',', '-')}"
+def _group(checks: tuple[str, ...], *options: str) -> tuple[list[str], list[str]]:
+    """(report labels, run_parity.py arguments) of checks written `Case [sizes]`."""
+    labels = [check.replace(" ", "-").replace(",", "-") for check in checks]
+    arguments = [word for check in checks for word in check.split()]
+    return labels, [*arguments, *options]
 
 
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> dict[str, dict]:
     project = copied_project(EXAMPLE, tmp_path_factory.mktemp("fsdp2"))
-    runs = [(_label(case, sizes), [case, *([sizes] if sizes else [])]) for case, sizes in RUNS]
-    done = run_parity_reports(project, runs, at_once=AT_ONCE, timeout=900)
+    groups = [
+        *(_group(checks, "--fork-ranks") for checks in FORKED_RANKS),
+        _group(THROUGH_TORCHRUN),
+    ]
+    done = run_parity_groups(project, groups, at_once=AT_ONCE, timeout=900)
     return {label: report for label, (_, report) in done.items()}
 
 
@@ -126,15 +140,37 @@ def test_an_optimizer_dropped_by_a_resharding_load_fails_at_the_round_trip(repor
     assert 'optim.state["0.weight"].exp_avg' in paths
 
 
-def test_two_ranks_and_one_agree_under_tolerance_in_check_runs(reports):
-    report = reports["WorldSizeRunsCase"]
+def test_the_clean_resume_from_two_ranks_on_three_passes_under_tolerance(reports):
+    report = reports["FsdpResumeCase-2-3"]
     assert report["outcome"] == "PASS", report["message"]
+    assert report["comparison_policy"] == "explicit_tolerance"
+    assert [(link["phase"], link["world_size"]) for link in report["resume_chain"]] == [
+        ("candidate_split", 2),
+        ("candidate_resume", 3),
+    ]
     assert report["trajectory"]["compared_on"] == {
-        "ranks1_a": "global tensors, reassembled from every rank's shards"
+        "candidate_resume": "global tensors, reassembled from every rank's shards"
+    }
+    assert report["trajectory"]["recorded_steps"]["candidate_resume"] == {
+        "rank0": [2, 3, 4],
+        "rank1": [2, 3, 4],
+        "rank2": [2, 3, 4],
     }
 
 
-def test_gradients_summed_over_ranks_fail_at_the_gradient(reports):
+def test_two_ranks_agree_with_one_and_summed_gradients_fail_at_the_gradient(reports):
     report = reports["SummedGradientsRunsCase"]
     outcome, step, path = _first(report)
     assert (outcome, step, path) == ("FAIL", 1, 'grad["0.weight"]')
+    assert report["divergent_variant"] == "ranks2_summed"
+    # The clean 2 ranks were compared with 1 rank too, and agreed under the tolerance.
+    against_one = {
+        comparison["variant"]: comparison["outcome"]
+        for comparison in report["variant_comparisons"]
+        if comparison["reference"] == "ranks1" and comparison["variant"] != "ranks1"
+    }
+    assert against_one == {"ranks2": "PASS", "ranks2_summed": "FAIL"}
+    assert report["trajectory"]["compared_on"] == {
+        "ranks2_a": "global tensors, reassembled from every rank's shards",
+        "ranks2_summed_a": "global tensors, reassembled from every rank's shards",
+    }
