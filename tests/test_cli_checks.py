@@ -365,3 +365,28 @@ def test_resume_world_sizes_with_a_command_template_is_refused(capsys):
     )
     assert code == 4
     assert "--world-sizes needs a CASE whose command() reads plan.world_size" in error
+
+
+def test_resume_plan_only_writes_the_chain_for_judge(capsys, tmp_path):
+    plan = tmp_path / "plan"
+    code, _, _ = _run(
+        capsys,
+        "resume",
+        "trainparity.quickstarts.resume:CleanCase",
+        "--split-steps",
+        "1,3",
+        "--plan-only",
+        plan,
+    )
+    assert code == 0
+    written = json.loads((plan / "plan.json").read_text(encoding="utf-8"))
+    assert written["split_steps"] == [1, 3]  # what `trainparity judge` hands check_resume again
+    assert "world_sizes" not in written
+    phases = {phase["name"]: (phase["end_step"], phase["after"]) for phase in written["phases"]}
+    assert phases == {
+        "baseline_a": (4, []),
+        "baseline_b": (4, []),
+        "candidate_split": (1, []),
+        "candidate_resume_1": (3, ["candidate_split"]),
+        "candidate_resume": (4, ["candidate_resume_1"]),
+    }

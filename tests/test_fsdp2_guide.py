@@ -1,15 +1,16 @@
 """docs/distributed.md's FSDP2 project: real fully_shard ranks on gloo, DCP, PASS clean, FAIL per fault.
 
-Ten real check_resume runs and one check_runs, in three run_parity.py
-processes (each runs its checks in turn, its imports paid once), two at a
-time. The clean run on 2 ranks goes through torchrun, as the guide shows;
-the others fork their ranks from the phase's process (`--fork-ranks`: the
-same training, without the three fresh interpreters per phase that torchrun
-costs). On 2 ranks throughout: the clean run and four resume bugs; saved on
-2 ranks then resumed on 1 (the clean elastic resume under a tolerance, and
-three bugs that only a change of world size shows) and on 3 (clean); in
-check_runs 1 rank against 2, and against 2 whose gradients are summed
-instead of averaged. Every assertion reads the reports of those runs.
+Nine real check_resume runs and one check_runs, in two run_parity.py
+processes at once, each running its checks in turn (its imports paid once).
+Every phase forks its ranks from one process (`--fork-ranks`: the same
+training as under torchrun, without the three fresh interpreters per phase
+that torchrun costs; torchrun itself is exercised by the DDP guide's
+tests). On 2 ranks throughout: the clean run and four resume bugs; saved on
+2 ranks then resumed on 1: three bugs that only a change of world size
+shows; a clean chain saved on 2 ranks, resumed on 3 and saved, resumed on 1
+(under a tolerance); in check_runs 1 rank against 2, and against 2 whose
+gradients are summed instead of averaged. Every assertion reads the reports
+of those runs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from tests.fixtures.example_projects import copied_project, run_parity_groups
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "docs" / "examples" / "fsdp2_project"
-FORKED_RANKS = (
+CHECKS = (
     (
         "FreshOptimizerLoadCase",
         "UnevenShardOffsetsCase",
@@ -31,14 +32,13 @@ FORKED_RANKS = (
         "SummedGradientsRunsCase",
     ),
     (
-        "FsdpResumeCase 2,1",
+        "FsdpResumeCase",
+        "ElasticChainCase 2,3,1",
         "PerRankSamplerPositionCase 2,1",
         "PerRankStepCounterCase 2,1",
         "OptimizerDroppedOnReshardCase 2,1",
-        "FsdpResumeCase 2,3",
     ),
 )
-THROUGH_TORCHRUN = ("FsdpResumeCase",)
 AT_ONCE = 2
 
 
@@ -52,10 +52,7 @@ def _group(checks: tuple[str, ...], *options: str) -> tuple[list[str], list[str]
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> dict[str, dict]:
     project = copied_project(EXAMPLE, tmp_path_factory.mktemp("fsdp2"))
-    groups = [
-        *(_group(checks, "--fork-ranks") for checks in FORKED_RANKS),
-        _group(THROUGH_TORCHRUN),
-    ]
+    groups = [_group(checks, "--fork-ranks") for checks in CHECKS]
     done = run_parity_groups(project, groups, at_once=AT_ONCE, timeout=900)
     return {label: report for label, (_, report) in done.items()}
 
@@ -98,18 +95,23 @@ def test_a_scheduler_not_restored_fails_at_its_counter(reports):
     assert _first(reports["SchedulerNotRestoredCase"]) == ("FAIL", 2, "rank0.train.epoch")
 
 
-def test_the_clean_elastic_resume_passes_under_tolerance_on_global_tensors(reports):
-    report = reports["FsdpResumeCase-2-1"]
+def test_the_clean_resumes_from_two_ranks_on_three_then_on_one_pass_under_tolerance(reports):
+    report = reports["ElasticChainCase-2-3-1"]
     assert report["outcome"] == "PASS", report["message"]
     assert report["comparison_policy"] == "explicit_tolerance"
     assert [(link["phase"], link["world_size"]) for link in report["resume_chain"]] == [
         ("candidate_split", 2),
+        ("candidate_resume_1", 3),
         ("candidate_resume", 1),
     ]
+    reassembled = "global tensors, reassembled from every rank's shards"
     assert report["trajectory"]["compared_on"] == {
-        "candidate_resume": "global tensors, reassembled from every rank's shards"
+        "candidate_resume_1": reassembled,
+        "candidate_resume": reassembled,
     }
-    assert report["trajectory"]["recorded_steps"]["candidate_resume"] == {"rank0": [2, 3, 4]}
+    recorded = report["trajectory"]["recorded_steps"]
+    assert recorded["candidate_resume_1"] == {"rank0": [2, 3], "rank1": [2, 3], "rank2": [2, 3]}
+    assert recorded["candidate_resume"] == {"rank0": [3, 4]}
 
 
 def test_a_sampler_position_in_per_rank_units_repeats_samples_after_the_split(reports):
@@ -138,24 +140,6 @@ def test_an_optimizer_dropped_by_a_resharding_load_fails_at_the_round_trip(repor
     assert _first(report) == ("FAIL", 2, "optim.param_groups[0].lr")
     paths = report["trajectory"]["first_divergence"]["paths"]
     assert 'optim.state["0.weight"].exp_avg' in paths
-
-
-def test_the_clean_resume_from_two_ranks_on_three_passes_under_tolerance(reports):
-    report = reports["FsdpResumeCase-2-3"]
-    assert report["outcome"] == "PASS", report["message"]
-    assert report["comparison_policy"] == "explicit_tolerance"
-    assert [(link["phase"], link["world_size"]) for link in report["resume_chain"]] == [
-        ("candidate_split", 2),
-        ("candidate_resume", 3),
-    ]
-    assert report["trajectory"]["compared_on"] == {
-        "candidate_resume": "global tensors, reassembled from every rank's shards"
-    }
-    assert report["trajectory"]["recorded_steps"]["candidate_resume"] == {
-        "rank0": [2, 3, 4],
-        "rank1": [2, 3, 4],
-        "rank2": [2, 3, 4],
-    }
 
 
 def test_two_ranks_agree_with_one_and_summed_gradients_fail_at_the_gradient(reports):

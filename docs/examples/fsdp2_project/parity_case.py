@@ -80,6 +80,13 @@ class SchedulerNotRestoredCase(FsdpResumeCase):
     fault = "scheduler-not-restored"
 
 
+class ElasticChainCase(FsdpResumeCase):
+    """A chain: split at 2 and 3 (run it with world sizes, e.g. 2,3,1: saved on 2 ranks,
+    resumed on 3 and saved again, resumed on 1)."""
+
+    split_steps = (2, 3)
+
+
 class PerRankSamplerPositionCase(FsdpResumeCase):
     """Elastic: the data position kept in per-rank units, multiplied by the new rank count."""
 
