@@ -207,3 +207,13 @@ def test_a_single_rank_plan_keeps_the_contract_fields_and_a_multi_rank_plan_roun
     assert plan.to_dict()["world_size"] == 2 and plan.to_dict()["sync_first_microbatch"] is True
     assert "clip_before_sync" not in plan.to_dict()
     assert AccumulationExecutionPlan.from_dict(plan.to_dict()) == plan
+
+
+def test_the_plans_multi_rank_loop_refuses_an_fsdp2_model_and_says_what_to_do():
+    from types import SimpleNamespace
+
+    from trainparity.accumulation.ranks import plan_train_step
+
+    fsdp2_rank = SimpleNamespace(sharded=True)  # RankContext.wrap found a fully_shard model
+    with pytest.raises(TypeError, match="give the case its own train_step, written for FSDP2"):
+        plan_train_step(object(), two_ranks(), fsdp2_rank)

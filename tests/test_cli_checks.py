@@ -8,6 +8,7 @@ import types
 import uuid
 from dataclasses import dataclass
 
+import pytest
 from trainparity.accumulation.check import AccumulationExecutionPlan
 from trainparity.cli.main import main
 from trainparity.outcomes import Outcome
@@ -288,3 +289,104 @@ def test_coverage_maps_rank_files_policy_and_universe(capsys, monkeypatch, tmp_p
         f"trainparity coverage: error: --universe-file {binary}: not UTF-8 text "
         "(byte 0xff at offset 2); give one integer per line\n",
     )
+
+
+def test_resume_split_steps_runs_a_chain_of_resumes(capsys, tmp_path):
+    report = tmp_path / "chain.json"
+    code, _, _ = _run(
+        capsys,
+        "resume",
+        "trainparity.quickstarts.resume:CleanCase",
+        "--split-steps",
+        "1,3",
+        "--no-progress",
+        "--report",
+        report,
+    )
+    payload = json.loads(report.read_text(encoding="utf-8"))
+    assert code == 0, payload["message"]
+    assert [
+        (link["phase"], link["from_step"], link["end_step"]) for link in payload["resume_chain"]
+    ] == [
+        ("candidate_split", 0, 1),
+        ("candidate_resume_1", 1, 3),
+        ("candidate_resume", 3, 4),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            ["--split-steps", "2,x"],
+            "expected comma-separated positive integers such as 2,4, got '2,x'",
+        ),
+        (["--world-sizes", "2,0"], "must be positive integers, got '2,0'"),
+        (["--split-steps", "3,1"], "--split-steps must be strictly increasing, got 3,1"),
+        (["--split-steps", "1,1"], "--split-steps must be strictly increasing, got 1,1"),
+        (
+            ["--split-steps", "1,2", "--world-sizes", "2,1"],
+            "--world-sizes needs one rank count per candidate phase: 3 for 2 split steps, got 2",
+        ),
+        # Checked against the case: its total step, and its own split when --split-steps is absent.
+        (["--split-steps", "2,4"], "got split_steps [2, 4] and total_step 4"),
+        (
+            ["--world-sizes", "2,1,3"],
+            "world_sizes needs one rank count >= 1 per candidate phase (2:",
+        ),
+    ],
+)
+def test_resume_chain_and_world_size_options_say_what_is_wrong(capsys, options, message):
+    code, printed, error = _run(
+        capsys, "resume", "trainparity.quickstarts.resume:CleanCase", *options, "--no-progress"
+    )
+    assert code == 4
+    assert printed == ""
+    assert message in error, error
+
+
+def test_resume_world_sizes_with_a_command_template_is_refused(capsys):
+    code, _, error = _run(
+        capsys,
+        "resume",
+        "--split-step",
+        "2",
+        "--total-step",
+        "4",
+        "--checkpoint",
+        "{run_dir}/ck.pt",
+        "--world-sizes",
+        "2,1",
+        "--",
+        "python",
+        "train.py",
+        "--end-step",
+        "{end_step}",
+    )
+    assert code == 4
+    assert "--world-sizes needs a CASE whose command() reads plan.world_size" in error
+
+
+def test_resume_plan_only_writes_the_chain_for_judge(capsys, tmp_path):
+    plan = tmp_path / "plan"
+    code, _, _ = _run(
+        capsys,
+        "resume",
+        "trainparity.quickstarts.resume:CleanCase",
+        "--split-steps",
+        "1,3",
+        "--plan-only",
+        plan,
+    )
+    assert code == 0
+    written = json.loads((plan / "plan.json").read_text(encoding="utf-8"))
+    assert written["split_steps"] == [1, 3]  # what `trainparity judge` hands check_resume again
+    assert "world_sizes" not in written
+    phases = {phase["name"]: (phase["end_step"], phase["after"]) for phase in written["phases"]}
+    assert phases == {
+        "baseline_a": (4, []),
+        "baseline_b": (4, []),
+        "candidate_split": (1, []),
+        "candidate_resume_1": (3, ["candidate_split"]),
+        "candidate_resume": (4, ["candidate_resume_1"]),
+    }

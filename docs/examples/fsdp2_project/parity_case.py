@@ -1,5 +1,11 @@
-"""The FSDP2 resume cases: torchrun per phase on `plan.world_size` ranks (2 by default), a DCP directory."""
+"""The FSDP2 resume cases: torchrun per phase on `plan.world_size` ranks (2 by default), a DCP directory.
 
+With FSDP2_EXAMPLE_LAUNCHER=fork (run_parity.py --fork-ranks) a phase is
+`python train.py --fork-ranks N` instead: one process that forks its ranks.
+"""
+
+import os
+import sys
 from pathlib import Path
 
 import torch
@@ -7,6 +13,7 @@ from trainparity.checkpoints import load_dcp
 from trainparity.distributed import torchrun_command
 
 RANKS = 2
+LAUNCHER_VARIABLE = "FSDP2_EXAMPLE_LAUNCHER"
 
 
 class FsdpResumeCase:
@@ -27,6 +34,8 @@ class FsdpResumeCase:
             script += ["--resume", str(plan.resume_from)]
         if self.fault is not None:
             script += ["--fault", self.fault]
+        if os.environ.get(LAUNCHER_VARIABLE) == "fork":
+            return [sys.executable, *script, "--fork-ranks", str(self.ranks(plan))]
         return torchrun_command(
             script, nproc_per_node=self.ranks(plan), log_dir=plan.run_dir / "ranks"
         )
@@ -71,6 +80,13 @@ class SchedulerNotRestoredCase(FsdpResumeCase):
     fault = "scheduler-not-restored"
 
 
+class ElasticChainCase(FsdpResumeCase):
+    """A chain: split at 2 and 3 (run it with world sizes, e.g. 2,3,1: saved on 2 ranks,
+    resumed on 3 and saved again, resumed on 1)."""
+
+    split_steps = (2, 3)
+
+
 class PerRankSamplerPositionCase(FsdpResumeCase):
     """Elastic: the data position kept in per-rank units, multiplied by the new rank count."""
 
@@ -100,10 +116,19 @@ class WorldSizeRunsCase(FsdpResumeCase):
     }
 
     def ranks(self, plan) -> int:
-        return int(plan.phase.split("_")[0].removeprefix("ranks"))  # phase: <variant>_<a|b>
+        # phase: <variant>_<a|b>, the variant named ranks<N>[_what]
+        return int(plan.phase.split("_")[0].removeprefix("ranks"))
 
 
 class SummedGradientsRunsCase(WorldSizeRunsCase):
-    """check_runs: gradients summed over the ranks instead of averaged."""
+    """check_runs: 1 rank, then 2 ranks, then 2 ranks whose gradients are summed, not averaged.
 
-    fault = "sum-gradients"
+    Each variant is compared with the first: the clean 2 ranks agree with 1,
+    the summed ones FAIL (the report's variant_comparisons lists both).
+    """
+
+    variants = {
+        "ranks1": {"args": ["--record-gradients"]},
+        "ranks2": {"args": ["--record-gradients"]},
+        "ranks2_summed": {"args": ["--record-gradients", "--fault", "sum-gradients"]},
+    }

@@ -1,11 +1,16 @@
-"""Run the FSDP2 resume check (check_runs for a case with variants); exit 0 on PASS.
+"""Run FSDP2 resume checks (check_runs for a case with variants); exit 0 when every one PASSes.
 
-Usage: python run_parity.py [CaseClass] [2,1]
+Usage: python run_parity.py [CaseClass [2,1]]... [--fork-ranks]
 
-`2,1` saves on 2 ranks and resumes on 1 (an elastic resume),
+`2,1` after a case saves on 2 ranks and resumes on 1 (an elastic resume),
 compared under a tolerance: two world sizes sum the gradients in another order.
+Several cases run one after the other in this process (its imports paid
+once), each writing trainparity-report-<case>[-2-1].json here.
+`--fork-ranks` starts each phase's ranks by forking one process instead of
+through torchrun (parity_case.py): the same training, cheaper to start.
 """
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -14,35 +19,58 @@ import parity_case
 from trainparity import Outcome, ToleranceComparison, check_resume, check_runs
 
 root = Path(__file__).resolve().parent
-arguments = sys.argv[1:]
-sizes = [argument for argument in arguments if "," in argument]
-named = [argument for argument in arguments if "," not in argument]
-case = named[0] if named else "FsdpResumeCase"
-world_sizes = tuple(int(size) for size in sizes[0].split(",")) if sizes else None
-label = case + ("" if world_sizes is None else "-" + "-".join(map(str, world_sizes)))
-work_dir = root / ".trainparity-runs" / label
-shutil.rmtree(work_dir, ignore_errors=True)  # recordings of an earlier run would collide
-options = {
-    "cwd": root,
-    "work_dir": work_dir,
-    "report_path": root / f"trainparity-report-{label}.json",
-    "environment": {"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"},  # one thread per rank
-    "progress": True,
-}
 # Another rank count sums the gradients in another order: compared under a tolerance.
 tolerance = ToleranceComparison(rtol=1e-4, atol=1e-6)
-if hasattr(getattr(parity_case, case), "variants"):
-    result = check_runs(f"parity_case:{case}", comparison=tolerance, **options)
-else:
-    result = check_resume(
-        f"parity_case:{case}",
-        comparison=None if world_sizes is None else tolerance,
-        world_sizes=world_sizes,
-        **options,
-    )
-print(result.outcome.value, result.message)
-for difference in result.all_differences[:5]:
-    print(
-        f"  {difference.path}: {difference.reason} ({difference.baseline} vs {difference.candidate})"
-    )
-sys.exit(0 if result.outcome is Outcome.PASS else 1)
+
+
+def check(case: str, world_sizes: tuple[int, ...] | None) -> Outcome:
+    label = case + ("" if world_sizes is None else "-" + "-".join(map(str, world_sizes)))
+    work_dir = root / ".trainparity-runs" / label
+    shutil.rmtree(work_dir, ignore_errors=True)  # recordings of an earlier run would collide
+    # The phases' temporary files (torch's compile cache directory, made on importing
+    # torch._dynamo, which fully_shard does) stay with the run.
+    temporary = work_dir / "tmp"
+    temporary.mkdir(parents=True)
+    options = {
+        "cwd": root,
+        "work_dir": work_dir,
+        "report_path": root / f"trainparity-report-{label}.json",
+        # One thread per rank.
+        "environment": {"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", "TMPDIR": str(temporary)},
+        "progress": True,
+    }
+    if hasattr(getattr(parity_case, case), "variants"):
+        result = check_runs(f"parity_case:{case}", comparison=tolerance, **options)
+    else:
+        result = check_resume(
+            f"parity_case:{case}",
+            comparison=None if world_sizes is None else tolerance,
+            world_sizes=world_sizes,
+            **options,
+        )
+    print(label, result.outcome.value, result.message)
+    for difference in result.all_differences[:5]:
+        print(
+            f"  {difference.path}: {difference.reason} ({difference.baseline} vs {difference.candidate})"
+        )
+    return result.outcome
+
+
+def requested(arguments: list[str]) -> list[tuple[str, tuple[int, ...] | None]]:
+    """(case, world sizes) pairs: a `2,1` argument belongs to the case before it."""
+    checks: list[tuple[str, tuple[int, ...] | None]] = []
+    for argument in arguments:
+        if "," in argument:
+            case = checks.pop()[0] if checks else "FsdpResumeCase"
+            checks.append((case, tuple(int(size) for size in argument.split(","))))
+        else:
+            checks.append((argument, None))
+    return checks or [("FsdpResumeCase", None)]
+
+
+if __name__ == "__main__":
+    if "--fork-ranks" in sys.argv[1:]:
+        os.environ[parity_case.LAUNCHER_VARIABLE] = "fork"  # read by the case's command()
+    checks = requested([argument for argument in sys.argv[1:] if argument != "--fork-ranks"])
+    outcomes = [check(case, world_sizes) for case, world_sizes in checks]
+    sys.exit(0 if all(outcome is Outcome.PASS for outcome in outcomes) else 1)

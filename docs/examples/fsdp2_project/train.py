@@ -2,6 +2,13 @@
 
     python -m torch.distributed.run --standalone --nproc-per-node=2 train.py \
         --checkpoint ckpt --end-step 4 [--resume ckpt] [--fault NAME]
+    python train.py --fork-ranks 2 --checkpoint ckpt --end-step 4 [...]
+
+Under torchrun each process is one rank. `--fork-ranks N` starts the N
+ranks itself instead, forked from this process once its imports are done
+(torch.multiprocessing, as PyTorch's FSDP tutorial does with mp.spawn): the
+ranks then skip the interpreter start and imports that torchrun's fresh
+rank processes and its agent each pay.
 
 The model is an `Embedding(257, 8)` (257 rows: uneven shards on 2 or 3
 ranks) and a `Linear(8, 1)`, each wrapped with `fully_shard`, then the
@@ -22,6 +29,7 @@ and, for check_runs of 2 ranks against 1, sum-gradients.
 
 import argparse
 import os
+import socket
 from pathlib import Path
 
 import torch
@@ -54,8 +62,40 @@ def main() -> None:
     parser.add_argument("--resume", type=Path)
     parser.add_argument("--fault")
     parser.add_argument("--record-gradients", action="store_true")
+    parser.add_argument("--fork-ranks", type=int, help="start this many ranks here, no torchrun")
     args = parser.parse_args()
+    if args.fork_ranks is not None:
+        fork_ranks(args)
+    else:
+        train(args)
 
+
+def fork_ranks(args) -> None:
+    """Run train() on args.fork_ranks forked ranks, with torchrun's environment rendezvous."""
+    with socket.socket() as probe:  # a free port now; rank 0 binds it a moment later
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # fully_shard imports torch._dynamo on first use (a second of CPU): once here, not per rank.
+    import torch._dynamo  # noqa: F401
+
+    # join: a rank that fails (its traceback on stderr) ends the others and raises here.
+    torch.multiprocessing.start_processes(
+        _forked_rank, args=(args, port), nprocs=args.fork_ranks, start_method="fork"
+    )
+
+
+def _forked_rank(rank: int, args, port: int) -> None:
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(args.fork_ranks),
+    )
+    train(args)
+
+
+def train(args) -> None:
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(17)  # the same initial weights on every rank, sharded below

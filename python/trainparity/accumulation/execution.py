@@ -313,7 +313,7 @@ class AccumulationExecution:
         self.settings.progress.event("comparison", "start")
         began = time.perf_counter()
         try:
-            judge_observations(
+            compared_on = judge_observations(
                 self.policy,
                 [_phase_views(report) for report in reports],
                 [_phase_views(report) for report in self.rank_reports],
@@ -325,6 +325,7 @@ class AccumulationExecution:
             "outcome": Outcome.PASS,
             "message": _PASS_MESSAGE,
             "verified_equal_initial_state": True,
+            **({"compared_on": compared_on} if compared_on is not None else {}),
         }
 
 

@@ -1,9 +1,10 @@
-"""Several ranks in check_accumulation: the candidate as `world_size` DDP processes on gloo or nccl.
+"""Several ranks in check_accumulation: the candidate as `world_size` DDP (or FSDP2) processes on gloo or nccl.
 
 The parent starts one child per rank (`candidate.rank<r>`, in
 `candidate/rank<r>/`) with an env rendezvous on 127.0.0.1 and a free port;
 each rank takes its contiguous share of the microbatches, wraps `state.model`
-in DistributedDataParallel (unless the case built one) and runs the case's
+in DistributedDataParallel (unless the case built one, or sharded it with
+FSDP2's fully_shard: accumulation/sharded.py) and runs the case's
 `train_step`, or, for a case without one, our DDP loop with the plan's
 multi-rank faults. Every rank publishes its observations; the parent first
 checks that the ranks agree with each other (one gradient synchronisation
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 
+from trainparity.accumulation.sharded import unsharded
 from trainparity.comparison.policies import Difference
 from trainparity.processes.group import ChildSpec
 from trainparity.protocols import LossAccounting
@@ -31,6 +33,7 @@ __all__ = [
     "RANKS_KEY",
     "RANK_FIELDS",
     "RankContext",
+    "is_fsdp2",
     "plan_train_step",
     "rank_differences",
     "rank_names",
@@ -150,7 +153,8 @@ def rank_differences(
 
     First every rank's gradient synchronisations (one per optimizer update;
     a count is missing where the case's own DDP kept its own comm hook), then
-    each rank's parameters and buffers against rank 0's.
+    each rank's parameters and buffers against rank 0's: those every rank
+    holds whole (a rank's shard of an FSDP2 parameter is its own).
     """
     for rank, view in enumerate(views):
         syncs = view[RANKS_KEY].state.as_dict().get("gradient_syncs")
@@ -162,7 +166,9 @@ def rank_differences(
                 (difference,),
             )
     for rank, view in enumerate(views[1:], start=1):
-        differences = policy.compare_all(views[0]["parameter_update"], view["parameter_update"])
+        differences = policy.compare_all(
+            unsharded(views[0]["parameter_update"]), unsharded(view["parameter_update"])
+        )
         if differences:
             renamed = tuple(
                 replace(difference, path=_rank_path(difference.path)) for difference in differences
@@ -208,6 +214,7 @@ class RankContext:
             "nccl" if device.startswith("cuda") else "gloo", init_method="env://"
         )
         self.gradient_syncs: int | None = None
+        self.sharded = False  # the case's model is FSDP2's (fully_shard), not wrapped in DDP
 
     def share(self, microbatches: list[object]) -> list[object]:
         """This rank's contiguous share of the microbatches."""
@@ -215,9 +222,17 @@ class RankContext:
         return microbatches[self.rank * size : (self.rank + 1) * size]
 
     def wrap(self, model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
-        """(DDP model for the step, the module whose names the reference uses)."""
+        """(DDP model for the step, the module whose names the reference uses).
+
+        A model the case sharded with FSDP2's `fully_shard` is used as it is:
+        its parameter names are the reference's, and FSDP2 offers no
+        communication hook, so its gradient synchronisations stay uncounted.
+        """
         from torch.nn.parallel import DistributedDataParallel
 
+        if is_fsdp2(model):
+            self.sharded = True
+            return model, model
         if isinstance(model, DistributedDataParallel):
             wrapped = model
         else:
@@ -291,6 +306,12 @@ def plan_train_step(
     """
     import torch.distributed as dist
 
+    if context.sharded:
+        raise TypeError(
+            "build() returned an FSDP2 (fully_shard) model, and the plan's multi-rank loop is "
+            "DDP's (no_sync): give the case its own train_step, written for FSDP2"
+        )
+
     def train_step(state: Any, microbatches: list[object]) -> list[LossAccounting]:
         model, optimizer = state.model, state.optimizer
         optimizer.zero_grad(set_to_none=True)
@@ -321,6 +342,18 @@ def plan_train_step(
         return terms
 
     return train_step
+
+
+def is_fsdp2(model: torch.nn.Module) -> bool:
+    """Whether `model` (or a module in it) was sharded with FSDP2's `fully_shard`."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch < 2.6
+        try:
+            from torch.distributed._composable.fsdp import FSDPModule
+        except ImportError:
+            return False
+    return any(isinstance(module, FSDPModule) for module in model.modules())
 
 
 def _loss_scale(case, plan, context, state, microbatches, dist) -> Callable[[Any], torch.Tensor]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trainparity.processes.check_result import CheckResult
 
@@ -20,3 +20,5 @@ class AccumulationResult(CheckResult):
     loss_normalization_captured: bool = False
     peak_temporary_directory_bytes: int = 0
     persisted_artifact_bytes: int = 0
+    # Set when the candidate's ranks held shards (FSDP2): how it was compared, and what was not.
+    compared_on: str | None = field(default=None, metadata={"omitted_when_none": True})

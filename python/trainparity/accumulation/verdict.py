@@ -3,7 +3,9 @@
 The initial states first (ABSTAIN unless verified equal), then, for a case's
 own train_step, its optimizer and scheduler step counts, then a multi-rank
 candidate's ranks against each other, then the phases in contract order: the baselines against
-each other (ABSTAIN) and the candidate (rank 0) against the reference (FAIL).
+each other (ABSTAIN) and the candidate (rank 0) against the reference (FAIL). A candidate
+whose ranks hold shards (FSDP2) is judged on its global state instead of rank 0's
+(accumulation/sharded.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ from typing import Any
 
 from trainparity.accumulation.plan import INITIAL_KEY, PHASES
 from trainparity.accumulation.ranks import rank_differences
+from trainparity.accumulation.sharded import (
+    SHARDED_COMPARISON,
+    ReassemblyError,
+    global_views,
+    holds_shards,
+)
 from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
 from trainparity.outcomes import Outcome
 from trainparity.state.freeze import FrozenMapping
@@ -41,13 +49,41 @@ def judge_observations(
     rank_views: Sequence[Views],
     *,
     own_step: bool,
-) -> None:
-    """Raise the first ABSTAIN or FAIL Verdict; return when all observations agree.
+) -> str | None:
+    """Raise the first ABSTAIN or FAIL Verdict; when all observations agree, return how the
+    candidate was compared (the report's `compared_on`; None: as observed, rank 0 for ranks).
 
     `views` are baseline_a's, baseline_b's and the candidate's (rank 0's)
     phase snapshots; `rank_views` every rank's, for a multi-rank candidate.
     """
     baseline_a, baseline_b, candidate = views
+    compared_on = None
+    if any(holds_shards(snapshot.state) for view in rank_views for snapshot in view.values()):
+        try:
+            candidate = global_views(rank_views)
+        except ReassemblyError as error:
+            raise Verdict(
+                Outcome.ERROR, f"the candidate's shards could not be reassembled: {error}"
+            ) from None
+        compared_on = SHARDED_COMPARISON
+    try:
+        _judge(policy, baseline_a, baseline_b, candidate, rank_views, own_step=own_step)
+    except Verdict as verdict:
+        if compared_on is not None:
+            verdict.fields["compared_on"] = compared_on
+        raise
+    return compared_on
+
+
+def _judge(
+    policy: ExactComparison | ToleranceComparison,
+    baseline_a: Views,
+    baseline_b: Views,
+    candidate: Views,
+    rank_views: Sequence[Views],
+    *,
+    own_step: bool,
+) -> None:
     _judge_initial(policy, baseline_a[INITIAL_KEY], baseline_b[INITIAL_KEY], candidate)
     if own_step:
         for phase, component in ((OPTIMIZER_PHASE, "optimizer"), (SCHEDULER_PHASE, "scheduler")):

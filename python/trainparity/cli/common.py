@@ -311,6 +311,20 @@ def positive_int(text: str) -> int:
     return value
 
 
+def int_list(text: str) -> tuple[int, ...]:
+    """Comma-separated positive integers, such as `2,4` (argparse type)."""
+    items = text.split(",")
+    try:
+        values = tuple(int(item) for item in items)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated positive integers such as 2,4, got {text!r}"
+        ) from None
+    if any(value < 1 for value in values):
+        raise argparse.ArgumentTypeError(f"must be positive integers, got {text!r}")
+    return values
+
+
 def non_negative_int(text: str) -> int:
     try:
         value = int(text)

@@ -53,6 +53,8 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
         environment=plan.get("environment") or None,
         progress=common.progress_from(arguments),
         executor=PlanReplay(directory),
+        split_steps=plan.get("split_steps"),
+        world_sizes=plan.get("world_sizes"),
     )
     leads = environment_leads(
         _fingerprint(directory, "baseline_a"), _fingerprint(directory, "candidate_resume")

@@ -11,6 +11,7 @@ from trainparity.cli import common
 EXAMPLE = """\
 trainparity resume trainparity.quickstarts.resume:FaultyCase --report resume.html
 trainparity resume --split-step 2 --total-step 4 --checkpoint '{run_dir}/ck.pt' -- python train.py --ckpt {checkpoint} --end-step {end_step} --resume {resume_from?}
+trainparity resume my_project.cases:Resume --split-steps 2,4 --world-sizes 2,1,3 --rtol 1e-4 --atol 1e-6
 """
 
 
@@ -24,6 +25,21 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         run=run,
     )
     common.add_case_options(parser, resume=True)
+    chain = parser.add_argument_group("chained and elastic resumes")
+    chain.add_argument(
+        "--split-steps",
+        type=common.int_list,
+        metavar="S1,S2,...",
+        help="a chain of resumes: the candidate stops and resumes in a fresh process at each "
+        "step (increasing, each below the total step); check_resume(split_steps=...)",
+    )
+    chain.add_argument(
+        "--world-sizes",
+        type=common.int_list,
+        metavar="W1,W2,...",
+        help="each candidate phase's rank count (one more than the split steps), for a CASE "
+        "whose command() reads plan.world_size; check_resume(world_sizes=...)",
+    )
     common.add_tolerance_options(parser)
     common.add_executor_option(parser)
     parser.add_argument(
@@ -40,20 +56,51 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
     from trainparity.resume.check import check_resume
 
     comparison = common.comparison_from(arguments)
+    chain = _chain(arguments)
     if arguments.plan_only is not None:
-        return _plan(arguments, comparison)
+        return _plan(arguments, comparison, chain)
     report_path = common.writes_json_report(arguments)
     result = check_resume(
         common.case_from(arguments, resume=True),
         comparison=comparison,
         report_path=report_path,
         executor=common.executor_from(arguments),
+        **chain,
         **common.run_keywords(arguments),
     )
     return common.result_output(result, report_written=report_path is not None)
 
 
-def _plan(arguments: argparse.Namespace, comparison: Any) -> common.CommandOutput:
+def _chain(arguments: argparse.Namespace) -> dict[str, Any]:
+    """check_resume's split_steps/world_sizes from --split-steps/--world-sizes, checked.
+
+    What needs the case (how many rank counts its chain takes, the steps
+    against its total step) is checked with the case, as check_resume does.
+    """
+    steps, sizes = arguments.split_steps, arguments.world_sizes
+    if steps is not None and list(steps) != sorted(set(steps)):
+        raise common.UsageError(
+            f"--split-steps must be strictly increasing, got {','.join(map(str, steps))}"
+        )
+    if steps is not None and sizes is not None and len(sizes) != len(steps) + 1:
+        raise common.UsageError(
+            f"--world-sizes needs one rank count per candidate phase: {len(steps) + 1} for "
+            f"{len(steps)} split steps, got {len(sizes)} ({','.join(map(str, sizes))})"
+        )
+    if getattr(arguments, "template", None) is not None:
+        if sizes is not None:
+            raise common.UsageError(
+                "--world-sizes needs a CASE whose command() reads plan.world_size: a command "
+                "template has no field for the rank count"
+            )
+        if steps is not None and arguments.split_step is None:
+            arguments.split_step = steps[0]  # a template's case needs its first split
+    return {"split_steps": steps, "world_sizes": sizes}
+
+
+def _plan(
+    arguments: argparse.Namespace, comparison: Any, chain: dict[str, Any]
+) -> common.CommandOutput:
     from trainparity.importing import CaseSetupError
     from trainparity.resume.plan import write_plan
 
@@ -67,6 +114,7 @@ def _plan(arguments: argparse.Namespace, comparison: Any) -> common.CommandOutpu
             cwd=keywords["cwd"],
             environment=keywords["environment"],
             comparison=comparison,
+            **chain,
         )
     except CaseSetupError as error:
         raise common.UsageError(str(error)) from None

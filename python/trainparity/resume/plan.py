@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +45,15 @@ def write_plan(
     cwd: Path,
     environment: Mapping[str, str] | None = None,
     comparison: ComparisonPolicy | None = None,
+    split_steps: Sequence[int] | None = None,
+    world_sizes: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Write DIR/plan.json and DIR/<phase>.sh for every phase of a resume check; return the plan.
 
-    Raises the check's setup errors (CaseSetupError for the user's input).
+    `split_steps` and `world_sizes` are check_resume's. Raises the check's
+    setup errors (CaseSetupError for the user's input).
     """
-    loaded, _, chain = resume_case_setup(case, environment)
+    loaded, _, chain = resume_case_setup(case, environment, split_steps, world_sizes)
     root = Path(directory).resolve()
     root.mkdir(parents=True, exist_ok=True)
     reported, spec = case_names(case)
@@ -101,6 +104,10 @@ def write_plan(
         "environment": dict(sorted(dict(environment or {}).items())),
         "phases": phases,
     }
+    # A chain or an elastic resume: what `trainparity judge` hands check_resume again.
+    for key, given in (("split_steps", split_steps), ("world_sizes", world_sizes)):
+        if given is not None:
+            plan[key] = list(given)
     (root / PLAN_FILE).write_text(
         json.dumps(plan, indent=2, sort_keys=True) + "\n", encoding="utf-8"
     )
