@@ -180,7 +180,11 @@ def main() -> None:
         os._exit(0)  # no finalization of torch and co. in the server: nothing to flush
     request, warm_main = forked
     warm_main.become_fresh(request["argv"], request["cwd"], request["env"])
-    warm_main.run_main(request["argv"], request["cwd"])
+    try:
+        warm_main.run_main(request["argv"], request["cwd"])
+    except SystemExit as exit:
+        warm_main.exit_as_fresh(exit.code)
+    warm_main.exit_as_fresh(None)
 
 
 if __name__ == "__main__":
