@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 import torch
 from trainparity.native.dtypes import info_for_dtype, info_for_text
 
@@ -51,7 +50,6 @@ def test_importing_trainparity_and_its_checks_imports_no_torch():
     assert completed.stdout.split() == ["False", "False"], completed.stderr
 
 
-@pytest.mark.fresh_start
 def test_a_warm_resume_check_runs_without_torch_and_reports_the_same_environment_keys():
     warm, fresh = _checked("warm"), _checked("fresh")
     assert warm["outcome"] == fresh["outcome"] == "PASS"
