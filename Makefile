@@ -1,6 +1,11 @@
 # Set-up and the two commands README names: `make quickstart` and `make test`.
 # Everything installs into .venv; torch==2.13.0 comes first, because a plain
 # `torch` requirement without torch installed would pull a multi-GB CUDA build.
+# First-run time (docs/validation.md, "Warm starts"): pip is upgraded only when the
+# venv's is older than 23; nothing is byte-compiled at install (--no-compile: byte-
+# compiling all of torch took longer than installing it; each module is compiled
+# once, when first imported); the package builds against the venv's setuptools
+# (--no-build-isolation: no second environment to create and fill).
 
 PYTHON ?= python3
 VENV := .venv
@@ -10,12 +15,13 @@ VPY := $(VENV)/bin/python
 
 $(VPY):
 	$(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -c 'import pip, sys; sys.exit(int(pip.__version__.split(".")[0]) < 23)' \
+		|| $(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q --no-compile torch==2.13.0 "setuptools>=77"
 
 # The package alone: all a quickstart needs (a first run installs nothing more).
 package: $(VPY)
-	$(VPY) -m pip install -q .
+	$(VPY) -m pip install -q --no-compile --no-build-isolation .
 
 # Everything the suite, lint and CI need, added to the same .venv. The library
 # integrations' extras come pinned (.ci/integrations-constraints.txt), torch
@@ -23,8 +29,11 @@ package: $(VPY)
 venv: $(VPY)
 	$(VPY) -m pip install -q -c .ci/integrations-constraints.txt ".[test,integrations]" ruff setuptools
 
+# Warm (docs/limitations.md, "Warm starts"): every child of a check is forked from one
+# server that imported torch once. PYTHONHASHSEED lets the phases share that server; the
+# reports are the ones a fresh run gives (the suite's pins hold in both modes).
 quickstart: package
-	$(VPY) -m trainparity.quickstarts.resume
+	TRAINPARITY_START=warm PYTHONHASHSEED=0 $(VPY) -m trainparity.quickstarts.resume
 
 # Ends with the 10 slowest tests: the suite's time budget at a glance (docs/validation.md).
 test: venv

@@ -14,8 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 SEED = 37
 CHECKPOINT_NAME = "checkpoint.pt"
 # Set to 1 to call trainparity.record() after loading and after every step
@@ -27,6 +25,10 @@ def train(
     run_dir: Path, end_step: int, resume_from: Path | None = None, fault: bool = False
 ) -> dict[str, Any]:
     """Train a one-weight model with momentum to `end_step`, save the checkpoint, return the state."""
+    # torch is imported where it is used: the check's own process loads this module for
+    # the case classes only, and stays torch-free in warm mode (docs/limitations.md).
+    import torch
+
     if resume_from is None:
         torch.manual_seed(SEED)
         state: dict[str, Any] = {
@@ -58,6 +60,7 @@ def train(
 
 
 def _record(state: dict[str, Any]) -> None:
+    import torch
     import trainparity
 
     observed = {key: state[key] for key in ("model", "optimizer", "scheduler")}
@@ -85,6 +88,8 @@ class CleanCase:
         return run_dir / CHECKPOINT_NAME
 
     def observe_checkpoint(self, path: Path) -> Mapping[str, object]:
+        import torch
+
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         return {key: checkpoint[key] for key in ("model", "optimizer", "scheduler", "rng")}
 

@@ -1,9 +1,14 @@
 """The suite leaves no temporary files behind: every test's scratch space is accounted for.
 
 The session runs with its own temporary root (TMPDIR, inherited by every child a test
-starts). At the end, anything left there besides pytest's own `pytest-of-*` base is a
-leak: a fixture, a child process or a library call that used `tempfile` and did not
-clean up. The session then fails, naming the leftovers; otherwise the root is removed.
+starts). At the end, anything left there besides pytest's own `pytest-of-*` base and
+torch's compile cache is a leak: a fixture, a child process or a library call that used
+`tempfile` and did not clean up. The session then fails, naming the leftovers; otherwise
+the root is removed.
+
+torch's cache is given a fixed place in the root (TORCHINDUCTOR_CACHE_DIR): importing
+torch._dynamo, which torch.optim does on a process's first optimizer, creates it, by
+default as `$TMPDIR/torchinductor_$USER`, and keeps it by design.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pathlib import Path
 import pytest
 
 _VARIABLE = "TRAINPARITY_SUITE_TMP"
+_TORCH_CACHE = "torch-compile-cache"
 
 
 def start(config: pytest.Config) -> None:
@@ -29,6 +35,7 @@ def start(config: pytest.Config) -> None:
     os.environ[_VARIABLE] = str(root)
     os.environ["TMPDIR"] = str(root)
     tempfile.tempdir = str(root)
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(root / _TORCH_CACHE))
     config.stash[_ROOT] = root
 
 
@@ -37,7 +44,9 @@ def finish(session: pytest.Session, exitstatus: int) -> None:
     if root is None:
         return
     leftovers = sorted(
-        entry.name for entry in root.iterdir() if not entry.name.startswith("pytest-of-")
+        entry.name
+        for entry in root.iterdir()
+        if not entry.name.startswith("pytest-of-") and entry.name != _TORCH_CACHE
     )
     if leftovers:
         session.config.stash[_LEFTOVERS] = (root, leftovers)

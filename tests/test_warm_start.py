@@ -3,7 +3,8 @@
 Each scenario runs the same command fresh (the C core's spawn) and warm (a
 ChildStarter's server) and compares what a program can see: exit status,
 stdout and stderr byte for byte (argv, sys.path[0], __main__'s attributes,
-tracebacks, SystemExit messages, atexit output).
+tracebacks, SystemExit messages, atexit output, and what finalization
+does at exit: __del__ of module globals, a buffered file left unclosed).
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ print("loader", type(__loader__).__name__ if not isinstance(__loader__, type) el
 print("stdin", repr(sys.stdin.read()), "env", os.environ.get("PROBE_MARK"))
 print("to stderr", file=sys.stderr)
 atexit.register(print, "atexit ran")
+class Finalized:
+    def __del__(self):
+        print("__del__ ran at exit")
+keeper = Finalized()
+unclosed = open(os.path.join(os.environ["PROBE_OUT"], "unclosed.txt"), "a")
+unclosed.write(sys.argv[-1] + " flushed at exit;")
 action = sys.argv[1] if len(sys.argv) > 1 else "ok"
 if action == "raise":
     def inner():
@@ -105,13 +112,23 @@ def test_a_warm_child_is_indistinguishable_from_a_fresh_one(probe_dir, starter, 
     out.mkdir()
     for name, arguments in SCENARIOS:
         argv = [sys.executable, *arguments]
-        fresh = _run(spawn_child, f"{name}-fresh", argv, probe_dir, out)
-        warm = _run(starter.launch, f"{name}-warm", argv, probe_dir, out)
+        unclosed = probe_dir / "unclosed.txt"
+        environment = _environment(PROBE_OUT=str(probe_dir))
+        fresh = _run(spawn_child, f"{name}-fresh", argv, probe_dir, out, environment)
+        fresh_file = unclosed.read_text() if unclosed.exists() else None
+        unclosed.unlink(missing_ok=True)
+        warm = _run(starter.launch, f"{name}-warm", argv, probe_dir, out, environment)
+        warm_file = unclosed.read_text() if unclosed.exists() else None
+        unclosed.unlink(missing_ok=True)
         assert warm[:4] == fresh[:4], name
+        assert warm_file == fresh_file, name
         assert f"{name}-warm" in starter.report["warm"]
     assert starter.report["fresh"] == {}
-    raised = _run(spawn_child, "raised", [sys.executable, "probe.py", "raise"], probe_dir, out)
+    argv = [sys.executable, "probe.py", "raise"]
+    raised = _run(spawn_child, "raised", argv, probe_dir, out, _environment(PROBE_OUT=str(out)))
     assert raised[0] == 1 and "RuntimeError: the probe failed" in raised[3]  # compared above
+    assert "__del__ ran at exit" in raised[2]
+    assert (out / "unclosed.txt").read_text() == "raise flushed at exit;"  # compared above
 
 
 PRISTINE = """\
@@ -167,7 +184,9 @@ def test_without_a_hash_seed_each_warm_child_gets_its_own(tmp_path, starter):
         for index in range(2)
     ]
     assert starter.report["warm"] == ["c0", "c1"]
-    assert runs[0]["seed"] != runs[1]["seed"] and runs[0]["hash"] != runs[1]["hash"]
+    assert runs[0]["hash"] != runs[1]["hash"]
+    # Each server's seed is its own; a child's environment is the phase's, as a fresh one's.
+    assert runs[0]["seed"] is runs[1]["seed"] is None
     assert hash("a string") == hash("a string")  # (this process's own seed is untouched)
 
 

@@ -1,45 +1,78 @@
-"""trainparity: differential tests for PyTorch training semantics."""
+"""trainparity: differential tests for PyTorch training semantics.
 
-from trainparity.api import (
-    AtLeastOnce,
-    CommandCase,
-    ExactComparison,
-    ExactlyOnce,
-    ExpectedPadding,
-    NoCrossRankOverlap,
-    Outcome,
-    SameGlobalOrder,
-    ToleranceComparison,
-    audit_sample_coverage,
-    check_accumulation,
-    check_resume,
-    check_runs,
-    compare_states,
-)
-from trainparity.distributed.record_ids import record_ids
-from trainparity.forensics.tracing import trace
-from trainparity.recording.recorder import record
+The public names load on first use (PEP 562): `import trainparity`, and a
+check's own process that only orchestrates children, never import torch;
+the children that train, observe or compare tensors do (docs/limitations.md).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
 from trainparity.version import PACKAGE_VERSION as _PACKAGE_VERSION
+
+if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads them
+    from trainparity.accumulation.check import check_accumulation as check_accumulation
+    from trainparity.comparison.policies import ExactComparison as ExactComparison
+    from trainparity.comparison.policies import ToleranceComparison as ToleranceComparison
+    from trainparity.comparison.states import compare_states as compare_states
+    from trainparity.coverage.audit import AtLeastOnce as AtLeastOnce
+    from trainparity.coverage.audit import ExactlyOnce as ExactlyOnce
+    from trainparity.coverage.audit import ExpectedPadding as ExpectedPadding
+    from trainparity.coverage.audit import NoCrossRankOverlap as NoCrossRankOverlap
+    from trainparity.coverage.audit import audit_sample_coverage as audit_sample_coverage
+    from trainparity.coverage.global_order import SameGlobalOrder as SameGlobalOrder
+    from trainparity.distributed.record_ids import record_ids as record_ids
+    from trainparity.forensics.tracing import trace as trace
+    from trainparity.outcomes import Outcome as Outcome
+    from trainparity.processes.command_case import CommandCase as CommandCase
+    from trainparity.recording.recorder import record as record
+    from trainparity.resume.check import check_resume as check_resume
+    from trainparity.runs.check import check_runs as check_runs
 
 __version__ = _PACKAGE_VERSION
 
-__all__ = [
-    "AtLeastOnce",
-    "ExactlyOnce",
-    "ExpectedPadding",
-    "NoCrossRankOverlap",
-    "SameGlobalOrder",
-    "audit_sample_coverage",
-    "check_accumulation",
-    "ExactComparison",
-    "Outcome",
-    "ToleranceComparison",
-    "__version__",
-    "check_resume",
-    "check_runs",
-    "CommandCase",
-    "compare_states",
-    "record",
-    "trace",
-    "record_ids",
-]
+# Each public name and the module that defines it.
+_DEFINED_IN = {
+    "AtLeastOnce": "trainparity.coverage.audit",
+    "ExactlyOnce": "trainparity.coverage.audit",
+    "ExpectedPadding": "trainparity.coverage.audit",
+    "NoCrossRankOverlap": "trainparity.coverage.audit",
+    "SameGlobalOrder": "trainparity.coverage.global_order",
+    "audit_sample_coverage": "trainparity.coverage.audit",
+    "check_accumulation": "trainparity.accumulation.check",
+    "ExactComparison": "trainparity.comparison.policies",
+    "Outcome": "trainparity.outcomes",
+    "ToleranceComparison": "trainparity.comparison.policies",
+    "check_resume": "trainparity.resume.check",
+    "check_runs": "trainparity.runs.check",
+    "CommandCase": "trainparity.processes.command_case",
+    "compare_states": "trainparity.comparison.states",
+    "record": "trainparity.recording.recorder",
+    "trace": "trainparity.forensics.tracing",
+    "record_ids": "trainparity.distributed.record_ids",
+}
+
+__all__ = ["__version__", *_DEFINED_IN]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (and then kept here).
+
+    A submodule's name imports that submodule, so `trainparity.api.X` keeps
+    working after a bare `import trainparity` (which once imported trainparity.api).
+    """
+    module = _DEFINED_IN.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'trainparity' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_DEFINED_IN})

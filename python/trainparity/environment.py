@@ -9,9 +9,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    pass
 
 __all__ = [
     "ALLOWED_VARIABLES",
@@ -19,6 +20,7 @@ __all__ = [
     "EnvironmentLead",
     "environment_fingerprint",
     "environment_leads",
+    "recorded_variables",
 ]
 
 FINGERPRINT_VERSION = 1
@@ -103,9 +105,14 @@ def environment_fingerprint(
         "determinism": _determinism(),
         "precision": _precision(),
         "numpy": _numpy(),
-        "variables": {name: source.get(name) for name in ALLOWED_VARIABLES},
+        "variables": recorded_variables(source),
     }
     return _sorted(fingerprint)
+
+
+def recorded_variables(source: Mapping[str, str]) -> dict[str, str | None]:
+    """The fingerprint's `variables`: each allow-listed variable's value in `source`, or None."""
+    return {name: source.get(name) for name in ALLOWED_VARIABLES}
 
 
 def _sorted(value: Any) -> Any:
@@ -160,11 +167,15 @@ def _cpu() -> dict[str, Any]:
 
 def _torch_cpu_capability() -> str | None:
     """The vector ISA torch's CPU kernels dispatch to here (e.g. "AVX2", "AVX512", "DEFAULT")."""
+    import torch
+
     getter = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
     return str(getter()) if getter is not None else None
 
 
 def _threads() -> dict[str, Any]:
+    import torch
+
     affinity = getattr(os, "sched_getaffinity", None)
     return {
         "torch_intra_op": torch.get_num_threads(),
@@ -174,6 +185,8 @@ def _threads() -> dict[str, Any]:
 
 
 def _torch() -> dict[str, Any]:
+    import torch
+
     return {
         "version": torch.__version__,
         "git_version": getattr(torch.version, "git_version", None),
@@ -186,6 +199,8 @@ def _torch() -> dict[str, Any]:
 
 
 def _cuda(initialize: bool) -> dict[str, Any]:
+    import torch
+
     available = torch.cuda.is_available()
     details = {
         "available": available,
@@ -201,6 +216,8 @@ def _cuda(initialize: bool) -> dict[str, Any]:
 
 
 def _devices(from_torch: bool) -> list[dict[str, Any]]:
+    import torch
+
     if from_torch:
         devices = []
         for index in range(torch.cuda.device_count()):
@@ -245,6 +262,8 @@ def _nvidia_proc_gpu_names() -> list[str]:
 
 
 def _determinism() -> dict[str, Any]:
+    import torch
+
     cudnn = torch.backends.cudnn
     return {
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
@@ -257,6 +276,8 @@ def _determinism() -> dict[str, Any]:
 
 def _precision() -> dict[str, Any]:
     """Process-wide settings that change how floating-point results are rounded."""
+    import torch
+
     matmul = torch.backends.cuda.matmul
     return {
         "default_dtype": str(torch.get_default_dtype()),

@@ -5,22 +5,53 @@ its module path and a digest and float64 summary of each value it read or
 wrote; `diff_traces(a, b)` aligns two traces and says where the first
 divergence was born, or which input it was inherited from, with the
 environment leads that fit that kind of op. See docs/forensics.md.
+
+The names load on first use (PEP 562): a training script's `record()` reads
+forensics/variables.py without importing the tracer (and torch with it).
 """
 
-from trainparity.forensics.records import Trace, TraceOp, TraceValue
-from trainparity.forensics.trace_diff import TraceDiff, diff_traces
-from trainparity.forensics.trace_file import is_trace_file, read_trace, write_trace
-from trainparity.forensics.tracing import TraceSession, trace
+from __future__ import annotations
 
-__all__ = [
-    "Trace",
-    "TraceDiff",
-    "TraceOp",
-    "TraceSession",
-    "TraceValue",
-    "diff_traces",
-    "is_trace_file",
-    "read_trace",
-    "trace",
-    "write_trace",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads them
+    from trainparity.forensics.records import Trace as Trace
+    from trainparity.forensics.records import TraceOp as TraceOp
+    from trainparity.forensics.records import TraceValue as TraceValue
+    from trainparity.forensics.trace_diff import TraceDiff as TraceDiff
+    from trainparity.forensics.trace_diff import diff_traces as diff_traces
+    from trainparity.forensics.trace_file import is_trace_file as is_trace_file
+    from trainparity.forensics.trace_file import read_trace as read_trace
+    from trainparity.forensics.trace_file import write_trace as write_trace
+    from trainparity.forensics.tracing import TraceSession as TraceSession
+    from trainparity.forensics.tracing import trace as trace
+
+_DEFINED_IN = {
+    "Trace": "trainparity.forensics.records",
+    "TraceDiff": "trainparity.forensics.trace_diff",
+    "TraceOp": "trainparity.forensics.records",
+    "TraceSession": "trainparity.forensics.tracing",
+    "TraceValue": "trainparity.forensics.records",
+    "diff_traces": "trainparity.forensics.trace_diff",
+    "is_trace_file": "trainparity.forensics.trace_file",
+    "read_trace": "trainparity.forensics.trace_file",
+    "trace": "trainparity.forensics.tracing",
+    "write_trace": "trainparity.forensics.trace_file",
+}
+
+__all__ = sorted(_DEFINED_IN)
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (and then kept here)."""
+    module = _DEFINED_IN.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainparity.forensics' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_DEFINED_IN})

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ctypes
-
-import torch
+from typing import TYPE_CHECKING
 
 from trainparity import _trainparity as core
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["core", "tensor_bytes"]
 

@@ -8,11 +8,12 @@ import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import torch
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from trainparity.native.core import core, tensor_bytes
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "CPU_BACKEND",
@@ -91,6 +92,8 @@ class DeviceTensorBytes:
 
     def byte_view(self) -> torch.Tensor:
         """The elements as a flat uint8 tensor on the tensor's device (no copy)."""
+        import torch
+
         return self.tensor.view(torch.uint8)
 
     def __getitem__(self, key: slice) -> bytes:
@@ -108,6 +111,8 @@ class DeviceTensorBytes:
         transfer overlaps the caller's work on block k. A yielded view is only
         valid until the next one is requested.
         """
+        import torch
+
         if self.nbytes == 0:
             return
         source = self.byte_view()
@@ -172,6 +177,8 @@ def _sources_directory() -> Path | None:
 
 
 def _environment_problem() -> str | None:
+    import torch
+
     if os.environ.get(KERNELS_VARIABLE) == "0":
         return f"the CUDA kernels are disabled by {KERNELS_VARIABLE}=0"
     if torch.version.cuda is None:
@@ -283,6 +290,8 @@ def compare_buffers(
     chosen = _choose_backend(dtype_name, baseline, candidate, backend)
     mode = {"rtol": rtol, "atol": atol, "equal_nan": equal_nan}
     if chosen == KERNEL_BACKEND:
+        import torch  # the kernels run on tensors: torch is loaded already
+
         module = _required_kernels()
         with torch.cuda.device(baseline.device):
             stream = torch.cuda.current_stream(baseline.device).cuda_stream
@@ -383,6 +392,8 @@ def digest_buffer(
     _check_version(version)
     backend = _single_buffer_backend(data, backend)
     if backend == KERNEL_BACKEND:
+        import torch  # the kernels run on tensors: torch is loaded already
+
         module = _required_kernels()
         with torch.cuda.device(data.device):
             stream = torch.cuda.current_stream(data.device).cuda_stream
@@ -420,6 +431,8 @@ def summary_buffer(
     _check_version(version)
     backend = _single_buffer_backend(data, backend)
     if backend == KERNEL_BACKEND:
+        import torch  # the kernels run on tensors: torch is loaded already
+
         module = _required_kernels()
         with torch.cuda.device(data.device):
             stream = torch.cuda.current_stream(data.device).cuda_stream

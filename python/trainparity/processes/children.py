@@ -137,6 +137,7 @@ class PhaseChildren:
             progress=settings.progress,
             case_kind=case_kind,
             timings=timings,
+            on_environment=settings.observed_environment,
         )
         self.processes: list[ExternalProcessEvidence] = []
         self.checkpoint_max_bytes = 0

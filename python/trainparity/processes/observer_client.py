@@ -7,6 +7,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,9 +58,11 @@ class ObserverClient:
         progress: ProgressReporter,
         case_kind: str = "resume",
         timings: dict[str, float] | None = None,
+        on_environment: Callable[[object], None] | None = None,
     ) -> None:
         """`timings` (the check's timing dict) receives `snapshot_<phase>` per observation
-        and the worker's own timings (`capture` as `snapshot_capture`), summed."""
+        and the worker's own timings (`capture` as `snapshot_capture`), summed.
+        `on_environment` receives the environment fingerprint each snapshot records."""
         self.group = group
         self.case_kind = case_kind
         self.case_spec = case_spec
@@ -72,6 +75,7 @@ class ObserverClient:
         self.launch_failed = False
         self.timings = timings if timings is not None else {}
         self.file_bytes = 0  # of every snapshot file published so far
+        self.on_environment = on_environment
 
     def start(self) -> None:
         """Launch the worker now, so its interpreter start overlaps with training."""
@@ -140,12 +144,14 @@ class ObserverClient:
                 verdict, f"{phase} checkpoint observation failed: {record.get('message')}"
             )
         try:
-            snapshot, _ = read_snapshot(snapshot_path)
+            snapshot, extras = read_snapshot(snapshot_path)
             timings = {key: float(value) for key, value in record["timing_seconds"].items()}
         except (SnapshotFileError, OSError, KeyError, TypeError, ValueError, AttributeError):
             raise ObservationFailure(
                 Outcome.ERROR, f"{phase} checkpoint observation worker result was corrupt"
             ) from None
+        if self.on_environment is not None:
+            self.on_environment(extras["environment"])
         seconds = time.perf_counter() - began
         self.progress.event(f"snapshot_{phase}", "end", seconds)
         observation = Observation(snapshot, seconds, timings, snapshot_path.stat().st_size)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from trainparity.comparison.policies import ComparisonPolicy
 from trainparity.comparison.states import checked_policy
-from trainparity.environment import environment_fingerprint
+from trainparity.environment import environment_fingerprint, recorded_variables
 from trainparity.processes.executor import PhaseExecutor
 from trainparity.processes.progress import ProgressCallback, ProgressReporter
 from trainparity.processes.run_directory import run_directory
@@ -53,19 +54,45 @@ class RunSettings:
     threads: ChildThreads
     starter: ChildStarter
     executor: PhaseExecutor | None = None  # None: the phases run here, as local children
+    # The report's environment section, one dict completed in place (environment_report).
+    _environment_section: dict[str, Any] = field(default_factory=dict)
 
     def environment_report(self) -> dict[str, Any]:
         """The report's environment section: the children's fingerprint and their thread count.
 
         In warm mode, `child_start` says which children were forked warm and why
         others started fresh; it fills in as they start (absent in fresh mode,
-        whose reports stay as they were).
+        whose reports stay as they were). A warm check whose own process has
+        not imported torch does not import it for this: the torch facts come
+        from the first snapshot the observer (a warm child) publishes, with
+        the allow-listed variables of this check's children, and only a check
+        that published none computes them here (complete_environment_report).
         """
-        fingerprint = environment_fingerprint(variables=self.environment)
-        fingerprint["child_threads"] = self.threads.report()
-        if self.starter.mode == "warm":
-            fingerprint["child_start"] = self.starter.report
-        return dict(sorted(fingerprint.items()))
+        section = self._environment_section
+        if not section:
+            section["child_threads"] = self.threads.report()
+            if self.starter.mode == "warm":
+                section["child_start"] = self.starter.report
+            if self.starter.mode == "fresh" or "torch" in sys.modules:
+                self._fill_environment(environment_fingerprint(variables=self.environment))
+        return section
+
+    def observed_environment(self, fingerprint: object) -> None:
+        """A fingerprint a warm child recorded here (snapshot manifest): the section's torch facts."""
+        if "fingerprint_version" not in self._environment_section and isinstance(fingerprint, dict):
+            variables = recorded_variables(self.environment)
+            self._fill_environment({**fingerprint, "variables": dict(sorted(variables.items()))})
+
+    def complete_environment_report(self) -> None:
+        """The section's fingerprint computed here when no warm child provided one."""
+        if self._environment_section and "fingerprint_version" not in self._environment_section:
+            self._fill_environment(environment_fingerprint(variables=self.environment))
+
+    def _fill_environment(self, fingerprint: Mapping[str, Any]) -> None:
+        section = self._environment_section
+        merged = {**fingerprint, **section}
+        section.clear()
+        section.update(sorted(merged.items()))
 
 
 def checked_timeout(timeout: object) -> float:
@@ -155,7 +182,7 @@ class CheckRunner:
         ):
             starter = ChildStarter(self.start, log_dir=root / "warm_servers", timeout=self.timeout)
             with contextlib.closing(starter):
-                yield RunSettings(
+                settings = RunSettings(
                     command_dir=command_dir,
                     run_root=root,
                     environment=threads.environment(environment),
@@ -167,6 +194,8 @@ class CheckRunner:
                     starter=starter,
                     executor=self.executor,
                 )
+                yield settings
+                settings.complete_environment_report()
 
     def finished(self, result: ResultT, report_path: Path | None) -> ResultT:
         """`result`, after writing its machine report to `report_path` when one was asked for."""

@@ -7,7 +7,9 @@ torchrun, `python -m torch.distributed.run`, excepted) from a server that import
 (warm_server.py); any other command starts fresh. A ChildStarter is the one
 seam: ChildGroup calls its `launch` where it would spawn. Servers live as long
 as the check (closed with it, and killed by their parent-death signal if the
-check dies); one serves every child of the same environment.
+check dies); one serves every child of the same environment. The server of
+the accumulation worker also imports torch._dynamo, which each worker's
+optimizer would import anyway (_PRELOADS).
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ _HASH_SEED = "PYTHONHASHSEED"
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 _CONNECT_SECONDS = 30.0
+# Modules of torch's own that a child of these commands imports anyway, preloaded by its
+# server. The accumulation worker's case always builds an optimizer, and torch.optim
+# imports torch._dynamo on the first one: about as much CPU as torch itself, per child.
+_PRELOADS = {"trainparity.accumulation.worker": ("torch._dynamo",)}
 
 
 def checked_start(start: object) -> str:
@@ -93,8 +99,9 @@ class ChildStarter:
         self.log_dir = log_dir
         self.timeout = timeout
         self.report: dict[str, Any] = {"mode": mode, "warm": [], "fresh": {}}
-        self._servers: dict[tuple[tuple[str, str], ...], _WarmServer] = {}
-        self._broken: dict[tuple[tuple[str, str], ...], str] = {}
+        # One server per (its environment, its preloaded modules).
+        self._servers: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], _WarmServer] = {}
+        self._broken: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], str] = {}
 
     def launch(self, spec: ChildSpec) -> int:
         """Start `spec` now; its pid, a child of this process. ChildLaunchError if it cannot."""
@@ -105,11 +112,16 @@ class ChildStarter:
             self.report["fresh"][spec.name] = refusal
             return spawn_child(spec)
         environment = dict(spec.env)
+        server_environment = environment
         if environment.get(_HASH_SEED, "random") == "random":
             # A forked child keeps its server's str hashes: a phase without a fixed seed
-            # gets one of its own (and so its own server), as a fresh process would.
-            environment[_HASH_SEED] = str(1 + secrets.randbelow(4294967295))
-        key = tuple(sorted(item for item in environment.items() if _server_variable(item[0])))
+            # gets a server seeded for it alone, as a fresh process draws its own. The child's
+            # own environment stays the phase's (no PYTHONHASHSEED), as a fresh one's would.
+            seed = str(1 + secrets.randbelow(4294967295))
+            server_environment = {**environment, _HASH_SEED: seed}
+        preload = _preloaded_modules(spec.argv)
+        variables = sorted(item for item in server_environment.items() if _server_variable(item[0]))
+        key = (tuple(variables), preload)
         if key in self._broken:
             self.report["fresh"][spec.name] = self._broken[key]
             return spawn_child(spec)
@@ -118,7 +130,7 @@ class ChildStarter:
             if server is None:
                 index = len(self._servers) + len(self._broken)
                 server = self._servers[key] = _WarmServer(
-                    dict(key), self.log_dir, index, self.timeout
+                    dict(variables), preload, self.log_dir, index, self.timeout
                 )
             pid = server.fork(spec, environment)
         except _ServerFailure as failure:
@@ -136,6 +148,13 @@ class ChildStarter:
         self._servers.clear()
 
 
+def _preloaded_modules(argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """What the server of `python -m MODULE …` imports beyond torch and numpy (_PRELOADS)."""
+    if len(argv) >= 3 and argv[1] == "-m":
+        return _PRELOADS.get(argv[2], ())
+    return ()
+
+
 def _server_variable(name: str) -> bool:
     """Whether `name` belongs in the server's environment (and so in its key)."""
     return not name.startswith(_PER_PHASE_PREFIX) and name not in _RANK_VARIABLES
@@ -151,6 +170,7 @@ class _WarmServer:
     def __init__(
         self,
         environment: dict[str, str],
+        preload: tuple[str, ...],
         log_dir: Path,
         index: int,
         timeout: float,
@@ -164,7 +184,7 @@ class _WarmServer:
             # Its cwd is its log directory: a phase's own cwd may not exist (a launch failure
             # reported for that phase), and every child changes to its own anyway.
             self.pid = core.spawn(
-                [sys.executable, str(_SERVER_SCRIPT), self.name],
+                [sys.executable, str(_SERVER_SCRIPT), self.name, *preload],
                 cwd=str(log_dir),
                 env=[f"{key}={value}" for key, value in environment.items()],
                 stdout_path=str(log_dir / f"warm_server_{index}.stdout.log"),

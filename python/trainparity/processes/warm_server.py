@@ -1,9 +1,11 @@
 """The warm server: imports torch once, then forks one child per request of the check that started it.
 
-Run as a script (`python warm_server.py SOCKET_NAME`), never imported: it
-loads nothing of trainparity, so a forked child's sys.modules holds nothing of
-the check. It imports torch (and numpy where present) and runs no torch op, so
-no thread pool exists and CUDA is never touched.
+Run as a script (`python warm_server.py SOCKET_NAME [MODULE ...]`), never
+imported: it loads nothing of trainparity, so a forked child's sys.modules
+holds nothing of the check. It imports torch (and numpy where present), then
+each MODULE (torch's own, such as torch._dynamo, named by warm.py for the
+children that import it anyway), and runs no torch op, so no thread pool
+exists and CUDA is never touched.
 
 Protocol, one JSON line each way per request on one Unix socket (Linux
 abstract namespace) accepted from the server's parent only: "ready" once the
@@ -37,7 +39,7 @@ _PR_SET_PDEATHSIG = 1
 _REPARENT_SECONDS = 10.0  # the middle process exits right after its fork; this is never reached
 
 
-def _preload() -> None:
+def _preload(modules: list[str]) -> None:
     """The heavy imports every child would pay for; no op runs, so no thread pool starts."""
     import torch  # noqa: F401
 
@@ -45,6 +47,8 @@ def _preload() -> None:
         import numpy  # noqa: F401
     except ImportError:
         pass
+    for module in modules:
+        importlib.import_module(module)
 
 
 def _load_warm_main():
@@ -64,13 +68,13 @@ def _peer_pid(connection: socket.socket) -> int:
     return struct.unpack("3i", credentials)[0]
 
 
-def serve(name: str) -> tuple[dict, object] | None:
+def serve(name: str, modules: list[str]) -> tuple[dict, object] | None:
     """Answer the parent's requests; returns (request, warm_main) only in a forked child."""
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(4)
-    _preload()
+    _preload(modules)
     warm_main = _load_warm_main()
     # What the imports made is kept out of the children's collections: they neither
     # pay to traverse it nor copy its pages (copy-on-write) by touching it.
@@ -175,12 +179,16 @@ def _close_descriptors(keep: int) -> None:
 
 
 def main() -> None:
-    forked = serve(sys.argv[1])
+    forked = serve(sys.argv[1], sys.argv[2:])
     if forked is None:
         os._exit(0)  # no finalization of torch and co. in the server: nothing to flush
     request, warm_main = forked
     warm_main.become_fresh(request["argv"], request["cwd"], request["env"])
-    warm_main.run_main(request["argv"], request["cwd"])
+    try:
+        warm_main.run_main(request["argv"], request["cwd"])
+    except SystemExit as exit:
+        warm_main.exit_as_fresh(exit.code)
+    warm_main.exit_as_fresh(None)
 
 
 if __name__ == "__main__":

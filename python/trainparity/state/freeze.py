@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
-
-import torch
+from typing import TYPE_CHECKING, Any, Union
 
 from trainparity.native.core import tensor_bytes
 from trainparity.native.cuda import DeviceTensorBytes
 from trainparity.native.dtypes import info_for_dtype, info_for_text
 from trainparity.state.paths import StatePath, render_path
 from trainparity.state.placement import ShardPlacement
-from trainparity.state.tensor_kinds import readable_tensor
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "AmbiguousStateNameError",
@@ -84,6 +85,8 @@ class FrozenTensor:
 
     def to_tensor(self) -> torch.Tensor:
         """A new CPU tensor holding a copy of the frozen values."""
+        import torch
+
         entry = info_for_text(self.dtype)
         if self.nbytes == 0:
             return torch.empty(self.shape, dtype=entry.dtype)
@@ -94,6 +97,8 @@ class FrozenTensor:
 
     def leading_values(self, count: int = 4) -> list[Any]:
         """The first `count` flattened values as Python numbers (for summaries)."""
+        import torch
+
         entry = info_for_text(self.dtype)
         take = min(count, self.numel) * entry.element_size
         if take == 0:
@@ -103,6 +108,8 @@ class FrozenTensor:
 
     def value_at(self, index: int) -> Any:
         """The flattened element at `index` as a Python number."""
+        import torch
+
         entry = info_for_text(self.dtype)
         start = index * entry.element_size
         chunk = bytearray(self.data[start : start + entry.element_size])
@@ -157,7 +164,7 @@ class _Freezer:
     def freeze(self, value: object, path: StatePath) -> FrozenValue:
         if isinstance(value, SCALAR_TYPES):
             return value  # type: ignore[return-value]
-        if isinstance(value, torch.Tensor):
+        if _is_tensor(value):
             return _freeze_tensor(value, path, copy=self.copy)
         if isinstance(value, Mapping):
             return self._container(value, path, self._mapping)
@@ -188,12 +195,20 @@ class _Freezer:
         return FrozenSequence(kind, items)
 
 
+def _is_tensor(value: object) -> bool:
+    """Whether `value` is a torch.Tensor; without torch imported, nothing can be one."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
 def _qualified_type_name(value: object) -> str:
     kind = type(value)
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _freeze_tensor(tensor: torch.Tensor, path: StatePath, *, copy: bool) -> FrozenTensor:
+    from trainparity.state.tensor_kinds import readable_tensor
+
     # Every tensor passes this gate before its bytes can reach the C core (tensor_kinds.py).
     local, placement = readable_tensor(tensor, path, UnsupportedStateError)
     if info_for_dtype(local.dtype) is None:
@@ -230,6 +245,8 @@ def contiguous_cpu(tensor: torch.Tensor) -> torch.Tensor:
 
 def _private_copy(tensor: torch.Tensor) -> memoryview:
     """One copy of the tensor's values into a buffer we own (any device, any strides)."""
+    import torch
+
     nbytes = tensor.numel() * tensor.element_size()
     if nbytes == 0:
         return memoryview(b"")

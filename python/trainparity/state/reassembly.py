@@ -23,8 +23,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-import torch
-
 from trainparity.native.dtypes import info_for_text
 from trainparity.state.freeze import FrozenMapping, FrozenSequence, FrozenTensor, FrozenValue
 from trainparity.state.paths import StatePath, render_path
@@ -123,6 +121,8 @@ class _Builder:
                 f"the shards of {render_path(path)} cover {covered} of "
                 f"{math.prod(placement.global_shape)} elements"
             )
+        import torch  # reassembly builds the global tensor: only where shards differ
+
         whole = torch.empty(placement.global_shape, dtype=info_for_text(first.dtype).dtype)
         for (offsets, shape), rank in places:
             shard = shards[rank]
