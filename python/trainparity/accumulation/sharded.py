@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from trainparity.state.freeze import FrozenMapping, FrozenSequence, FrozenTensor, FrozenValue
-from trainparity.state.reassembly import ReassemblyError, global_state
+from trainparity.state.reassembly import ReassemblyError, global_state, holds_shards
 from trainparity.state.snapshot import Snapshot
 
 __all__ = ["SHARDED_COMPARISON", "ReassemblyError", "global_views", "holds_shards", "unsharded"]
@@ -27,17 +27,6 @@ SHARDED_COMPARISON = (
 """What the report's `compared_on` says when the candidate's ranks held shards."""
 
 Views = Mapping[str, Snapshot]
-
-
-def holds_shards(value: FrozenValue) -> bool:
-    """Whether any tensor in `value` is a rank's shard of a sharded tensor."""
-    if isinstance(value, FrozenTensor):
-        return value.placement is not None
-    if isinstance(value, FrozenMapping):
-        return any(holds_shards(item) for _, item in value.entries)
-    if isinstance(value, FrozenSequence):
-        return any(holds_shards(item) for item in value.items)
-    return False
 
 
 def global_views(rank_views: Sequence[Views]) -> dict[str, Snapshot]:

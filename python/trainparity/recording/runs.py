@@ -19,7 +19,7 @@ from trainparity.recording.elastic import global_pairs, joined_steps
 from trainparity.recording.phase_recordings import PhaseRecordings, TrajectoryError
 from trainparity.recording.reader import Recording
 from trainparity.recording.trajectory import StepDivergence, first_divergence, rank_named
-from trainparity.state.freeze import FrozenMapping, FrozenSequence, FrozenTensor
+from trainparity.state.reassembly import holds_shards
 
 __all__ = ["RunsTrajectories"]
 
@@ -93,14 +93,4 @@ class RunsTrajectories(PhaseRecordings):
 def _sharded(recordings: dict[int, Recording]) -> bool:
     """Whether a run's first record holds a shard of a sharded tensor (on its lowest rank)."""
     steps = recordings[min(recordings)].steps
-    return bool(steps) and _holds_shard(steps[0].state)
-
-
-def _holds_shard(value: object) -> bool:
-    if isinstance(value, FrozenTensor):
-        return value.placement is not None
-    if isinstance(value, FrozenMapping):
-        return any(_holds_shard(item) for _, item in value.entries)
-    if isinstance(value, FrozenSequence):
-        return any(_holds_shard(item) for item in value.items)
-    return False
+    return bool(steps) and holds_shards(steps[0].state)

@@ -28,7 +28,7 @@ from trainparity.state.freeze import FrozenMapping, FrozenSequence, FrozenTensor
 from trainparity.state.paths import StatePath, render_path
 from trainparity.state.summaries import TensorSummary
 
-__all__ = ["ReassemblyError", "global_state"]
+__all__ = ["ReassemblyError", "global_state", "holds_shards"]
 
 SummaryOf = Callable[[int, str], TensorSummary]
 
@@ -150,3 +150,14 @@ class _Builder:
             "sum": math.fsum(part.sum for part in parts),
         }
         return FrozenMapping(tuple(sorted(combined.items())))
+
+
+def holds_shards(value: FrozenValue) -> bool:
+    """Whether any tensor in `value` is a rank's shard of a sharded tensor."""
+    if isinstance(value, FrozenTensor):
+        return value.placement is not None
+    if isinstance(value, FrozenMapping):
+        return any(holds_shards(item) for _, item in value.entries)
+    if isinstance(value, FrozenSequence):
+        return any(holds_shards(item) for item in value.items)
+    return False
