@@ -34,6 +34,25 @@ FRESH_MODULES = frozenset(
 )
 # Timeouts, crashes, Ctrl-C, SIGTERM/SIGHUP and leaked grandchildren: each test in both modes.
 BOTH_MODES_MODULES = frozenset({"test_resume_processes", "test_termination"})
+# Modules whose training scripts build optimizers (or trainers that do): their warm servers
+# also import torch._dynamo (TRAINPARITY_WARM_PRELOAD), which each phase would import itself.
+# Elsewhere a server without it is ready sooner.
+PRELOAD_DYNAMO_MODULES = frozenset(
+    {
+        "test_resume_faults",
+        "test_resume_trajectories",
+        "test_resume_chain",
+        "test_resume_coverage_steps",
+        "test_forensics",
+        "test_fsdp2_guide",
+        "test_huggingface",
+        "test_lightning",
+        "test_accelerate",
+        "test_two_rank_trainers",
+        "test_id_columns",
+    }
+)
+_PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"
 
 
 # Whether the hash seed is the suite's (set below) rather than the caller's own.
@@ -57,6 +76,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     temp_guard.summary(terminalreporter, config)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A hook, not a fixture: module-scoped fixtures (which run whole checks) start before any
+    # function-scoped fixture of the module's first test, but after this.
+    if _module_name(getattr(item, "module", None)) in PRELOAD_DYNAMO_MODULES:
+        os.environ[_PRELOAD_VARIABLE] = "torch._dynamo"
+    else:
+        os.environ.pop(_PRELOAD_VARIABLE, None)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -407,3 +407,26 @@ def test_a_warm_check_of_the_quickstart_reports_its_warm_phases(tmp_path):
     warm_report = {k: v for k, v in result.to_dict().items() if k not in volatile}
     fresh_report = {k: v for k, v in fresh.to_dict().items() if k not in volatile}
     assert warm_report == fresh_report
+
+
+def test_a_server_preloads_the_torch_modules_named_in_the_preload_variable(tmp_path, starter):
+    code = "import sys; print('torch._dynamo' in sys.modules)"
+    outputs = []
+    for name, preload in (("plain", ""), ("named", " torch._dynamo ,")):
+        env = _environment(TRAINPARITY_WARM_PRELOAD=preload)
+        _, _, stdout, _, _ = _run(
+            starter.launch, name, [sys.executable, "-c", code], tmp_path, tmp_path, env
+        )
+        outputs.append(stdout)
+    assert outputs == ["False\n", "True\n"]
+    assert len(starter._servers) == 2 and starter.report["warm"] == ["plain", "named"]
+
+
+def test_a_preload_that_is_not_torchs_own_starts_the_child_fresh_and_says_why(tmp_path, starter):
+    env = _environment(TRAINPARITY_WARM_PRELOAD="torch._dynamo,json")
+    _, _, stdout, _, _ = _run(
+        starter.launch, "user", [sys.executable, "-c", "print('ran')"], tmp_path, tmp_path, env
+    )
+    assert stdout == "ran\n" and starter._servers == {}
+    reason = starter.report["fresh"]["user"]
+    assert reason.startswith("TRAINPARITY_WARM_PRELOAD names 'json'") and "started fresh" in reason

@@ -15,6 +15,7 @@ reference phase by phase.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import socket
 from collections.abc import Callable, Mapping
@@ -284,10 +285,27 @@ class RankContext:
         return combined
 
     def close(self) -> None:
+        """Leave the process group; its Python object is kept until release_left_groups()."""
         import torch.distributed as dist
 
         if dist.is_initialized():
+            _LEFT_GROUPS.append(dist.group.WORLD)
             dist.destroy_process_group()
+
+
+# Process groups this process has left, alive until release_left_groups(). torch destroys a
+# group's gloo backend without the GIL only when the group's Python object is its last owner.
+# When DDP's Reducer owns it last, the backend's destructor joins its worker threads with the
+# GIL held, while a worker still needs the GIL to free the tensors of the last collective:
+# rank 0 of a two-rank check hung there (py-spy: ~ProcessGroupGloo in thread::join, the
+# worker in gil_scoped_acquire). Keeping the Python object until DDP is gone makes it last.
+_LEFT_GROUPS: list[object] = []
+
+
+def release_left_groups() -> None:
+    """Drop the groups close() kept, once the rank's models (and DDP's Reducer) are gone."""
+    gc.collect()  # a model in a reference cycle would otherwise outlive the group
+    _LEFT_GROUPS.clear()
 
 
 def plan_train_step(

@@ -34,7 +34,12 @@ from trainparity.accumulation.plan import (
     UnsafeBatchSplit,
     split_for_case,
 )
-from trainparity.accumulation.ranks import RANKS_KEY, RankContext, plan_train_step
+from trainparity.accumulation.ranks import (
+    RANKS_KEY,
+    RankContext,
+    plan_train_step,
+    release_left_groups,
+)
 from trainparity.accumulation.user_step import (
     TRAIN_STEP,
     MixedAccounting,
@@ -553,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         own_step=arguments.own_step,
     )
     write_result(str(arguments.result), record)  # atomically: never half a file
+    release_left_groups()  # execute's models are gone: the group is freed last, without the GIL
     return 0
 
 

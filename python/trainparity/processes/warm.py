@@ -9,7 +9,8 @@ seam: ChildGroup calls its `launch` where it would spawn. Servers live as long
 as the check (closed with it, and killed by their parent-death signal if the
 check dies); one serves every child of the same environment. The server of
 the accumulation worker also imports torch._dynamo, which each worker's
-optimizer would import anyway (_PRELOADS).
+optimizer would import anyway (_PRELOADS); $TRAINPARITY_WARM_PRELOAD names
+such modules for any other command.
 """
 
 from __future__ import annotations
@@ -35,7 +36,14 @@ from trainparity.distributed.launch import is_torchrun
 from trainparity.native.core import core
 from trainparity.processes.group import ChildLaunchError, ChildSpec, spawn_child
 
-__all__ = ["START_MODES", "START_VARIABLE", "ChildStarter", "checked_start", "warm_refusal"]
+__all__ = [
+    "PRELOAD_VARIABLE",
+    "START_MODES",
+    "START_VARIABLE",
+    "ChildStarter",
+    "checked_start",
+    "warm_refusal",
+]
 
 START_MODES = ("fresh", "warm")
 START_VARIABLE = "TRAINPARITY_START"
@@ -51,13 +59,16 @@ _HASH_SEED = "PYTHONHASHSEED"
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 _CONNECT_SECONDS = 30.0
-# Modules of torch's own that a child of these commands imports anyway, preloaded by its
-# server. The accumulation worker's case always builds an optimizer, and torch.optim
-# imports torch._dynamo on the first one: about as much CPU as torch itself, per child.
-# Not preloaded for now: after torch._dynamo was preloaded, ranks of multi-rank accumulation
-# checks (DDP on gloo, forked from that server) hung in the fresh-clone CI. Until the cause
-# is known, the workers import it themselves.
-_PRELOADS: dict[str, tuple[str, ...]] = {}
+# Modules of torch's own that a child imports anyway, preloaded by its server. torch.optim
+# imports torch._dynamo on a process's first optimizer: 4.3 s of CPU here, three times torch's
+# own import. The accumulation worker always builds one; for any other command the caller
+# names them in PRELOAD_VARIABLE, since a phase that builds no optimizer would only wait for
+# the longer import. (Ranks of multi-rank accumulation checks hung after this preload once: a
+# DDP Reducer freed the gloo group with the GIL held, a race the preload only made likelier;
+# accumulation/ranks.py now frees the group last.)
+_PRELOADS: dict[str, tuple[str, ...]] = {"trainparity.accumulation.worker": ("torch._dynamo",)}
+PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"
+"""Comma-separated modules of torch's own (e.g. torch._dynamo) a warm server imports too."""
 
 
 def checked_start(start: object) -> str:
@@ -122,7 +133,11 @@ class ChildStarter:
             # own environment stays the phase's (no PYTHONHASHSEED), as a fresh one's would.
             seed = str(1 + secrets.randbelow(4294967295))
             server_environment = {**environment, _HASH_SEED: seed}
-        preload = _preloaded_modules(spec.argv)
+        try:
+            preload = _preloaded_modules(spec.argv, environment)
+        except ValueError as error:
+            self.report["fresh"][spec.name] = f"{error}; started fresh"
+            return spawn_child(spec)
         variables = sorted(item for item in server_environment.items() if _server_variable(item[0]))
         key = (tuple(variables), preload)
         if key in self._broken:
@@ -151,11 +166,21 @@ class ChildStarter:
         self._servers.clear()
 
 
-def _preloaded_modules(argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-    """What the server of `python -m MODULE …` imports beyond torch and numpy (_PRELOADS)."""
+def _preloaded_modules(
+    argv: tuple[str, ...] | list[str], environment: Mapping[str, str]
+) -> tuple[str, ...]:
+    """What the child's server imports beyond torch and numpy; ValueError for a module not torch's."""
+    named = {name.strip() for name in environment.get(PRELOAD_VARIABLE, "").split(",")}
+    named.discard("")
+    for name in sorted(named):
+        if name != "torch" and not name.startswith("torch."):
+            raise ValueError(
+                f"{PRELOAD_VARIABLE} names {name!r}: a warm server imports only torch's own "
+                "modules (such as torch._dynamo), never the user's"
+            )
     if len(argv) >= 3 and argv[1] == "-m":
-        return _PRELOADS.get(argv[2], ())
-    return ()
+        named.update(_PRELOADS.get(argv[2], ()))
+    return tuple(sorted(named))
 
 
 def _server_variable(name: str) -> bool:
