@@ -7,10 +7,9 @@ the children that train, observe or compare tensors do (docs/limitations.md).
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from trainparity.lazy_names import lazy_face
 from trainparity.version import PACKAGE_VERSION as _PACKAGE_VERSION
 
 if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads them
@@ -58,21 +57,4 @@ _DEFINED_IN = {
 __all__ = ["__version__", *_DEFINED_IN]
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use (and then kept here).
-
-    A submodule's name imports that submodule, so `trainparity.api.X` keeps
-    working after a bare `import trainparity` (which once imported trainparity.api).
-    """
-    module = _DEFINED_IN.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module 'trainparity' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_DEFINED_IN})
+__getattr__, __dir__ = lazy_face(__name__, _DEFINED_IN, globals(), submodules=True)

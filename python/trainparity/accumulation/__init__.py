@@ -5,7 +5,7 @@ first use, so that the worker (`python -m trainparity.accumulation.worker`),
 which loads this package first, never imports the orchestrator it serves.
 """
 
-from importlib import import_module
+from trainparity.lazy_names import lazy_face
 
 _HOMES = {
     "AccumulationRunner": "trainparity.accumulation.check",
@@ -23,7 +23,4 @@ _HOMES = {
 __all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str) -> object:
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(_HOMES[name]), name)
+__getattr__, __dir__ = lazy_face(__name__, _HOMES, globals())

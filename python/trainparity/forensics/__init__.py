@@ -12,8 +12,9 @@ forensics/variables.py without importing the tracer (and torch with it).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from trainparity.lazy_names import lazy_face
 
 if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads them
     from trainparity.forensics.records import Trace as Trace
@@ -43,15 +44,4 @@ _DEFINED_IN = {
 __all__ = sorted(_DEFINED_IN)
 
 
-def __getattr__(name: str) -> Any:
-    """A public name, imported from its module on first use (and then kept here)."""
-    module = _DEFINED_IN.get(name)
-    if module is None:
-        raise AttributeError(f"module 'trainparity.forensics' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_DEFINED_IN})
+__getattr__, __dir__ = lazy_face(__name__, _DEFINED_IN, globals())
