@@ -3,8 +3,9 @@
 # `torch` requirement without torch installed would pull a multi-GB CUDA build.
 # First-run time (docs/validation.md, "Warm starts"): pip is upgraded only when the
 # venv's is older than 23; nothing is byte-compiled at install (--no-compile: byte-
-# compiling all of torch took longer than installing it; each module is compiled
-# once, when first imported); the package builds against the venv's setuptools
+# compiling all of torch took longer than installing it; a module is compiled when
+# first imported, and its .pyc kept unless PYTHONDONTWRITEBYTECODE is set: `venv`
+# compiles everything for the suite); the package builds against the venv's setuptools
 # (--no-build-isolation: no second environment to create and fill).
 
 PYTHON ?= python3
@@ -26,8 +27,14 @@ package: $(VPY)
 # Everything the suite, lint and CI need, added to the same .venv. The library
 # integrations' extras come pinned (.ci/integrations-constraints.txt), torch
 # included, so pip never replaces the torch installed above.
+# Then everything installed is byte-compiled, torch's first: a machine that sets
+# PYTHONDONTWRITEBYTECODE (this one and CI do) never writes a .pyc on import, so every
+# process of the suite compiled torch._dynamo, sympy and co. from source again (4.7 s of
+# CPU for `import torch._dynamo`, 1.3 s compiled; docs/validation.md). Files that do not
+# compile stay as they are (quiet=2): importing one would fail either way.
 venv: $(VPY)
 	$(VPY) -m pip install -q -c .ci/integrations-constraints.txt ".[test,integrations]" ruff setuptools
+	$(VPY) -c 'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0)'
 
 # Warm (docs/limitations.md, "Warm starts"): every child of a check is forked from one
 # server that imported torch once. PYTHONHASHSEED lets the phases share that server; the
