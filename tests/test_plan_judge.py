@@ -50,13 +50,7 @@ def _comparable(report: dict) -> str:
     return report_text(form)
 
 
-def test_a_faulty_case_planned_run_by_hand_and_judged_fails_as_a_local_check(
-    capsys, tmp_path, monkeypatch
-):
-    # As the pin was made: without PYTHONHASHSEED (the suite sets "0"). Snapshot manifests
-    # record the observer's allow-listed variables, and `"0"` where the pin has null pads
-    # each snapshot's header by 8 bytes: snapshot_ipc_bytes 24 larger over three snapshots.
-    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+def test_a_faulty_case_planned_run_by_hand_and_judged_fails_as_a_local_check(capsys, tmp_path):
     plan = tmp_path / "plan"
     assert (
         main(["resume", "trainparity.quickstarts.resume:FaultyCase", "--plan-only", str(plan)]) == 0

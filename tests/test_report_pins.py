@@ -21,9 +21,17 @@ GOLDEN = Path(__file__).parent / "golden"
 
 # Keys whose values come from this machine or this moment, never from the check's logic.
 # peak_temporary_directory_bytes counts the children's result files, which hold their PIDs:
-# a PID one digit longer makes it a byte larger.
+# a PID one digit longer makes it a byte larger. snapshot_ipc_bytes counts the observer's
+# snapshot files, which carry its machine's environment fingerprint (the CPU's SIMD flags
+# among it): 48 bytes more on an AVX-512 machine than where the pins were made.
 VOLATILE_KEYS = frozenset(
-    {"environment", "timing_seconds", "process_ids", "peak_temporary_directory_bytes"}
+    {
+        "environment",
+        "timing_seconds",
+        "process_ids",
+        "peak_temporary_directory_bytes",
+        "snapshot_ipc_bytes",
+    }
 )
 # Per-process evidence: which phase ran and how it ended is pinned; PIDs and resources are not.
 VOLATILE_PROCESS_KEYS = frozenset(
