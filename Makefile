@@ -43,8 +43,12 @@ quickstart: package
 	TRAINPARITY_START=warm PYTHONHASHSEED=0 $(VPY) -m trainparity.quickstarts.resume
 
 # Ends with the 10 slowest tests: the suite's time budget at a glance (docs/validation.md).
+# Two workers (pytest-xdist), each taking whole modules (--dist loadfile: a module's shared
+# fixtures run once, and its tests never run beside each other). The serial suite kept
+# about 1.3 of 2 cores busy, much of it waiting on one child at a time.
+TEST_WORKERS ?= 2
 test: venv
-	$(VPY) -m pytest -q --durations=10
+	$(VPY) -m pytest -q --durations=10 -n $(TEST_WORKERS) --dist loadfile
 
 # The fuzzers (tests/fuzz, and the core's malformed-input fuzzer) with many random
 # examples each; `make test` runs the same fuzzers bounded and derandomized.

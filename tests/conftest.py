@@ -55,8 +55,10 @@ PRELOAD_DYNAMO_MODULES = frozenset(
 _PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"
 
 
-# Whether the hash seed is the suite's (set below) rather than the caller's own.
-_OWN_HASH_SEED = "PYTHONHASHSEED" not in os.environ
+# "1" when the hash seed is the suite's (set below) rather than the caller's own. A variable,
+# not a module global: pytest-xdist's workers start after the controller's pytest_configure
+# and would otherwise take the suite's seed for the caller's.
+_OWN_HASH_SEED = "TRAINPARITY_SUITE_OWN_HASH_SEED"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -66,7 +68,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # The session's default, so that checks run by module- and session-scoped fixtures
     # (which start before any test's own fixtures) are warm too.
     os.environ.setdefault("TRAINPARITY_START", "warm")
-    os.environ.setdefault("PYTHONHASHSEED", "0")
+    if "PYTHONHASHSEED" not in os.environ:
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.environ[_OWN_HASH_SEED] = "1"
     temp_guard.start(config)
 
 
@@ -103,7 +107,7 @@ def start_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         )
         mode = "fresh" if fresh else "warm"
     monkeypatch.setenv("TRAINPARITY_START", mode)
-    if mode == "fresh" and _OWN_HASH_SEED:
+    if mode == "fresh" and os.environ.get(_OWN_HASH_SEED) == "1":
         monkeypatch.delenv("PYTHONHASHSEED", raising=False)  # children draw theirs, as ever
     return mode
 
