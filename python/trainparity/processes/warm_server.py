@@ -184,11 +184,11 @@ def main() -> None:
         os._exit(0)  # no finalization of torch and co. in the server: nothing to flush
     request, warm_main = forked
     warm_main.become_fresh(request["argv"], request["cwd"], request["env"])
-    # The child then ends through the interpreter's own finalization. An emulation that
-    # skipped tearing down the server's imports (0.3 s of CPU a child) was tried and dropped:
-    # its collection of the child's own objects destroyed gloo process groups while holding
-    # the GIL, and ranks of a multi-rank accumulation candidate hung there.
-    warm_main.run_main(request["argv"], request["cwd"])
+    try:
+        warm_main.run_main(request["argv"], request["cwd"])
+    except SystemExit as exit:
+        warm_main.exit_as_fresh(exit.code)
+    warm_main.exit_as_fresh(None)
 
 
 if __name__ == "__main__":
