@@ -8,11 +8,13 @@ caught at `loss_accounting.denominator`.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from trainparity.protocols import LossAccounting, TrainingState
 from trainparity.quickstarts._payload import print_payload, quickstart_payload
+
+if TYPE_CHECKING:
+    import torch
 
 
 class Case:
@@ -20,7 +22,11 @@ class Case:
 
     equivalence = "same four ordered samples; global squared-error mean"
 
+    # torch is imported where the case trains (in the workers), not at the top: the check's
+    # own process loads this class but never trains, and stays torch-free in warm mode.
     def build(self, seed: int, device: str) -> TrainingState:
+        import torch
+
         torch.manual_seed(seed)
         model = torch.nn.Linear(1, 1, bias=False).to(device)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -28,6 +34,8 @@ class Case:
         return TrainingState(model, optimizer, scheduler)
 
     def batch(self, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
         inputs = torch.tensor([[1.0], [2.0], [3.0], [4.0]], dtype=torch.float32, device=device)
         return inputs, inputs * 0.5
 

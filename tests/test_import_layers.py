@@ -235,6 +235,9 @@ def test_workers_never_import_their_orchestrators():
 
     assert "trainparity.accumulation.check" not in reachable("trainparity.accumulation.worker")
     assert "trainparity.accumulation.execution" not in reachable("trainparity.accumulation.worker")
+    assert "trainparity.accumulation.rank_orchestration" not in reachable(
+        "trainparity.accumulation.worker"
+    )
     assert "trainparity.processes.observer_client" not in reachable(
         "trainparity.processes.observer"
     )

@@ -163,6 +163,8 @@ class AccumulationRunner(CheckRunner):
             device=device,
             concurrent_children=len(CHILD_NAMES),  # a multi-rank candidate shares its child's
         ) as settings:
+            # Before the workers: a warm check's torch facts arrive with their observations.
+            environment_report = settings.environment_report()
             execution = AccumulationExecution(
                 case_spec=case,
                 plans={"baseline_a": baseline, "baseline_b": baseline, "candidate": candidate},
@@ -173,7 +175,6 @@ class AccumulationRunner(CheckRunner):
                 own_step=own_step,
             )
             verdict = execution.run()
-            environment_report = settings.environment_report()
         result = AccumulationResult(
             case=case,
             equivalence=equivalence,

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainparity.accumulation.plan import INITIAL_KEY, PHASES, AccumulationExecutionPlan
-from trainparity.accumulation.ranks import RANKS_KEY, rank_names, rank_specs
+from trainparity.accumulation.plan import INITIAL_KEY, PHASES, RANKS_KEY, AccumulationExecutionPlan
+from trainparity.accumulation.rank_orchestration import rank_names, rank_specs
 from trainparity.accumulation.verdict import Verdict, judge_observations
 from trainparity.comparison.policies import ExactComparison, ToleranceComparison
 from trainparity.error_text import error_text
@@ -289,12 +289,14 @@ class AccumulationExecution:
             unobserved = tuple(record.get("unobserved_phases", ()))
             if not set(unobserved) <= {"loss_accounting"}:
                 raise ValueError(f"unexpected unobserved phases {unobserved!r}")
-            observations, _ = read_snapshot(path.parent / OBSERVATIONS_FILE)
+            observations, extras = read_snapshot(path.parent / OBSERVATIONS_FILE)
         except (OSError, ValueError, KeyError, TypeError, SnapshotFileError) as error:
             raise Verdict(
                 Outcome.ERROR,
                 self._with_logs(name, f"worker result was corrupt ({name}: {error_text(error)})"),
             ) from None
+        # A warm check's process has no torch of its own: the report's torch facts are a worker's.
+        self.settings.observed_environment(extras.get("environment"))
         return _ChildReport(name, pid, outcome, message, captured, observations, unobserved)
 
     def _with_logs(self, name: str, message: str) -> str:

@@ -6,15 +6,16 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from trainparity.accumulation.ranks import RANK_FIELDS, validate_ranks
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "INITIAL_KEY",
     "PHASES",
+    "RANKS_KEY",
+    "RANK_FIELDS",
     "AccumulationExecutionPlan",
     "UnsafeBatchSplit",
     "split_for_case",
@@ -26,6 +27,12 @@ PHASES = ("loss_accounting", "gradient", "optimizer_state", "parameter_update", 
 
 INITIAL_KEY = "initial"
 """The subtree of a worker's observation file that holds the state before any phase."""
+
+RANKS_KEY = "ranks"
+"""Observation key of what only a rank has: `gradient_syncs`, the DDP reductions of the update."""
+
+# This module is torch-free until a batch is split: the check's own process validates plans
+# and never trains, so a warm check need not import torch at all (docs/limitations.md).
 
 
 # The execution plan ---------------------------------------------------------------------
@@ -115,6 +122,50 @@ class AccumulationExecutionPlan:
         return plan
 
 
+RANK_FIELDS = (
+    "world_size",
+    "no_sync_backward_only",
+    "sync_first_microbatch",
+    "clip_before_sync",
+    "per_rank_loss_normalization",
+)
+"""Plan fields beyond CONTRACT §7.3; `to_dict` lists them only when they are not at the default."""
+
+RANK_FAULTS = RANK_FIELDS[1:]
+SINGLE_RANK_FAULTS = (
+    "optimizer_step_per_microbatch",
+    "scheduler_step_per_microbatch",
+    "zero_grad_before_gradient_observation",
+    "clip_per_microbatch",
+    "amp_step_before_unscale",
+    "omit_final_microbatch",
+)
+
+
+def validate_ranks(plan: Any) -> None:
+    """TypeError/ValueError for a multi-rank setting no execution can honour."""
+    size = plan.world_size
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"world_size must be an int, got {type(size).__name__}")
+    if size < 1:
+        raise ValueError("world_size must be positive")
+    if size == 1:
+        wanted = [flag for flag in RANK_FAULTS if getattr(plan, flag)]
+        if wanted:
+            raise ValueError(f"{', '.join(wanted)} needs world_size > 1")
+        return
+    if plan.microbatch_count % size:
+        raise ValueError(
+            f"microbatch_count ({plan.microbatch_count}) must be a multiple of world_size ({size}): "
+            "every rank takes an equal contiguous share"
+        )
+    single = [flag for flag in SINGLE_RANK_FAULTS if getattr(plan, flag)]
+    if single:
+        raise ValueError(f"{', '.join(single)} describes the single-rank loop; use world_size=1")
+    if plan.clip_before_sync and plan.clip_grad_norm is None:
+        raise ValueError("clip_before_sync needs clip_grad_norm")
+
+
 _FLAG_NAMES = tuple(
     field.name
     for field in dataclasses.fields(AccumulationExecutionPlan)
@@ -148,11 +199,15 @@ def split_tensor_tree(batch: object, parts: int) -> list[object]:
     length = lengths[0]
     if length < parts:
         raise UnsafeBatchSplit("microbatch count exceeds batch length")
+    import torch
+
     ranges = torch.tensor_split(torch.arange(length), parts)
     return [_take(batch, indices) for indices in ranges]
 
 
 def _collect_lengths(value: object, lengths: list[int]) -> None:
+    import torch
+
     if isinstance(value, torch.Tensor):
         if value.dim() == 0:
             raise UnsafeBatchSplit("scalar tensor leaf has no batch dimension")
@@ -172,6 +227,8 @@ def _collect_lengths(value: object, lengths: list[int]) -> None:
 
 
 def _take(value: object, indices: torch.Tensor) -> object:
+    import torch
+
     if isinstance(value, torch.Tensor):
         # A gathered copy (not a view): each microbatch is a fresh, aligned tensor.
         return value.index_select(0, indices.to(value.device))

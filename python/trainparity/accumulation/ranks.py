@@ -1,15 +1,13 @@
-"""Several ranks in check_accumulation: the candidate as `world_size` DDP (or FSDP2) processes on gloo or nccl.
+"""A rank of a multi-rank check_accumulation candidate: DDP (or FSDP2) on gloo or nccl.
 
-The parent starts one child per rank (`candidate.rank<r>`, in
-`candidate/rank<r>/`) with an env rendezvous on 127.0.0.1 and a free port;
-each rank takes its contiguous share of the microbatches, wraps `state.model`
-in DistributedDataParallel (unless the case built one, or sharded it with
-FSDP2's fully_shard: accumulation/sharded.py) and runs the case's
-`train_step`, or, for a case without one, our DDP loop with the plan's
-multi-rank faults. Every rank publishes its observations; the parent first
-checks that the ranks agree with each other (one gradient synchronisation
-per update, equal parameters), then compares rank 0 with the one-process
-reference phase by phase.
+Each rank (started by accumulation/rank_orchestration.py, one child per rank
+with an env rendezvous) takes its contiguous share of the microbatches,
+wraps `state.model` in DistributedDataParallel (unless the case built one,
+or sharded it with FSDP2's fully_shard: accumulation/sharded.py) and runs
+the case's `train_step`, or, for a case without one, our DDP loop with the
+plan's multi-rank faults. Every rank publishes its observations; the parent
+compares them (rank_orchestration.rank_differences, then rank 0 with the
+one-process reference phase by phase).
 """
 
 from __future__ import annotations
@@ -17,177 +15,20 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from trainparity.accumulation.sharded import unsharded
-from trainparity.comparison.policies import Difference
-from trainparity.processes.group import ChildSpec
 from trainparity.protocols import LossAccounting
 
 __all__ = [
-    "RANKS_KEY",
-    "RANK_FIELDS",
     "RankContext",
     "is_fsdp2",
     "plan_train_step",
-    "rank_differences",
-    "rank_names",
-    "rank_specs",
-    "validate_ranks",
+    "release_left_groups",
 ]
-
-RANK_FIELDS = (
-    "world_size",
-    "no_sync_backward_only",
-    "sync_first_microbatch",
-    "clip_before_sync",
-    "per_rank_loss_normalization",
-)
-"""Plan fields beyond CONTRACT §7.3; `to_dict` lists them only when they are not at the default."""
-
-RANK_FAULTS = RANK_FIELDS[1:]
-SINGLE_RANK_FAULTS = (
-    "optimizer_step_per_microbatch",
-    "scheduler_step_per_microbatch",
-    "zero_grad_before_gradient_observation",
-    "clip_per_microbatch",
-    "amp_step_before_unscale",
-    "omit_final_microbatch",
-)
-RANKS_KEY = "ranks"
-"""Observation key of what only a rank has: `gradient_syncs`, the DDP reductions of the update."""
-
-
-def validate_ranks(plan: Any) -> None:
-    """TypeError/ValueError for a multi-rank setting no execution can honour."""
-    size = plan.world_size
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise TypeError(f"world_size must be an int, got {type(size).__name__}")
-    if size < 1:
-        raise ValueError("world_size must be positive")
-    if size == 1:
-        wanted = [flag for flag in RANK_FAULTS if getattr(plan, flag)]
-        if wanted:
-            raise ValueError(f"{', '.join(wanted)} needs world_size > 1")
-        return
-    if plan.microbatch_count % size:
-        raise ValueError(
-            f"microbatch_count ({plan.microbatch_count}) must be a multiple of world_size ({size}): "
-            "every rank takes an equal contiguous share"
-        )
-    single = [flag for flag in SINGLE_RANK_FAULTS if getattr(plan, flag)]
-    if single:
-        raise ValueError(f"{', '.join(single)} describes the single-rank loop; use world_size=1")
-    if plan.clip_before_sync and plan.clip_grad_norm is None:
-        raise ValueError("clip_before_sync needs clip_grad_norm")
-
-
-# The parent's side --------------------------------------------------------------------------
-
-
-def rank_names(name: str, world_size: int) -> list[str]:
-    return [f"{name}.rank{rank}" for rank in range(world_size)]
-
-
-def rank_specs(
-    name: str,
-    argv: list[str],
-    *,
-    cwd: Path,
-    environment: Mapping[str, str],
-    directory: Path,
-    world_size: int,
-) -> list[ChildSpec]:
-    """One ChildSpec per rank: argv with this rank's result/observation files, env rendezvous."""
-    port = _free_port()
-    specs = []
-    for rank, child in enumerate(rank_names(name, world_size)):
-        rank_directory = directory / f"rank{rank}"
-        rank_directory.mkdir(parents=True, exist_ok=True)
-        for stale in ("result.json", "observations.safetensors"):
-            (rank_directory / stale).unlink(missing_ok=True)
-        rank_argv = [
-            str(rank_directory / Path(argument).name)
-            if index and argv[index - 1] in ("--result", "--observations")
-            else argument
-            for index, argument in enumerate(argv)
-        ]
-        env = {
-            **environment,
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(world_size),
-        }
-        specs.append(
-            ChildSpec(
-                name=child,
-                argv=rank_argv,
-                cwd=cwd,
-                env=env,
-                stdout_path=rank_directory / "stdout.log",
-                stderr_path=rank_directory / "stderr.log",
-            )
-        )
-    return specs
-
-
-def _free_port() -> int:
-    # The port is free now; the ranks bind it a moment later. Rank 0 is the only
-    # binder, so a collision needs another program to take the port in between.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def rank_differences(
-    policy: Any, views: list[Mapping[str, Any]]
-) -> tuple[str, tuple[Difference, ...]] | None:
-    """The first disagreement among the ranks' own observations: (message, differences), or None.
-
-    First every rank's gradient synchronisations (one per optimizer update;
-    a count is missing where the case's own DDP kept its own comm hook), then
-    each rank's parameters and buffers against rank 0's: those every rank
-    holds whole (a rank's shard of an FSDP2 parameter is its own).
-    """
-    for rank, view in enumerate(views):
-        syncs = view[RANKS_KEY].state.as_dict().get("gradient_syncs")
-        if syncs is not None and syncs != 1:
-            difference = Difference("ranks.gradient_syncs", "value", "1", str(syncs))
-            return (
-                f"first observed divergence in ranks: rank {rank} synchronised gradients "
-                f"{syncs} times in one update; not a root-cause claim",
-                (difference,),
-            )
-    for rank, view in enumerate(views[1:], start=1):
-        differences = policy.compare_all(
-            unsharded(views[0]["parameter_update"]), unsharded(view["parameter_update"])
-        )
-        if differences:
-            renamed = tuple(
-                replace(difference, path=_rank_path(difference.path)) for difference in differences
-            )
-            return (
-                f"first observed divergence in ranks: rank 0 and rank {rank} hold different "
-                "parameters after the update; not a root-cause claim",
-                renamed,
-            )
-    return None
-
-
-def _rank_path(path: str) -> str:
-    for prefix, replacement in (("model", "ranks.parameters"), ("buffer", "ranks.buffers")):
-        if path == prefix or path.startswith((prefix + ".", prefix + "[")):
-            return replacement + path[len(prefix) :]
-    return f"ranks.{path}"
-
 
 # A rank's side ---------------------------------------------------------------------------------
 

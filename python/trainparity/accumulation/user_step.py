@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from trainparity.importing import CaseSetupError
 from trainparity.protocols import LossAccounting
-from trainparity.state.capture import (
-    CaptureResult,
-    canonical_optimizer_state,
-    capture_tree,
-    gradient_tree,
-)
 from trainparity.state.freeze import FrozenMapping
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainparity.state.capture import CaptureResult
 
 __all__ = [
     "DECLARATIVE_LOOP_FLAGS",
@@ -95,6 +92,8 @@ def returned_loss_record(returned: object) -> dict[str, object] | None:
     """
     if returned is None:
         return None
+    import torch  # here, not at the top: the check's own process loads this module torch-free
+
     if isinstance(returned, (str, bytes)) or not isinstance(returned, Sequence):
         raise TypeError(
             "case.train_step() must return None or a sequence of LossAccounting "
@@ -144,6 +143,8 @@ class MixedAccounting(ValueError):
 
 
 def _detached_sum(tensors: list[torch.Tensor]) -> torch.Tensor:
+    import torch
+
     # Same start and order as the reference's record: a 0-dim default-dtype zero, then each term.
     total = torch.zeros((), device=tensors[0].device)
     for tensor in tensors:
@@ -241,10 +242,14 @@ class StepObserver:
 
     def capture_gradient(self) -> CaptureResult:
         """The gradient phase now: every parameter's `.grad` by the reference's names."""
+        from trainparity.state.capture import capture_tree, gradient_tree
+
         return capture_tree(lambda: {"gradient": gradient_tree(self.named_model)}, step=None)
 
     def capture_optimizer_state(self) -> CaptureResult:
         """The optimizer's canonical state now, without the call count (known only at the end)."""
+        from trainparity.state.capture import canonical_optimizer_state, capture_tree
+
         return capture_tree(
             lambda: {"optimizer": canonical_optimizer_state(self.optimizer, self.named_model)},
             step=None,

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trainparity.accumulation.plan import INITIAL_KEY, PHASES
-from trainparity.accumulation.ranks import rank_differences
+from trainparity.accumulation.rank_orchestration import rank_differences
 from trainparity.accumulation.sharded import (
     SHARDED_COMPARISON,
     ReassemblyError,

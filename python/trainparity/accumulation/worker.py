@@ -30,12 +30,12 @@ import torch
 from trainparity.accumulation.plan import (
     INITIAL_KEY,
     PHASES,
+    RANKS_KEY,
     AccumulationExecutionPlan,
     UnsafeBatchSplit,
     split_for_case,
 )
 from trainparity.accumulation.ranks import (
-    RANKS_KEY,
     RankContext,
     plan_train_step,
     release_left_groups,

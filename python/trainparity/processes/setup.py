@@ -64,9 +64,11 @@ class RunSettings:
         others started fresh; it fills in as they start (absent in fresh mode,
         whose reports stay as they were). A warm check whose own process has
         not imported torch does not import it for this: the torch facts come
-        from the first snapshot the observer (a warm child) publishes, with
-        the allow-listed variables of this check's children, and only a check
-        that published none computes them here (complete_environment_report).
+        from the first snapshot a warm child publishes (the resume observer's,
+        an accumulation worker's observations), with the allow-listed
+        variables of this check's children, and only a check that published
+        none computes them here (complete_environment_report). Call it before
+        the children start: the section is completed in place.
         """
         section = self._environment_section
         if not section:
@@ -78,7 +80,8 @@ class RunSettings:
         return section
 
     def observed_environment(self, fingerprint: object) -> None:
-        """A fingerprint a warm child recorded here (snapshot manifest): the section's torch facts."""
+        """A fingerprint a child recorded (snapshot manifest): the section's torch facts, if none yet."""
+        self.environment_report()  # the section's own entries first, whoever calls first
         if "fingerprint_version" not in self._environment_section and isinstance(fingerprint, dict):
             variables = recorded_variables(self.environment)
             self._fill_environment({**fingerprint, "variables": dict(sorted(variables.items()))})
