@@ -12,7 +12,8 @@ import trainparity
 from trainparity import Outcome, ToleranceComparison
 from trainparity.accumulation.plan import AccumulationExecutionPlan
 from trainparity.distributed.launch import local_ranks, torchrun_command
-from trainparity.processes.threads import ChildThreads, child_threads, usable_cores
+from trainparity.environment import usable_cores
+from trainparity.processes.threads import ChildThreads, child_threads
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESUME_CASE = "tests.fixtures.process_resume_cases:ThreadCountProcessCase"

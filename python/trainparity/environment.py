@@ -21,6 +21,7 @@ __all__ = [
     "environment_fingerprint",
     "environment_leads",
     "recorded_variables",
+    "usable_cores",
 ]
 
 FINGERPRINT_VERSION = 1
@@ -173,14 +174,21 @@ def _torch_cpu_capability() -> str | None:
     return str(getter()) if getter is not None else None
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the OS has one, else all."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        return max(1, len(affinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def _threads() -> dict[str, Any]:
     import torch
 
-    affinity = getattr(os, "sched_getaffinity", None)
     return {
         "torch_intra_op": torch.get_num_threads(),
         "torch_inter_op": torch.get_num_interop_threads(),
-        "usable_cores": len(affinity(0)) if affinity is not None else os.cpu_count(),
+        "usable_cores": usable_cores(),
     }
 
 

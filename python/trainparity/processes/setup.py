@@ -13,12 +13,12 @@ from typing import Any, Protocol, TypeVar
 
 from trainparity.comparison.policies import ComparisonPolicy
 from trainparity.comparison.states import checked_policy
-from trainparity.environment import environment_fingerprint, recorded_variables
+from trainparity.environment import environment_fingerprint, recorded_variables, usable_cores
 from trainparity.processes.executor import PhaseExecutor
 from trainparity.processes.progress import ProgressCallback, ProgressReporter
 from trainparity.processes.run_directory import run_directory
 from trainparity.processes.termination import terminating_signals_unwind
-from trainparity.processes.threads import ChildThreads, child_threads, usable_cores
+from trainparity.processes.threads import ChildThreads, child_threads
 from trainparity.processes.warm import ChildStarter, checked_start
 from trainparity.reports.machine import write_report
 

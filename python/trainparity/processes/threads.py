@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["THREAD_VARIABLES", "ChildThreads", "child_threads", "usable_cores"]
+from trainparity.environment import usable_cores
+
+__all__ = ["THREAD_VARIABLES", "ChildThreads", "child_threads"]
 
 # torch sizes its intra-op pool from these (MKL_NUM_THREADS over OMP_NUM_THREADS);
 # either one in the children's environment is the user's choice and is left alone.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _SET_VARIABLE = "OMP_NUM_THREADS"
-
-
-def usable_cores() -> int:
-    """The cores this process may run on: its CPU affinity where the OS has one, else all."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    if affinity is not None:
-        return max(1, len(affinity(0)))
-    return max(1, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
