@@ -252,11 +252,41 @@ def test_other_commands_start_fresh_and_the_report_says_why(tmp_path, starter):
         assert code == 0 and stdout.strip() in {"shell", "u"}
     assert set(starter.report["fresh"]) == {"shell", "option"}
     assert starter.report["warm"] == []
-    # torchrun_command's form too: a forked agent would gain nothing (its ranks exec fresh) and
-    # hide its ranks from the rank watcher.
+    # torchrun_command's form is `python -m`, forked like any module (its agent skips importing
+    # torch); the `torchrun` script is another program.
     torchrun = [sys.executable, "-m", "torch.distributed.run", "x.py"]
-    assert "torchrun" in warm_refusal(torchrun, os.environ)
+    assert warm_refusal(torchrun, os.environ) is None
     assert warm_refusal(["torchrun", "x.py"], os.environ) is not None
+
+
+SHOW_ENVIRONMENT = """
+import json, os
+with open("/proc/self/environ", "rb") as handle:
+    shown = [entry.decode() for entry in handle.read().split(b"\\0") if entry]
+print(json.dumps(shown))
+"""
+
+
+def test_proc_shows_a_warm_childs_environment_as_a_fresh_ones(tmp_path, starter):
+    environment = _environment(TRAINPARITY_PHASE_TAG="tag-of-this-phase")
+    code, _, stdout, stderr, _ = _run(
+        starter.launch, "shown", [sys.executable, "-c", SHOW_ENVIRONMENT], tmp_path, tmp_path,
+        environment,
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert starter.report["warm"] == ["shown"]
+    # What ps e, psutil and our rank watcher read: the phase's variables, in the order given.
+    assert json.loads(stdout) == [f"{name}={value}" for name, value in environment.items()]
+
+
+def test_a_torchrun_agent_whose_environment_proc_cannot_show_starts_fresh(tmp_path, starter):
+    # A phase's own variables (not its server's) longer than the room a server keeps for them.
+    environment = _environment(TRAINPARITY_PROBE="x" * 40000)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--help"]
+    code, _, stdout, _, _ = _run(starter.launch, "agent", argv, tmp_path, tmp_path, environment)
+    assert code == 0 and "usage" in stdout
+    assert starter.report["warm"] == []
+    assert "rank watcher" in starter.report["fresh"]["agent"]
 
 
 @pytest.mark.parametrize(

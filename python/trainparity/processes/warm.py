@@ -2,9 +2,12 @@
 
 `start="fresh"` (the default) execs a new interpreter per child. `start="warm"`
 forks each child whose command is `python script.py …`, `python -m module …`
-or `python -c code …` (python being this interpreter, without other options;
-torchrun, `python -m torch.distributed.run`, excepted) from a server that imported torch once
-(warm_server.py); any other command starts fresh. A ChildStarter is the one
+or `python -c code …` (python being this interpreter, without other options) from
+a server that imported torch once (warm_server.py); any other command starts
+fresh. `python -m torch.distributed.run` is forked too (its agent then skips
+importing torch; it execs its ranks fresh, as it always does), when its
+environment fits where /proc shows a forked child's (warm_main._show_process):
+the rank watcher finds the agent's ranks by that environment. A ChildStarter is the one
 seam: ChildGroup calls its `launch` where it would spawn. Servers live as long
 as the check (closed with it, and killed by their parent-death signal if the
 check dies); one serves every child of the same environment. The server of
@@ -56,6 +59,12 @@ _SERVER_SCRIPT = Path(__file__).with_name("warm_server.py")
 _PER_PHASE_PREFIX = "TRAINPARITY_"
 _RANK_VARIABLES = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"})
 _HASH_SEED = "PYTHONHASHSEED"
+# Room for a child's command and environment in /proc/PID/cmdline and environ: the kernel shows
+# the strings the server was exec'd with, and a child writes its own over them (warm_main.py).
+# An argument and a variable of these sizes make that room; the server drops both.
+_ROOM_VARIABLE = "TRAINPARITY_WARM_ROOM"
+_ENVIRONMENT_ROOM = f"{_ROOM_VARIABLE}={'.' * 16384}"
+_ARGUMENT_ROOM = " " * 8192  # last, and blank: ps shows the server's command as it is
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 _CONNECT_SECONDS = 30.0
@@ -88,10 +97,6 @@ def warm_refusal(argv: tuple[str, ...] | list[str], environment: Mapping[str, st
         program = shutil.which(program, path=environment.get("PATH", os.defpath)) or program
     if os.path.abspath(program) != os.path.abspath(sys.executable):
         return f"{argv[0]!r} is not this Python interpreter ({sys.executable})"
-    if is_torchrun(argv):
-        # The agent execs every rank as a fresh interpreter anyway, and the rank watcher finds
-        # the ranks by the environment an exec'd agent hands them: a forked agent gains nothing.
-        return "torchrun starts its ranks as fresh interpreters"
     if len(argv) >= 3 and argv[1] == "-m" and argv[2] and not argv[2].startswith("-"):
         return None
     if len(argv) >= 3 and argv[1] == "-c":
@@ -143,6 +148,15 @@ class ChildStarter:
         if key in self._broken:
             self.report["fresh"][spec.name] = self._broken[key]
             return spawn_child(spec)
+        if is_torchrun(spec.argv) and not _shows_environment(
+            spec.argv, environment, variables, preload
+        ):
+            # The rank watcher tells the agent's ranks by the agent's environment in /proc.
+            self.report["fresh"][spec.name] = (
+                "its command and environment are longer than a forked child can show in /proc, "
+                "where the rank watcher reads a torchrun agent's"
+            )
+            return spawn_child(spec)
         try:
             server = self._servers.get(key)
             if server is None:
@@ -183,6 +197,38 @@ def _preloaded_modules(
     return tuple(sorted(named))
 
 
+def _packed_size(strings: list[str]) -> int:
+    return sum(len(os.fsencode(string)) + 1 for string in strings)
+
+
+def _server_name() -> str:
+    return f"trainparity-warm-{secrets.token_hex(16)}"
+
+
+def _server_argv(name: str, preload: tuple[str, ...]) -> list[str]:
+    return [sys.executable, str(_SERVER_SCRIPT), name, *preload, _ARGUMENT_ROOM]
+
+
+def _shows_environment(
+    argv: tuple[str, ...] | list[str],
+    environment: Mapping[str, str],
+    server_variables: list[tuple[str, str]],
+    preload: tuple[str, ...],
+) -> bool:
+    """Whether a child forked with `argv` and `environment` shows both in /proc as they are.
+
+    The command must fit the server's argument strings (a longer one runs on
+    into the environment strings) and the environment the server's
+    environment strings, room variable included.
+    """
+    argument_room = _packed_size(_server_argv(_server_name(), preload))  # names: one length
+    environment_room = _packed_size(
+        [*(f"{name}={value}" for name, value in server_variables), _ENVIRONMENT_ROOM]
+    )
+    variables = _packed_size([f"{name}={value}" for name, value in environment.items()])
+    return _packed_size(list(argv)) <= argument_room and variables <= environment_room
+
+
 def _server_variable(name: str) -> bool:
     """Whether `name` belongs in the server's environment (and so in its key)."""
     return not name.startswith(_PER_PHASE_PREFIX) and name not in _RANK_VARIABLES
@@ -204,7 +250,7 @@ class _WarmServer:
         timeout: float,
     ) -> None:
         self.timeout = timeout
-        self.name = f"trainparity-warm-{secrets.token_hex(16)}"
+        self.name = _server_name()
         self.stderr_path = log_dir / f"warm_server_{index}.stderr.log"
         self.pid = 0
         try:
@@ -212,9 +258,9 @@ class _WarmServer:
             # Its cwd is its log directory: a phase's own cwd may not exist (a launch failure
             # reported for that phase), and every child changes to its own anyway.
             self.pid = core.spawn(
-                [sys.executable, str(_SERVER_SCRIPT), self.name, *preload],
+                _server_argv(self.name, preload),
                 cwd=str(log_dir),
-                env=[f"{key}={value}" for key, value in environment.items()],
+                env=[*(f"{key}={value}" for key, value in environment.items()), _ENVIRONMENT_ROOM],
                 stdout_path=str(log_dir / f"warm_server_{index}.stdout.log"),
                 stderr_path=str(self.stderr_path),
             )

@@ -45,17 +45,21 @@ def become_fresh(argv: list[str], cwd: str, environment: dict[str, str]) -> None
         sys.path[0] = os.path.dirname(os.path.realpath(os.path.join(cwd, argv[1])))
     importlib.invalidate_caches()  # directory listings the server cached may be stale
     _redraw_random_state()
-    _show_command(argv)
+    _show_process(argv, environment)
 
 
-def _show_command(argv: list[str]) -> None:
-    """/proc/PID/cmdline (ps, pgrep, psutil) shows `argv`, not the server's own command.
+def _show_process(argv: list[str], environment: dict[str, str]) -> None:
+    """/proc/PID/cmdline and /proc/PID/environ (ps, pgrep, psutil) show the child's, not the server's.
 
-    The kernel reads it from the argument strings the server was exec'd with;
-    they are overwritten in place (NUL-separated, NUL-padded), or, when the
-    command is longer, as one space-joined string running on into the old
-    environment strings (setproctitle's convention). Call after os.environ was
-    replaced: its variables then live on the heap, not in that area.
+    The kernel reads both from the strings the server was exec'd with. The
+    argument strings are overwritten in place (NUL-separated, NUL-padded),
+    or, when the command is longer, as one space-joined string running on
+    into the old environment strings (setproctitle's convention). The
+    environment is written after that into the old environment strings,
+    NUL-padded, when it fits: the check starts each server with room to spare
+    (warm.py, _ROOM_VARIABLE); when it does not, /proc keeps showing the
+    server's environment. Call after os.environ was replaced: its variables
+    then live on the heap, not in that area.
     """
     import ctypes
 
@@ -65,11 +69,18 @@ def _show_command(argv: list[str]) -> None:
     arguments_room = arg_end - arg_start
     packed = b"\0".join(os.fsencode(argument) for argument in argv) + b"\0"
     if len(packed) <= arguments_room:
-        data = packed.ljust(arguments_room, b"\0")
+        command = packed.ljust(arguments_room, b"\0")
     else:
         room = (env_end if env_start == arg_end else arg_end) - arg_start
-        data = b" ".join(os.fsencode(argument) for argument in argv)[: room - 1] + b"\0"
-    ctypes.memmove(arg_start, data, len(data))
+        command = b" ".join(os.fsencode(argument) for argument in argv)[: room - 1] + b"\0"
+    ctypes.memmove(arg_start, command, len(command))
+    free = max(env_start, arg_start + len(command))
+    variables = b"".join(
+        os.fsencode(name) + b"=" + os.fsencode(value) + b"\0" for name, value in environment.items()
+    )
+    if free + len(variables) <= env_end:
+        shown = variables.ljust(env_end - free, b"\0")
+        ctypes.memmove(free, shown, len(shown))
 
 
 def _redraw_random_state() -> None:

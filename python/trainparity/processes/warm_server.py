@@ -179,7 +179,10 @@ def _close_descriptors(keep: int) -> None:
 
 
 def main() -> None:
-    forked = serve(sys.argv[1], sys.argv[2:])
+    # The last argument and TRAINPARITY_WARM_ROOM are room for a child's command and
+    # environment in /proc (warm.py).
+    os.environ.pop("TRAINPARITY_WARM_ROOM", None)
+    forked = serve(sys.argv[1], sys.argv[2:-1])
     if forked is None:
         os._exit(0)  # no finalization of torch and co. in the server: nothing to flush
     request, warm_main = forked
