@@ -140,6 +140,10 @@ class RankContext:
 # GIL held, while a worker still needs the GIL to free the tensors of the last collective:
 # rank 0 of a two-rank check hung there (py-spy: ~ProcessGroupGloo in thread::join, the
 # worker in gil_scoped_acquire). Keeping the Python object until DDP is gone makes it last.
+# distributed.end_rank, the workaround for user scripts, cannot serve here: it leaves by
+# os._exit at the end, but the worker's models are freed earlier, when its execution returns
+# (replacing this with end_rank hung a rank in CI: test_multi_rank_mistakes_fail_where_first_
+# observed[plan-clip-before-sync]).
 _LEFT_GROUPS: list[object] = []
 
 
