@@ -16,6 +16,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from trainparity.accumulation.plan import RANK_FAULTS, SINGLE_RANK_FAULTS
 from trainparity.importing import CaseSetupError
 from trainparity.protocols import LossAccounting
 from trainparity.state.freeze import FrozenMapping
@@ -41,16 +42,8 @@ TRAIN_STEP = "train_step"
 DECLARATIVE_LOOP_FLAGS = (
     "scale_accumulated_loss",
     "use_explicit_loss_accounting",
-    "optimizer_step_per_microbatch",
-    "scheduler_step_per_microbatch",
-    "zero_grad_before_gradient_observation",
-    "clip_per_microbatch",
-    "amp_step_before_unscale",
-    "omit_final_microbatch",
-    "no_sync_backward_only",
-    "sync_first_microbatch",
-    "clip_before_sync",
-    "per_rank_loss_normalization",
+    *SINGLE_RANK_FAULTS,
+    *RANK_FAULTS,
 )
 """Plan fields that describe our model of a loop; a case with its own step makes them meaningless."""
 
