@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -123,6 +125,38 @@ def _no_id_writer_outlives_its_test() -> Iterator[None]:
     record_ids = sys.modules.get("trainparity.distributed.record_ids")
     if record_ids is not None:
         record_ids._close_all()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_zombie_outlives_its_module() -> Iterator[None]:
+    """Warns, naming the module, of a child this worker has not reaped when the module ends.
+
+    A zombie child of the worker would be blamed on a later module that counts its own
+    (tests/test_processes.py). It is not reaped here: it may be a Popen's or a
+    multiprocessing worker's that is reaped later by its owner.
+    """
+    earlier = set(_zombie_children())
+    yield
+    for pid, name in sorted(_zombie_children().items()):
+        if pid not in earlier:
+            warnings.warn(f"this module left an unreaped child: pid {pid} ({name})", stacklevel=1)
+
+
+def _zombie_children() -> dict[int, str]:
+    """This process's children that have exited and were not reaped: pid to command name."""
+    me = str(os.getpid())
+    zombies = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                text = Path("/proc", entry, "stat").read_text()
+            except OSError:  # gone meanwhile
+                continue
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            state, parent = text[text.rindex(")") + 2 :].split()[:2]
+            if state == "Z" and parent == me:
+                zombies[int(entry)] = text[text.index("(") + 1 : text.rindex(")")]
+    return zombies
 
 
 def _module_name(module: object) -> str:

@@ -23,6 +23,17 @@ _probe_spec.loader.exec_module(probe)
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
 
 
+@pytest.fixture
+def new_zombies():
+    """This test's unreaped children: zombies of this process that were not there when it began.
+
+    A zombie left by an earlier test in the same worker is that test's fault, not this one's
+    (the suite's conftest names such tests in a warning).
+    """
+    earlier = set(probe.zombie_children())
+    return lambda: sorted(set(probe.zombie_children()) - earlier)
+
+
 def spec(tmp_path: Path, name: str, script: str, *args: str, **overrides) -> ChildSpec:
     fields = dict(
         name=name,
@@ -53,7 +64,7 @@ def test_normal_exit_and_nonzero_exit(tmp_path):
     assert (tmp_path / "failing.err").read_text() == "to stderr\n"
 
 
-def test_hanging_child_times_out_and_is_killed_and_reaped(tmp_path):
+def test_hanging_child_times_out_and_is_killed_and_reaped(tmp_path, new_zombies):
     (result,) = run_children(
         [spec(tmp_path, "hang", "hang.py", str(tmp_path / "pid"))], timeout=0.5, grace=2
     )
@@ -61,7 +72,7 @@ def test_hanging_child_times_out_and_is_killed_and_reaped(tmp_path):
     assert (result.exit_code, result.signal) == (None, signal.SIGTERM)
     assert 0.5 <= result.wall_seconds < 2.5
     assert probe.read_pid_file(tmp_path / "pid", 1) == result.pid
-    assert probe.zombie_children() == []
+    assert new_zombies() == []
     assert probe.wait_until(lambda: probe.live_group_members(result.pid) == [], 3)
 
 
@@ -174,7 +185,7 @@ def test_events_report_starts_and_ends(tmp_path):
     assert len(events) == 4 and ends == {result.name: result for result in results}
 
 
-def test_exception_from_callback_terminates_running_children(tmp_path):
+def test_exception_from_callback_terminates_running_children(tmp_path, new_zombies):
     def fail_on_end(name, kind, result):
         if kind == "end":
             probe.read_pid_file(tmp_path / "pid", 10)  # the stubborn child is up
@@ -187,7 +198,7 @@ def test_exception_from_callback_terminates_running_children(tmp_path):
     with pytest.raises(RuntimeError, match="progress display broke"):
         run_children(specs, timeout=30, grace=0.3, on_event=fail_on_end)
     stubborn = probe.read_pid_file(tmp_path / "pid", 1)
-    assert probe.zombie_children() == []
+    assert new_zombies() == []
     assert probe.wait_until(lambda: probe.live_group_members(stubborn) == [], 3)
 
 
@@ -208,7 +219,7 @@ def test_launch_failure_raises_child_launch_error(tmp_path, overrides, step, err
     assert "child 'broken'" in str(error) and f"step '{step}'" in str(error)
 
 
-def test_launch_failure_terminates_children_already_started(tmp_path):
+def test_launch_failure_terminates_children_already_started(tmp_path, new_zombies):
     def wait_for_first_child(name, kind, result):
         # Its launch is reported before the next child is launched: hold the
         # run here until it is up and ignoring SIGTERM.
@@ -222,7 +233,7 @@ def test_launch_failure_terminates_children_already_started(tmp_path):
     with pytest.raises(ChildLaunchError, match="child 'broken'"):
         run_children(specs, timeout=30, grace=0.3, on_event=wait_for_first_child)
     started = int((tmp_path / "pid").read_text())
-    assert probe.zombie_children() == []
+    assert new_zombies() == []
     assert probe.wait_until(lambda: probe.live_group_members(started) == [], 3)
 
 

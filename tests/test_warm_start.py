@@ -9,11 +9,13 @@ does at exit: __del__ of module globals, a buffered file left unclosed).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -393,6 +395,58 @@ def test_closing_the_starter_reaps_its_server(tmp_path):
     pid = server.pid
     starter.close()
     assert not Path(f"/proc/{pid}").exists()
+
+
+def _own_children() -> set[int]:
+    """Pids (zombies included) whose parent is this process."""
+    me = str(os.getpid())
+    children = set()
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if (
+                entry.isdigit()
+                and Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1] == me
+            ):
+                children.add(int(entry))
+    return children
+
+
+def test_a_forked_child_whose_reply_comes_too_late_is_killed_before_the_fresh_start(tmp_path):
+    # A child blocks opening its stdout, a FIFO nobody reads yet: the server cannot report it
+    # set up. Past the request's deadline the check falls back to a fresh start; the forked
+    # child (already this process's) must not live on beside it, nor stay a zombie.
+    starter = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=120)
+    try:
+        _run(starter.launch, "first", [sys.executable, "-c", "pass"], tmp_path, tmp_path)
+        (server,) = starter._servers.values()
+        server.timeout = 1.0
+        fifo = tmp_path / "stdout.fifo"
+        os.mkfifo(fifo)
+        spec = ChildSpec(
+            name="stalled",
+            argv=[sys.executable, "-c", "print('ran')"],
+            cwd=tmp_path,
+            env=_environment(),
+            stdout_path=fifo,
+            stderr_path=tmp_path / "stalled.err",
+        )
+        before = _own_children()
+        reader = threading.Timer(3.0, lambda: readers.append(fifo.open("rb")))
+        readers: list = []
+        reader.start()  # after the deadline: lets the fresh child open its stdout
+        try:
+            pid = starter.launch(spec)
+        finally:
+            reader.join()
+        with readers[0] as stdout:
+            assert stdout.read() == b"ran\n"  # the fresh child's, alone
+        os.waitpid(pid, 0)
+        assert starter.report["fresh"]["stalled"] == (
+            "the warm server failed (no reply within the timeout); started fresh"
+        )
+        assert _own_children() - before == set()
+    finally:
+        starter.close()
 
 
 def test_the_start_mode_defaults_to_the_variable_then_fresh(monkeypatch):

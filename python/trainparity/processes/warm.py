@@ -68,6 +68,7 @@ _ARGUMENT_ROOM = " " * 8192  # last, and blank: ps shows the server's command as
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 _CONNECT_SECONDS = 30.0
+_ADOPTION_SECONDS = 5.0  # a killed child's middle exits at once: this is never reached
 # Modules of torch's own that a child imports anyway, preloaded by its server. torch.optim
 # imports torch._dynamo on a process's first optimizer: 4.3 s of CPU here, three times torch's
 # own import. The accumulation worker always builds one; for any other command the caller
@@ -279,12 +280,20 @@ class _WarmServer:
         }
         deadline = time.monotonic() + self.timeout
         connection = self._connected(deadline)
+        forked = 0
         with _adopting():
             try:
                 connection.sendall((json.dumps(request) + "\n").encode())
                 reply = self._reply(deadline)
+                if "forked" in reply:  # the child exists: its setup's outcome follows
+                    forked = int(reply["forked"])
+                    reply = self._reply(deadline)
             except BaseException:
-                self.close()  # an interrupted request: no half-made child may outlive the check
+                # An interrupted request (Ctrl-C, no reply in time): no half-made child may
+                # outlive it, nor run its phase beside the fresh start that replaces it.
+                self.close()
+                if forked:
+                    _kill_and_reap(forked)
                 raise
         if "pid" not in reply:
             raise _ServerFailure(str(reply.get("error", "no pid in the reply")))
@@ -371,6 +380,25 @@ def _peer_pid(connection: socket.socket) -> int:
 def _reap(pid: int) -> None:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
+
+
+def _kill_and_reap(pid: int) -> None:
+    """Kill a forked child whose request failed, and reap it once it is this process's.
+
+    Until its middle process exits it is the middle's child; then it is adopted
+    (the request's subreaper window is still open), dead or alive.
+    """
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + _ADOPTION_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG) != (0, 0):
+                return  # reaped
+        except ChildProcessError:  # not adopted yet, or gone
+            if not os.path.exists(f"/proc/{pid}"):
+                return
+        time.sleep(0.005)
 
 
 _subreaper_lock = threading.Lock()

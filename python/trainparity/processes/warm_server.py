@@ -10,8 +10,9 @@ exists and CUDA is never touched.
 Protocol, one JSON line each way per request on one Unix socket (Linux
 abstract namespace) accepted from the server's parent only: "ready" once the
 imports are done, then per request {argv,
-cwd, env, stdout, stderr}; reply {pid} or {pid, failure: {step, errno,
-filename}}, or {error} when no child was made. The child is forked twice
+cwd, env, stdout, stderr}; reply {forked: pid} as soon as the child exists,
+then {pid} or {pid, failure: {step, errno, filename}}; or only {error} when no
+child was made. The child is forked twice
 (server → middle → child) and the middle exits at once, so the child is
 reparented to the check, which marks itself a child subreaper for the
 request: the check then waits for it as for any child it spawned (exit
@@ -114,10 +115,12 @@ def _fork(request: dict, parent: int, own: tuple) -> dict | None:
     os.close(write_end)
     os.waitpid(middle, 0)
     with os.fdopen(read_end, "rb") as status:
-        text = status.read().decode()
-    pid_line, _, outcome = text.partition("\n")
-    if not pid_line.isdigit():
-        return {"error": "the forked child died before it reported its pid"}
+        pid_line = status.readline().decode().rstrip("\n")
+        if not pid_line.isdigit():
+            return {"error": "the forked child died before it reported its pid"}
+        # The pid first: a check that gives up on the reply kills the child it has adopted.
+        own[1].sendall((json.dumps({"forked": int(pid_line)}) + "\n").encode())
+        outcome = status.read().decode()
     if outcome == "ok":
         return {"pid": int(pid_line)}
     step, _, detail = (outcome or "fork 0 ").partition(" ")
