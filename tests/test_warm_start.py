@@ -291,6 +291,82 @@ def test_a_torchrun_agent_whose_environment_proc_cannot_show_starts_fresh(tmp_pa
     assert "rank watcher" in starter.report["fresh"]["agent"]
 
 
+RANK_PROBE = """\
+import json, os, sys
+preloaded = "torch" in sys.modules
+seen = {
+    "parent": os.getppid(),
+    "own_session": os.getsid(0) == os.getpid(),
+    "orig_argv": sys.orig_argv[1:],
+    "argv": sys.argv,
+    "unbuffered": (sys.stdout.write_through, sys.stdout.line_buffering, sys.stderr.write_through),
+    "buffer": type(sys.stdout.buffer).__name__,
+    "hash": hash("a string"),
+    "variables": sorted(os.environ),
+    "descriptors": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+}
+print("rank", os.environ["RANK"], "says hello")
+with open(os.path.join(sys.argv[1], "rank" + os.environ["RANK"] + ".json"), "w") as out:
+    json.dump({"seen": seen, "preloaded": preloaded}, out)
+"""
+
+
+def _torchrun_probe(launcher, name: str, tmp_path: Path, environment: dict[str, str]):
+    """Each rank's view of itself, the agent's pid and stdout, for a 2-rank torchrun of RANK_PROBE."""
+    out = tmp_path / name
+    out.mkdir()
+    (out / "probe.py").write_text(RANK_PROBE)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+            "probe.py", str(out)]  # fmt: skip
+    code, _, stdout, stderr, result = _run(launcher, name, argv, out, out, environment)
+    assert code == 0, stderr
+    ranks = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
+    for rank in ranks:
+        rank["seen"]["orig_argv"][-1] = rank["seen"]["argv"][-1] = "OUT"
+    return ranks, result.pid, stdout
+
+
+def test_a_warm_torchrun_agent_forks_its_ranks_warm_and_they_see_what_fresh_ones_see(
+    tmp_path, starter
+):
+    # OMP_NUM_THREADS set, else torchrun sets it for the ranks and they start fresh.
+    environment = _environment(
+        OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), TRAINPARITY_WARM_RANKS="1"
+    )  # TMPDIR: torchrun's logs
+    fresh, fresh_agent, fresh_stdout = _torchrun_probe(spawn_child, "fresh", tmp_path, environment)
+    warm, warm_agent, warm_stdout = _torchrun_probe(starter.launch, "warm", tmp_path, environment)
+    assert starter.report["warm"] == ["warm"]
+    assert [rank["preloaded"] for rank in fresh] == [False, False]
+    assert [rank["preloaded"] for rank in warm] == [True, True]  # forked from the zygote
+    for rank in fresh:
+        assert rank["seen"]["parent"] == fresh_agent
+        rank["seen"]["parent"] = "the agent"
+    for rank in warm:
+        assert rank["seen"]["parent"] == warm_agent  # the agent's own child, as Popen makes it
+        rank["seen"]["parent"] = "the agent"
+    assert [rank["seen"] for rank in warm] == [rank["seen"] for rank in fresh]
+    assert warm[0]["seen"]["unbuffered"] == [True, False, True]  # python -u's streams
+    for stdout in (fresh_stdout, warm_stdout):
+        assert "rank 0 says hello" in stdout and "rank 1 says hello" in stdout
+
+
+def test_ranks_start_fresh_under_a_warm_agent_unless_asked(tmp_path, starter):
+    environment = _environment(OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+    warm, _, _ = _torchrun_probe(starter.launch, "warm", tmp_path, environment)
+    assert starter.report["warm"] == ["warm"]
+    assert [rank["preloaded"] for rank in warm] == [False, False]
+
+
+def test_ranks_without_a_fixed_hash_seed_start_fresh_under_a_warm_agent(tmp_path, starter):
+    environment = _environment(
+        OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), TRAINPARITY_WARM_RANKS="1"
+    )
+    del environment["PYTHONHASHSEED"]  # fresh ranks would each draw their own
+    warm, _, _ = _torchrun_probe(starter.launch, "warm", tmp_path, environment)
+    assert starter.report["warm"] == ["warm"]
+    assert [rank["preloaded"] for rank in warm] == [False, False]
+
+
 @pytest.mark.parametrize(
     ("cwd", "stdout_dir", "step"),
     [("missing", ".", "chdir"), (".", "missing", "stdout")],

@@ -65,15 +65,21 @@ _NODE_KEYS = frozenset(
 
 
 def phase_environment(
-    argv: list[str], environment: dict[str, str], run_dir: Path
+    argv: list[str],
+    environment: dict[str, str],
+    run_dir: Path,
+    temporary_dir: Path | None = None,
 ) -> tuple[dict[str, str], str]:
-    """The phase's environment (with its sweep tag and ID record directory) and the tag."""
+    """The phase's environment (with its sweep tag and ID record directory) and the tag.
+
+    A torchrun phase's TMPDIR is `temporary_dir` (default: `run_dir`/tmp).
+    """
     tag = uuid.uuid4().hex
     phase_env = {**environment, PHASE_TAG_VARIABLE: tag, IDS_DIR_VARIABLE: str(run_dir / "ids")}
     if is_torchrun(argv):
         # torchrun's mkdtemp(prefix="torchelastic_") for its logs, and anything the
         # ranks put in the temporary root, then go away with the run directory.
-        temporary = run_dir / "tmp"
+        temporary = temporary_dir if temporary_dir is not None else run_dir / "tmp"
         temporary.mkdir(parents=True, exist_ok=True)
         phase_env["TMPDIR"] = str(temporary)
     if nodes_on_this_host(argv) > 1:  # the node launcher writes each agent's row there

@@ -227,7 +227,11 @@ class PhaseChildren:
         variables = self.settings.threads.environment(
             self.settings.environment, ranks=phase.ranks, own=phase.extra_env
         )
-        environment, phase.tag = multirank.phase_environment(argv, variables, phase.run_dir)
+        # One TMPDIR for every phase of the check (each torchrun agent makes its own directory
+        # in it): phases that differ only in their own variables then share a warm server.
+        environment, phase.tag = multirank.phase_environment(
+            argv, variables, phase.run_dir, temporary_dir=self.settings.run_root / "tmp"
+        )
         self.rank_watcher.watch(phase.name, phase.tag, argv)  # only torchrun phases are watched
         try:
             spec = ChildSpec(

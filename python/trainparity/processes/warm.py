@@ -43,6 +43,7 @@ __all__ = [
     "PRELOAD_VARIABLE",
     "START_MODES",
     "START_VARIABLE",
+    "WARM_RANKS_VARIABLE",
     "ChildStarter",
     "checked_start",
     "warm_refusal",
@@ -78,6 +79,9 @@ _ADOPTION_SECONDS = 5.0  # a killed child's middle exits at once: this is never 
 # accumulation/ranks.py now frees the group last.)
 _PRELOADS: dict[str, tuple[str, ...]] = {"trainparity.accumulation.worker": ("torch._dynamo",)}
 PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"
+_AGENT_MODULE = "torch.distributed.run"
+WARM_RANKS_VARIABLE = "TRAINPARITY_WARM_RANKS"
+""""1": a warm `python -m torch.distributed.run` agent forks its ranks warm too (warm_ranks.py)."""
 """Comma-separated modules of torch's own (e.g. torch._dynamo) a warm server imports too."""
 
 
@@ -195,6 +199,13 @@ def _preloaded_modules(
             )
     if len(argv) >= 3 and argv[1] == "-m":
         named.update(_PRELOADS.get(argv[2], ()))
+    if (
+        list(argv[1:3]) == ["-m", _AGENT_MODULE]
+        and environment.get(WARM_RANKS_VARIABLE) == "1"
+        and environment.get(_HASH_SEED, "random") != "random"
+    ):
+        # Its ranks are forked warm too (warm_ranks.py), and a rank builds an optimizer.
+        named.add("torch._dynamo")
     return tuple(sorted(named))
 
 

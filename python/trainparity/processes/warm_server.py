@@ -54,11 +54,23 @@ def _preload(modules: list[str]) -> None:
 
 def _load_warm_main():
     """warm_main.py, loaded from its file without a sys.modules entry (nothing of trainparity)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_main.py")
-    spec = importlib.util.spec_from_file_location("_trainparity_warm_main", path)
+    module = _load_sibling("warm_main")
+    module._OWN_FILES = frozenset(
+        {os.path.abspath(__file__), module.__file__, _sibling_path("warm_ranks")}
+    )
+    return module
+
+
+def _sibling_path(name: str) -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+
+
+def _load_sibling(name: str):
+    """A module beside this file, loaded from it without a sys.modules entry."""
+    path = _sibling_path(name)
+    spec = importlib.util.spec_from_file_location(f"_trainparity_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module._OWN_FILES = frozenset({os.path.abspath(__file__), path})
     return module
 
 
@@ -190,6 +202,11 @@ def main() -> None:
         os._exit(0)  # no finalization of torch and co. in the server: nothing to flush
     request, warm_main = forked
     warm_main.become_fresh(request["argv"], request["cwd"], request["env"])
+    if (
+        request["argv"][1:3] == ["-m", "torch.distributed.run"]
+        and request["env"].get("TRAINPARITY_WARM_RANKS") == "1"
+    ):
+        _load_sibling("warm_ranks").install(warm_main, request["env"])
     try:
         warm_main.run_main(request["argv"], request["cwd"])
     except SystemExit as exit:
