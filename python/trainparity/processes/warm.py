@@ -79,10 +79,10 @@ _ADOPTION_SECONDS = 5.0  # a killed child's middle exits at once: this is never 
 # accumulation/ranks.py now frees the group last.)
 _PRELOADS: dict[str, tuple[str, ...]] = {"trainparity.accumulation.worker": ("torch._dynamo",)}
 PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"
-_AGENT_MODULE = "torch.distributed.run"
+"""Comma-separated modules of torch's own (e.g. torch._dynamo) a warm server imports too."""
 WARM_RANKS_VARIABLE = "TRAINPARITY_WARM_RANKS"
 """"1": a warm `python -m torch.distributed.run` agent forks its ranks warm too (warm_ranks.py)."""
-"""Comma-separated modules of torch's own (e.g. torch._dynamo) a warm server imports too."""
+_AGENT_MODULE = "torch.distributed.run"
 
 
 def checked_start(start: object) -> str:
@@ -199,14 +199,22 @@ def _preloaded_modules(
             )
     if len(argv) >= 3 and argv[1] == "-m":
         named.update(_PRELOADS.get(argv[2], ()))
-    if (
+    if _forks_ranks_warm(argv, environment):
+        named.add("torch._dynamo")  # the ranks forked from its zygote build optimizers
+    return tuple(sorted(named))
+
+
+def _forks_ranks_warm(argv: tuple[str, ...] | list[str], environment: Mapping[str, str]) -> bool:
+    """Whether a warm torchrun agent forks its ranks warm too (warm_ranks.py).
+
+    Asked for, and with a fixed hash seed: forked ranks keep their zygote's str
+    hashes, where fresh ones without PYTHONHASHSEED each draw their own.
+    """
+    return (
         list(argv[1:3]) == ["-m", _AGENT_MODULE]
         and environment.get(WARM_RANKS_VARIABLE) == "1"
         and environment.get(_HASH_SEED, "random") != "random"
-    ):
-        # Its ranks are forked warm too (warm_ranks.py), and a rank builds an optimizer.
-        named.add("torch._dynamo")
-    return tuple(sorted(named))
+    )
 
 
 def _packed_size(strings: list[str]) -> int:
@@ -288,6 +296,7 @@ class _WarmServer:
             "env": environment,
             "stdout": os.path.abspath(spec.stdout_path),
             "stderr": os.path.abspath(spec.stderr_path),
+            "warm_ranks": _forks_ranks_warm(spec.argv, environment),
         }
         deadline = time.monotonic() + self.timeout
         connection = self._connected(deadline)

@@ -63,9 +63,7 @@ def _show_process(argv: list[str], environment: dict[str, str]) -> None:
     """
     import ctypes
 
-    with open("/proc/self/stat", "rb") as handle:
-        fields = handle.read().rpartition(b")")[2].split()
-    arg_start, arg_end, env_start, env_end = (int(field) for field in fields[45:49])
+    arg_start, arg_end, env_start, env_end = proc_areas()
     arguments_room = arg_end - arg_start
     packed = b"\0".join(os.fsencode(argument) for argument in argv) + b"\0"
     if len(packed) <= arguments_room:
@@ -81,6 +79,25 @@ def _show_process(argv: list[str], environment: dict[str, str]) -> None:
     if free + len(variables) <= env_end:
         shown = variables.ljust(env_end - free, b"\0")
         ctypes.memmove(free, shown, len(shown))
+
+
+def proc_areas() -> tuple[int, int, int, int]:
+    """Where the strings /proc/PID/cmdline and environ show lie: arg_start, arg_end, env_start, env_end."""
+    with open("/proc/self/stat", "rb") as handle:
+        fields = handle.read().rpartition(b")")[2].split()
+    arg_start, arg_end, env_start, env_end = (int(field) for field in fields[45:49])
+    return arg_start, arg_end, env_start, env_end
+
+
+def close_descriptors(keep: int) -> None:
+    """Close every descriptor above the standard streams but `keep`, as spawn's close_fds does."""
+    for entry in os.listdir("/proc/self/fd"):
+        descriptor = int(entry)
+        if descriptor > 2 and descriptor != keep:
+            try:
+                os.close(descriptor)
+            except OSError:
+                pass  # the directory's own descriptor, already gone
 
 
 def _redraw_random_state() -> None:

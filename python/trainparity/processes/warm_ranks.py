@@ -67,10 +67,10 @@ _RANK_PREFIXES = ("TORCHELASTIC_", "TRAINPARITY_")
 
 
 def install(warm_main, agent_environment: dict[str, str]) -> None:
-    """Fork the zygote and route torchrun's rank starts through it (nothing when it cannot)."""
-    seed = agent_environment.get("PYTHONHASHSEED")
-    if seed is None or seed == "random":
-        return  # forked ranks would share one hash seed where fresh ones draw their own
+    """Fork the zygote and route torchrun's rank starts through it (nothing when it cannot).
+
+    Called only when the check asked for it, with a fixed hash seed (warm.py).
+    """
     agent_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -93,7 +93,7 @@ def install(warm_main, agent_environment: dict[str, str]) -> None:
     handler = getattr(subprocess_handler, "SubprocessHandler", None)
     if handler is None or _parameters(handler._popen) != ["self", "args", "env"]:
         return  # a torch whose rank start this does not know: every rank starts fresh
-    _ForkedRankPopen.zygote = _Zygote(agent_end, zygote, dict(agent_environment))
+    _ForkedRankPopen.zygote = _Zygote(agent_end, dict(agent_environment))
 
     def _popen(self, args, env):  # torchrun's own _popen, on POSIX
         return _ForkedRankPopen(
@@ -119,9 +119,8 @@ def _parameters(function) -> list[str]:
 class _Zygote:
     """The agent's end of the zygote: one request at a time, from torchrun's thread."""
 
-    def __init__(self, connection: socket.socket, pid: int, environment: dict[str, str]) -> None:
+    def __init__(self, connection: socket.socket, environment: dict[str, str]) -> None:
         self.connection = connection
-        self.pid = pid
         self.environment = environment
         self.broken = False
         self.buffer = b""
@@ -221,7 +220,7 @@ def _serve(connection: socket.socket, agent: int, warm_main) -> None:
         if not message:
             return
         request = json.loads(message)
-        refusal = _shown_refusal(request["argv"], request["env"])
+        refusal = _shown_refusal(request["argv"], request["env"], warm_main)
         if refusal is not None:
             for descriptor in descriptors:
                 os.close(descriptor)
@@ -233,11 +232,9 @@ def _serve(connection: socket.socket, agent: int, warm_main) -> None:
         connection.sendall((json.dumps(reply) + "\n").encode())
 
 
-def _shown_refusal(argv: list[str], environment: dict[str, str]) -> str | None:
+def _shown_refusal(argv: list[str], environment: dict[str, str], warm_main) -> str | None:
     """Why /proc could not show this rank's command and environment (None: it can)."""
-    with open("/proc/self/stat", "rb") as handle:
-        fields = handle.read().rpartition(b")")[2].split()
-    arg_start, arg_end, env_start, env_end = (int(field) for field in fields[45:49])
+    arg_start, arg_end, env_start, env_end = warm_main.proc_areas()
     command = sum(len(os.fsencode(argument)) + 1 for argument in argv)
     variables = sum(
         len(os.fsencode(name)) + len(os.fsencode(value)) + 2 for name, value in environment.items()
@@ -293,14 +290,7 @@ def _become_rank(
             if wanted:
                 descriptor = next(own)
                 os.dup2(descriptor, target)
-        keep = {write_end}
-        for entry in os.listdir("/proc/self/fd"):
-            descriptor = int(entry)
-            if descriptor > 2 and descriptor not in keep:
-                try:
-                    os.close(descriptor)
-                except OSError:
-                    pass  # the listing's own descriptor, already gone
+        warm_main.close_descriptors(keep=write_end)
         os.chdir(request["cwd"])
     except OSError as error:
         os.write(write_end, f"{error}".encode())

@@ -101,14 +101,14 @@ def serve(name: str, modules: list[str]) -> tuple[dict, object] | None:
     with connection, connection.makefile("rb") as lines:
         for line in lines:
             request = json.loads(line)
-            reply = _fork(request, parent, (listener, connection, lines))
+            reply = _fork(request, parent, (listener, connection, lines), warm_main)
             if reply is None:  # the child
                 return request, warm_main
             connection.sendall((json.dumps(reply) + "\n").encode())
     return None  # the check closed its end: it is done
 
 
-def _fork(request: dict, parent: int, own: tuple) -> dict | None:
+def _fork(request: dict, parent: int, own: tuple, warm_main) -> dict | None:
     """Fork the child through a middle process; None in the child, the reply in the server."""
     read_end, write_end = os.pipe()
     sys.stdout.flush()
@@ -119,7 +119,7 @@ def _fork(request: dict, parent: int, own: tuple) -> dict | None:
             child = os.fork()
             if child == 0:
                 os.close(read_end)
-                _become_child(request, parent, os.getppid(), write_end, own)
+                _become_child(request, parent, os.getppid(), write_end, own, warm_main)
                 return None
         except BaseException:  # neither the middle nor the child may ever serve
             os._exit(127)
@@ -141,7 +141,9 @@ def _fork(request: dict, parent: int, own: tuple) -> dict | None:
     return {"pid": int(pid_line), "failure": failure}
 
 
-def _become_child(request: dict, parent: int, middle: int, write_end: int, own: tuple) -> None:
+def _become_child(
+    request: dict, parent: int, middle: int, write_end: int, own: tuple, warm_main
+) -> None:
     """Set up the process as spawn does before exec, reporting each failure as spawn would."""
     os.write(write_end, f"{os.getpid()}\n".encode())
     step = "setpgid"
@@ -175,22 +177,12 @@ def _become_child(request: dict, parent: int, middle: int, write_end: int, own: 
         lines.close()
         connection.close()
         listener.close()
-        _close_descriptors(keep=write_end)
+        warm_main.close_descriptors(keep=write_end)
     except OSError as error:
         os.write(write_end, f"{step} {error.errno or 0} {filename or ''}".encode())
         os._exit(127)
     os.write(write_end, b"ok")
     os.close(write_end)
-
-
-def _close_descriptors(keep: int) -> None:
-    for entry in os.listdir("/proc/self/fd"):
-        descriptor = int(entry)
-        if descriptor > 2 and descriptor != keep:
-            try:
-                os.close(descriptor)
-            except OSError:
-                pass  # the directory's own descriptor, already gone
 
 
 def main() -> None:
@@ -202,10 +194,7 @@ def main() -> None:
         os._exit(0)  # no finalization of torch and co. in the server: nothing to flush
     request, warm_main = forked
     warm_main.become_fresh(request["argv"], request["cwd"], request["env"])
-    if (
-        request["argv"][1:3] == ["-m", "torch.distributed.run"]
-        and request["env"].get("TRAINPARITY_WARM_RANKS") == "1"
-    ):
+    if request["warm_ranks"]:  # a torchrun agent whose ranks the check wants forked too
         _load_sibling("warm_ranks").install(warm_main, request["env"])
     try:
         warm_main.run_main(request["argv"], request["cwd"])
