@@ -55,21 +55,6 @@ PRELOAD_DYNAMO_MODULES = frozenset(
     }
 )
 _PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"
-# Modules whose torchrun agents fork their ranks warm too (TRAINPARITY_WARM_RANKS=1). Not the
-# modules that check the rank watcher's rows: a forked rank may end before it is sampled.
-WARM_RANK_MODULES = frozenset(
-    {
-        "test_two_rank_trainers",
-        "test_fsdp2_guide",
-        "test_resume_coverage_steps",
-        "test_distributed_coverage",
-        "test_data_resume_faults",
-        "test_forensics",
-        "test_resume_trajectories",
-        "test_accelerate",
-    }
-)
-_WARM_RANKS_VARIABLE = "TRAINPARITY_WARM_RANKS"
 
 
 # "1" when the hash seed is the suite's (set below) rather than the caller's own. A variable,
@@ -107,10 +92,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         os.environ[_PRELOAD_VARIABLE] = "torch._dynamo"
     else:
         os.environ.pop(_PRELOAD_VARIABLE, None)
-    if module in WARM_RANK_MODULES:
-        os.environ[_WARM_RANKS_VARIABLE] = "1"
-    else:
-        os.environ.pop(_WARM_RANKS_VARIABLE, None)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -28,6 +28,7 @@ from trainparity.distributed.rank_processes import (
     RankWatcher,
     rank_event_detail,
     rank_evidence,
+    unsampled_exit_events,
 )
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -292,6 +293,50 @@ def test_rows_after_success_restarts_failure_and_timeout(tmp_path):
             for row in rank_evidence(samples[::-1], phase_returncode=1, stderr_path=stderr)
         ]
     )
+
+
+def test_measured_exits_replace_samples_and_add_the_ranks_no_sample_saw(tmp_path):
+    stderr = tmp_path / "stderr.log"
+    stderr.write_text(FAILURE_REPORT)
+    exits = tmp_path / "rank_exits.jsonl"
+    measured = {"local_rank": 1, "user_seconds": 2.5, "system_seconds": 0.25,
+                "peak_rss_bytes": 300 << 20}  # fmt: skip
+    exits.write_text(
+        json.dumps({**measured, "rank": 1, "pid": 301, "returncode": 3, "started": 5.0, "ended": 7.5}) + "\n"
+        + json.dumps({**measured, "rank": 2, "pid": 302, "returncode": -9, "started": 6.0, "ended": 6.5}) + "\n"
+        + '{"rank": 3, "pid": 303, "returnco'  # cut short by a killed agent: skipped
+    )  # fmt: skip
+    samples = [_sample(1, 301), _sample(0, 300)]
+    rows = rank_evidence(samples, phase_returncode=1, stderr_path=stderr, exits_path=exits)
+    assert [(row.rank, row.pid, row.returncode, row.user_seconds) for row in rows] == [
+        (0, 300, None, 0.5),  # no record: as sampled
+        (1, 301, 3, 2.5),  # measured, not sampled
+        (2, 302, -9, 2.5),  # never sampled, yet measured
+    ]
+    assert [row.sample_interval_seconds for row in rows] == [
+        rank_processes.SAMPLE_INTERVAL_SECONDS,
+        None,
+        None,
+    ]
+    # Progress: rank 2, which no sample saw, gets its start and end lines from its record.
+    events = unsampled_exit_events("baseline_a", samples, exits)
+    assert [(event.kind, event.sample.rank, event.sample.pid) for event in events] == [
+        ("start", 2, 302),
+        ("end", 2, 302),
+    ]
+    assert events[1].sample.last_seen - events[1].sample.first_seen == 0.5
+    assert rank_event_detail(events[1]) == "pid 302, 2.75 CPU s, peak RSS 300 MiB, measured at exit"
+    # Restarts: every process of a rank has its own measured exit, in start order.
+    exits.write_text(
+        json.dumps({**measured, "rank": 1, "pid": 401, "returncode": 0, "started": 9.0, "ended": 9.5}) + "\n"
+        + json.dumps({**measured, "rank": 1, "pid": 301, "returncode": 3, "started": 5.0, "ended": 7.5}) + "\n"
+    )  # fmt: skip
+    rows = rank_evidence(samples, phase_returncode=0, stderr_path=stderr, exits_path=exits)
+    assert [(row.pid, row.returncode) for row in rows] == [(300, 0), (301, 3), (401, 0)]
+    missing = rank_evidence(
+        samples, phase_returncode=0, stderr_path=stderr, exits_path=tmp_path / "none.jsonl"
+    )
+    assert missing == rank_evidence(samples, phase_returncode=0, stderr_path=stderr)
 
 
 # Real torchrun ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from trainparity import Outcome, check_resume
+from trainparity.distributed.rank_processes import rank_evidence
 from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildSpec, spawn_child
 from trainparity.processes.warm import ChildStarter, checked_start, warm_refusal
 
@@ -330,9 +331,7 @@ def test_a_warm_torchrun_agent_forks_its_ranks_warm_and_they_see_what_fresh_ones
     tmp_path, starter
 ):
     # OMP_NUM_THREADS set, else torchrun sets it for the ranks and they start fresh.
-    environment = _environment(
-        OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), TRAINPARITY_WARM_RANKS="1"
-    )  # TMPDIR: torchrun's logs
+    environment = _environment(OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))  # TMPDIR: torchrun's logs
     fresh, fresh_agent, fresh_stdout = _torchrun_probe(spawn_child, "fresh", tmp_path, environment)
     warm, warm_agent, warm_stdout = _torchrun_probe(starter.launch, "warm", tmp_path, environment)
     assert starter.report["warm"] == ["warm"]
@@ -350,21 +349,71 @@ def test_a_warm_torchrun_agent_forks_its_ranks_warm_and_they_see_what_fresh_ones
         assert "rank 0 says hello" in stdout and "rank 1 says hello" in stdout
 
 
-def test_ranks_start_fresh_under_a_warm_agent_unless_asked(tmp_path, starter):
-    environment = _environment(OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+def test_ranks_start_fresh_under_a_warm_agent_when_told_to(tmp_path, starter):
+    environment = _environment(
+        OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), TRAINPARITY_WARM_RANKS="0"
+    )
     warm, _, _ = _torchrun_probe(starter.launch, "warm", tmp_path, environment)
     assert starter.report["warm"] == ["warm"]
     assert [rank["preloaded"] for rank in warm] == [False, False]
 
 
-def test_ranks_without_a_fixed_hash_seed_start_fresh_under_a_warm_agent(tmp_path, starter):
-    environment = _environment(
-        OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), TRAINPARITY_WARM_RANKS="1"
+def test_an_unknown_warm_ranks_value_starts_the_agent_fresh_and_says_why(tmp_path, starter):
+    environment = _environment(TRAINPARITY_WARM_RANKS="yes")
+    argv = [sys.executable, "-m", "torch.distributed.run", "--help"]
+    code, _, _, _, _ = _run(starter.launch, "agent", argv, tmp_path, tmp_path, environment)
+    assert code == 0 and starter.report["warm"] == []
+    assert starter.report["fresh"]["agent"] == (
+        "TRAINPARITY_WARM_RANKS must be '1' (fork a torchrun agent's ranks warm, the default) "
+        "or '0' (exec them), not 'yes'; started fresh"
     )
+
+
+def test_ranks_without_a_fixed_hash_seed_start_fresh_under_a_warm_agent(tmp_path, starter):
+    environment = _environment(OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
     del environment["PYTHONHASHSEED"]  # fresh ranks would each draw their own
     warm, _, _ = _torchrun_probe(starter.launch, "warm", tmp_path, environment)
     assert starter.report["warm"] == ["warm"]
     assert [rank["preloaded"] for rank in warm] == [False, False]
+
+
+QUICK_RANKS = """\
+import os, sys, time
+if os.environ["RANK"] == "1":
+    sys.exit(3)  # at once: before any sample of the rank watcher could see it
+time.sleep(60)  # rank 0 waits until torchrun stops it
+"""
+
+
+@pytest.mark.parametrize("forked", [True, False])
+def test_a_warm_agent_measures_the_exit_of_each_rank_it_forked(tmp_path, starter, forked):
+    # Without OMP_NUM_THREADS, torchrun sets it per rank and the ranks start fresh.
+    environment = _environment(TMPDIR=str(tmp_path))
+    if forked:
+        environment["OMP_NUM_THREADS"] = "1"
+    else:
+        environment.pop("OMP_NUM_THREADS", None)
+    exits = tmp_path / "rank_exits.jsonl"
+    environment["TRAINPARITY_RANK_EXITS_FILE"] = str(exits)
+    (tmp_path / "quick.py").write_text(QUICK_RANKS)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+            "quick.py"]  # fmt: skip
+    code, _, _, _, _ = _run(starter.launch, "agent", argv, tmp_path, tmp_path, environment)
+    assert code != 0 and starter.report["warm"] == ["agent"]
+    if not forked:  # exec'd ranks are sampled, as under a fresh agent
+        assert not exits.exists()
+        return
+    rows = rank_evidence(
+        (), phase_returncode=code, stderr_path=tmp_path / "agent.err", exits_path=exits
+    )
+    # Exact: rank 1's own code, and rank 0 ended by torchrun's SIGTERM (a report says neither).
+    assert [(row.rank, row.local_rank, row.returncode) for row in rows] == [
+        (0, 0, -signal.SIGTERM),
+        (1, 1, 3),
+    ]
+    assert all(row.sample_interval_seconds is None for row in rows)
+    assert all(row.user_seconds + row.system_seconds > 0 and row.peak_rss_bytes > (1 << 20)
+               for row in rows)  # fmt: skip
 
 
 @pytest.mark.parametrize(

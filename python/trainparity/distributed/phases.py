@@ -29,11 +29,13 @@ from trainparity.distributed.record_ids import IDS_DIR_VARIABLE
 
 __all__ = [
     "PHASE_TAG_VARIABLE",
+    "RANK_EXITS_FILE_VARIABLE",
     "RankExit",
     "concurrency_problem",
     "node_failure",
     "node_rows",
     "phase_environment",
+    "rank_exits_path",
     "rank_failure",
     "reported_rank_exits",
     "sweep",
@@ -41,6 +43,9 @@ __all__ = [
 ]
 
 PHASE_TAG_VARIABLE = "TRAINPARITY_PHASE_TAG"
+RANK_EXITS_FILE_VARIABLE = "TRAINPARITY_RANK_EXITS_FILE"
+"""Where a warm torchrun agent appends each rank's exit figures, one JSON line per rank
+(warm_ranks.py writes them, rank_processes.measured_rank_exits reads them)."""
 
 _ROOT_CAUSE_HEADING = "Root Cause (first observed failure):"
 # One failure of torchrun's report (torch.distributed.elastic ChildFailedError.format_msg).
@@ -51,6 +56,7 @@ _FAILURE_ENTRY = re.compile(
 )
 _SWEEP_SECONDS = 2.0
 _NODES_FILE = "nodes.json"
+_RANK_EXITS_FILE = "rank_exits.jsonl"
 _NODE_KEYS = frozenset(
     {
         "node",
@@ -72,7 +78,8 @@ def phase_environment(
 ) -> tuple[dict[str, str], str]:
     """The phase's environment (with its sweep tag and ID record directory) and the tag.
 
-    A torchrun phase's TMPDIR is `temporary_dir` (default: `run_dir`/tmp).
+    A torchrun phase's TMPDIR is `temporary_dir` (default: `run_dir`/tmp), and
+    its ranks' exit figures go to `rank_exits_path(run_dir)` (warm agents only).
     """
     tag = uuid.uuid4().hex
     phase_env = {**environment, PHASE_TAG_VARIABLE: tag, IDS_DIR_VARIABLE: str(run_dir / "ids")}
@@ -82,10 +89,18 @@ def phase_environment(
         temporary = temporary_dir if temporary_dir is not None else run_dir / "tmp"
         temporary.mkdir(parents=True, exist_ok=True)
         phase_env["TMPDIR"] = str(temporary)
+        exits = rank_exits_path(run_dir)
+        exits.unlink(missing_ok=True)  # a kept work_dir's last check's
+        phase_env[RANK_EXITS_FILE_VARIABLE] = str(exits)
     if nodes_on_this_host(argv) > 1:  # the node launcher writes each agent's row there
         (run_dir / _NODES_FILE).unlink(missing_ok=True)  # a kept work_dir's last check's
         phase_env[NODES_FILE_VARIABLE] = str(run_dir / _NODES_FILE)
     return phase_env, tag
+
+
+def rank_exits_path(run_dir: Path) -> Path:
+    """The file of a torchrun phase's measured rank exits (see RANK_EXITS_FILE_VARIABLE)."""
+    return run_dir / _RANK_EXITS_FILE
 
 
 def node_failure(run_dir: Path) -> str | None:

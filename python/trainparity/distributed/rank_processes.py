@@ -20,11 +20,25 @@ names it (`rank_evidence` adds it without resource figures).
 Exit status comes from the phase's outcome, not from sampling: torchrun
 exits 0 only when every rank did, and when it fails, its "Root Cause" report
 gives the failed ranks' exit codes; ranks it stopped after that are unknown.
+
+A warm agent that forks its ranks (processes/warm_ranks.py) reaps each rank
+with wait4 and appends what the kernel measured to the phase's rank exits
+file (phases.rank_exits_path): those rows replace the sampled ones, exactly
+(`sample_interval_seconds` None), and a rank too short for any sample still
+has its row. One JSON object per line, keys `pid`, `rank`, `local_rank`,
+`returncode` (negative: killed by that signal), `user_seconds`,
+`system_seconds` (the rank's and its reaped children's), `peak_rss_bytes`
+(ru_maxrss: the largest of the rank and its reaped children), `started` and
+`ended` (time.monotonic() when the agent started and reaped it; one clock
+for every process). A rank no sample saw gets its progress lines from its
+record when the phase ends (`unsampled_exit_events`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import os
 import threading
 import time
@@ -34,7 +48,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from trainparity.distributed.launch import is_torchrun
-from trainparity.distributed.phases import PHASE_TAG_VARIABLE, reported_rank_exits
+from trainparity.distributed.phases import PHASE_TAG_VARIABLE, RankExit, reported_rank_exits
 
 __all__ = [
     "SAMPLE_INTERVAL_SECONDS",
@@ -44,6 +58,7 @@ __all__ = [
     "RankWatcher",
     "rank_evidence",
     "rank_event_detail",
+    "unsampled_exit_events",
 ]
 
 SAMPLE_INTERVAL_SECONDS = 0.1
@@ -77,10 +92,15 @@ class RankSample:
 
 @dataclass(frozen=True)
 class RankEvent:
-    """A rank's process was first seen (`kind` "start") or seen exited ("end")."""
+    """A rank's process was first seen (`kind` "start") or seen exited ("end").
+
+    `measured`: the figures are the agent's wait4 at the rank's exit (a rank
+    no sample saw, reported when its phase ended), not a sample.
+    """
 
     kind: str
     sample: RankSample
+    measured: bool = False
 
 
 RankCallback = Callable[[RankEvent], None]
@@ -94,7 +114,8 @@ class RankProcessEvidence:
     failed); negative means killed by that signal, as torchrun reports it.
     The resource figures are None for a rank known only from torchrun's
     report; otherwise they come from samples taken every
-    `sample_interval_seconds` (see the module docstring for what may be missing).
+    `sample_interval_seconds` (see the module docstring for what may be
+    missing), or, where that is None, from the agent's wait4 at the rank's exit.
     """
 
     rank: int
@@ -104,47 +125,112 @@ class RankProcessEvidence:
     user_seconds: float | None
     system_seconds: float | None
     peak_rss_bytes: int | None
-    sample_interval_seconds: float = SAMPLE_INTERVAL_SECONDS
+    sample_interval_seconds: float | None = SAMPLE_INTERVAL_SECONDS
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 def rank_evidence(
-    samples: Sequence[RankSample], *, phase_returncode: int | None, stderr_path: Path
+    samples: Sequence[RankSample],
+    *,
+    phase_returncode: int | None,
+    stderr_path: Path,
+    exits_path: Path | None = None,
 ) -> tuple[RankProcessEvidence, ...]:
     """Evidence rows of a finished phase's ranks, sorted by rank then start.
 
     `samples` is what `RankWatcher.close` returned for the phase,
     `phase_returncode` how torchrun ended (None when it timed out), and
-    `stderr_path` torchrun's stderr, read only when it failed.
+    `stderr_path` torchrun's stderr, read only when it failed. A rank in the
+    phase's rank exits file (`exits_path`, written by a warm agent) gets its
+    measured row instead of its samples.
     """
+    measured = _measured_exits(exits_path) if exits_path is not None else {}
     ordered = sorted(samples, key=lambda sample: (sample.rank, sample.first_seen))
     if phase_returncode == 0:
         # With restarts a rank has one process per attempt; only the last one's exit is known.
         last_of_rank = {sample.rank: sample.pid for sample in ordered}
-        return tuple(
-            _row(sample, 0 if last_of_rank[sample.rank] == sample.pid else None)
-            for sample in ordered
-        )
-    try:
-        text = stderr_path.read_text(errors="replace") if phase_returncode is not None else ""
-    except OSError:
-        text = ""
-    exits = {failure.pid: failure for failure in reported_rank_exits(text)}
-    rows = [
-        _row(sample, exits[sample.pid].exitcode if sample.pid in exits else None)
-        for sample in ordered
+        exits: dict[int, RankExit] = {}
+    else:
+        try:
+            text = stderr_path.read_text(errors="replace") if phase_returncode is not None else ""
+        except OSError:
+            text = ""
+        exits = {failure.pid: failure for failure in reported_rank_exits(text)}
+    keyed: list[tuple[tuple[int, float], RankProcessEvidence]] = [
+        ((exit.row.rank, exit.started), exit.row) for exit in measured.values()
     ]
-    seen = {sample.pid for sample in ordered}
-    rows += [
-        RankProcessEvidence(
-            failure.rank, failure.local_rank, pid, failure.exitcode, None, None, None
+    for sample in ordered:
+        if sample.pid in measured:
+            continue
+        if phase_returncode == 0:
+            returncode = 0 if last_of_rank[sample.rank] == sample.pid else None
+        else:
+            returncode = exits[sample.pid].exitcode if sample.pid in exits else None
+        keyed.append(((sample.rank, sample.first_seen), _row(sample, returncode)))
+    seen = {sample.pid for sample in ordered} | set(measured)
+    keyed += [
+        (
+            (failure.rank, math.inf),
+            RankProcessEvidence(
+                failure.rank, failure.local_rank, pid, failure.exitcode, None, None, None
+            ),
         )
         for pid, failure in exits.items()
         if pid not in seen
     ]
-    return tuple(sorted(rows, key=lambda row: row.rank))
+    return tuple(row for _, row in sorted(keyed, key=lambda item: item[0]))
+
+
+def unsampled_exit_events(
+    phase: str, samples: Sequence[RankSample], exits_path: Path
+) -> tuple[RankEvent, ...]:
+    """A start and an end event for each measured rank that no sample saw, in start order."""
+    sampled = {sample.pid for sample in samples}
+    events = []
+    for exit in sorted(_measured_exits(exits_path).values(), key=lambda exit: exit.started):
+        if exit.row.pid in sampled:
+            continue
+        row = exit.row
+        sample = RankSample(
+            phase, row.rank, row.local_rank, row.pid, row.user_seconds or 0.0,
+            row.system_seconds or 0.0, row.peak_rss_bytes or 0, exit.started, exit.ended, True,
+        )  # fmt: skip
+        events += [RankEvent("start", sample, True), RankEvent("end", sample, True)]
+    return tuple(events)
+
+
+class _Measured(NamedTuple):
+    row: RankProcessEvidence
+    started: float
+    ended: float
+
+
+def _measured_exits(path: Path) -> dict[int, _Measured]:
+    """The rank exits file's rows by pid; lines it cannot read are skipped."""
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:  # none written: a fresh agent, or no rank reaped
+        return {}
+    measured = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+            row = RankProcessEvidence(
+                rank=int(record["rank"]),
+                local_rank=int(record["local_rank"]),
+                pid=int(record["pid"]),
+                returncode=int(record["returncode"]),
+                user_seconds=float(record["user_seconds"]),
+                system_seconds=float(record["system_seconds"]),
+                peak_rss_bytes=int(record["peak_rss_bytes"]),
+                sample_interval_seconds=None,
+            )
+            measured[row.pid] = _Measured(row, float(record["started"]), float(record["ended"]))
+        except (ValueError, TypeError, KeyError):  # a line cut short by a killed agent
+            continue
+    return measured
 
 
 def _row(sample: RankSample, returncode: int | None) -> RankProcessEvidence:
@@ -160,14 +246,16 @@ def _row(sample: RankSample, returncode: int | None) -> RankProcessEvidence:
 
 
 def rank_event_detail(event: RankEvent) -> str:
-    """What a progress line adds about a rank: `pid 4242`, or `pid 4242, 0.31 CPU s, peak RSS …, sampled`."""
+    """What a progress line adds about a rank: `pid 4242`, or `pid 4242, 0.31 CPU s, peak RSS …, sampled`
+    (`measured at exit` for a measured rank's end)."""
     sample = event.sample
     if event.kind == "start":
         return f"pid {sample.pid}"
     cpu = sample.user_seconds + sample.system_seconds
     return (
         f"pid {sample.pid}, {cpu:.2f} CPU s, "
-        f"peak RSS {sample.peak_rss_bytes / (1 << 20):.0f} MiB, sampled"
+        f"peak RSS {sample.peak_rss_bytes / (1 << 20):.0f} MiB, "
+        + ("measured at exit" if event.measured else "sampled")
     )
 
 

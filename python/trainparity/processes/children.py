@@ -26,6 +26,7 @@ from trainparity.distributed.rank_processes import (
     RankWatcher,
     rank_event_detail,
     rank_evidence,
+    unsampled_exit_events,
 )
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
@@ -317,6 +318,10 @@ class PhaseChildren:
             phase.result = result
             phase.rank_samples = self.rank_watcher.close(name)  # before the sweep kills them
             multirank.sweep(phase.tag)  # ranks that left the child's process group
+            # Ranks too short for any sample: their progress lines, as their agent measured them.
+            exits = multirank.rank_exits_path(phase.run_dir)
+            for event in unsampled_exit_events(name, phase.rank_samples, exits):
+                self._on_rank_event(event)
 
     def _on_rank_event(self, event: RankEvent) -> None:
         """A torchrun rank seen starting or ending: a progress line (from the watcher's thread)."""
@@ -365,6 +370,7 @@ class PhaseChildren:
                     phase.rank_samples,
                     phase_returncode=returncode,
                     stderr_path=phase.run_dir / "stderr.log",
+                    exits_path=multirank.rank_exits_path(phase.run_dir),
                 ),
             )
         )

@@ -5,7 +5,8 @@ forks each child whose command is `python script.py …`, `python -m module …`
 or `python -c code …` (python being this interpreter, without other options) from
 a server that imported torch once (warm_server.py); any other command starts
 fresh. `python -m torch.distributed.run` is forked too (its agent then skips
-importing torch; it execs its ranks fresh, as it always does), when its
+importing torch, and forks its ranks from a zygote unless
+TRAINPARITY_WARM_RANKS=0: warm_ranks.py), when its
 environment fits where /proc shows a forked child's (warm_main._show_process):
 the rank watcher finds the agent's ranks by that environment. A ChildStarter is the one
 seam: ChildGroup calls its `launch` where it would spawn. Servers live as long
@@ -81,7 +82,8 @@ _PRELOADS: dict[str, tuple[str, ...]] = {"trainparity.accumulation.worker": ("to
 PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"
 """Comma-separated modules of torch's own (e.g. torch._dynamo) a warm server imports too."""
 WARM_RANKS_VARIABLE = "TRAINPARITY_WARM_RANKS"
-""""1": a warm `python -m torch.distributed.run` agent forks its ranks warm too (warm_ranks.py)."""
+""""1" (the default) or "0": whether a warm `python -m torch.distributed.run` agent forks its
+ranks warm too (warm_ranks.py), or execs them as torchrun does."""
 _AGENT_MODULE = "torch.distributed.run"
 
 
@@ -199,6 +201,11 @@ def _preloaded_modules(
             )
     if len(argv) >= 3 and argv[1] == "-m":
         named.update(_PRELOADS.get(argv[2], ()))
+    if environment.get(WARM_RANKS_VARIABLE, "1") not in ("0", "1"):
+        raise ValueError(
+            f"{WARM_RANKS_VARIABLE} must be '1' (fork a torchrun agent's ranks warm, the "
+            f"default) or '0' (exec them), not {environment[WARM_RANKS_VARIABLE]!r}"
+        )
     if _forks_ranks_warm(argv, environment):
         named.add("torch._dynamo")  # the ranks forked from its zygote build optimizers
     return tuple(sorted(named))
@@ -207,12 +214,12 @@ def _preloaded_modules(
 def _forks_ranks_warm(argv: tuple[str, ...] | list[str], environment: Mapping[str, str]) -> bool:
     """Whether a warm torchrun agent forks its ranks warm too (warm_ranks.py).
 
-    Asked for, and with a fixed hash seed: forked ranks keep their zygote's str
-    hashes, where fresh ones without PYTHONHASHSEED each draw their own.
+    Unless told not to, and only with a fixed hash seed: forked ranks keep their
+    zygote's str hashes, where fresh ones without PYTHONHASHSEED each draw their own.
     """
     return (
         list(argv[1:3]) == ["-m", _AGENT_MODULE]
-        and environment.get(WARM_RANKS_VARIABLE) == "1"
+        and environment.get(WARM_RANKS_VARIABLE, "1") == "1"
         and environment.get(_HASH_SEED, "random") != "random"
     )
 

@@ -26,6 +26,14 @@ Any other rank, and every rank after the zygote failed, starts as torchrun
 starts it. Per rank, as `python -u` would: its own session, stdout and
 stderr the files torchrun opened for it (passed over the socket), other
 descriptors closed, standard streams unbuffered.
+
+A forked rank is reaped with wait4, and what the kernel measured (CPU
+time, peak RSS, exit status) is appended to the phase's rank exits file
+(TRAINPARITY_RANK_EXITS_FILE; the format is in
+trainparity/distributed/rank_processes.py): its row then does not depend on
+sampling a rank that may end within one sample. A rank started as torchrun
+starts it is sampled, as in a fresh agent: wait4's peak RSS of a process
+that exec'd counts the memory of the one it replaced (here the agent).
 """
 
 from __future__ import annotations
@@ -64,6 +72,8 @@ _RANK_VARIABLES = frozenset(
     }
 )
 _RANK_PREFIXES = ("TORCHELASTIC_", "TRAINPARITY_")
+# trainparity.distributed.phases.RANK_EXITS_FILE_VARIABLE (nothing of trainparity is imported here).
+_RANK_EXITS_FILE_VARIABLE = "TRAINPARITY_RANK_EXITS_FILE"
 
 
 def install(warm_main, agent_environment: dict[str, str]) -> None:
@@ -94,6 +104,7 @@ def install(warm_main, agent_environment: dict[str, str]) -> None:
     if handler is None or _parameters(handler._popen) != ["self", "args", "env"]:
         return  # a torch whose rank start this does not know: every rank starts fresh
     _ForkedRankPopen.zygote = _Zygote(agent_end, dict(agent_environment))
+    _ForkedRankPopen.exits_file = agent_environment.get(_RANK_EXITS_FILE_VARIABLE) or None
 
     def _popen(self, args, env):  # torchrun's own _popen, on POSIX
         return _ForkedRankPopen(
@@ -170,9 +181,15 @@ def _per_rank(name: str) -> bool:
 
 
 class _ForkedRankPopen(subprocess.Popen):
-    """A Popen whose child the zygote forks, when it can; otherwise Popen's own fork and exec."""
+    """A Popen whose child the zygote forks, when it can; otherwise Popen's own fork and exec.
+
+    A forked child is reaped with wait4 and its exit figures written to
+    `exits_file` (Popen's poll and wait reap with waitpid, which drops them).
+    """
 
     zygote: _Zygote | None = None
+    exits_file: str | None = None
+    _exit_note: dict | None = None  # what the exit record adds to wait4's figures
 
     def _execute_child(self, args, executable, *rest):
         # rest: preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags, shell,
@@ -198,12 +215,83 @@ class _ForkedRankPopen(subprocess.Popen):
             "stderr": stderr != -1,
         }
         descriptors = [end for end in (stdout, stderr) if end != -1]
+        note = _exit_note(env) if self.exits_file is not None else None
         try:
             self.pid = zygote.fork(request, descriptors)
         except OSError:
             zygote.broken = True
             return super()._execute_child(args, executable, *rest)
         self._child_created = True
+        self._exit_note = note
+
+    # Reaping: Popen's own logic (3.10 to 3.13), with wait4 where it calls waitpid.
+
+    def _try_wait(self, wait_flags):
+        """wait() reaps here; callers hold self._waitpid_lock."""
+        if self._exit_note is None:
+            return super()._try_wait(wait_flags)
+        try:
+            pid, status, usage = os.wait4(self.pid, wait_flags)
+        except ChildProcessError:  # as Popen's: reaped elsewhere, status unknown
+            return self.pid, 0
+        if pid == self.pid:
+            self._write_exit(status, usage)
+        return pid, status
+
+    def _internal_poll(self, _deadstate=None, *args, **kwargs):
+        """poll() reaps here (Popen's own calls waitpid directly, not _try_wait)."""
+        if self._exit_note is None or self.returncode is not None:
+            return super()._internal_poll(_deadstate, *args, **kwargs)
+        if not self._waitpid_lock.acquire(False):
+            return None  # another thread is waiting for it
+        try:
+            if self.returncode is None:
+                pid, status = self._try_wait(os.WNOHANG)
+                if pid == self.pid:
+                    self._handle_exitstatus(status)
+        except OSError:
+            if _deadstate is not None:
+                self.returncode = _deadstate
+        finally:
+            self._waitpid_lock.release()
+        return self.returncode
+
+    def _write_exit(self, status: int, usage) -> None:
+        note, self._exit_note = self._exit_note, None
+        try:
+            returncode = os.waitstatus_to_exitcode(status)
+        except ValueError:  # not an exit (wait4 without WUNTRACED never gives one)
+            return
+        record = {
+            **note,
+            "ended": time.monotonic(),
+            "pid": self.pid,
+            "returncode": returncode,
+            "user_seconds": usage.ru_utime,
+            "system_seconds": usage.ru_stime,
+            "peak_rss_bytes": usage.ru_maxrss * 1024,  # kB on Linux
+        }
+        line = (json.dumps(record, sort_keys=True) + "\n").encode()
+        try:  # one write in append mode: the agents of one phase never cut each other's lines
+            descriptor = os.open(
+                self.exits_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+            )
+            try:
+                os.write(descriptor, line)
+            finally:
+                os.close(descriptor)
+        except OSError:  # evidence never breaks a run: the check keeps its samples
+            pass
+
+
+def _exit_note(env) -> dict | None:
+    """The rank's identity and start time for its exit record; None without a RANK."""
+    try:
+        rank = int(env["RANK"])
+        local_rank = int(env.get("LOCAL_RANK", rank))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return {"rank": rank, "local_rank": local_rank, "started": time.monotonic()}
 
 
 def _serve(connection: socket.socket, agent: int, warm_main) -> None:

@@ -345,7 +345,9 @@ def _rank_row(rank: Mapping[str, Any]) -> tuple[str, ...]:
     """A torchrun rank under its phase; '~' marks figures sampled while it ran, not measured at exit."""
 
     def sampled(shown: str) -> str:
-        return shown if shown == _NOT_AVAILABLE else f"~{shown}"
+        # None: measured by the agent's wait4 at the rank's exit (a warm agent's forked ranks).
+        exact = "sample_interval_seconds" in rank and rank["sample_interval_seconds"] is None
+        return shown if exact or shown == _NOT_AVAILABLE else f"~{shown}"
 
     returncode = rank.get("returncode")
     return (
