@@ -36,6 +36,7 @@ print("main", __name__, getattr(main, "__file__", None), getattr(main, "__cached
 print("spec", getattr(__spec__, "name", None), "package", __package__)
 print("loader", type(__loader__).__name__ if not isinstance(__loader__, type) else __loader__.__name__)
 print("stdin", repr(sys.stdin.read()), "env", os.environ.get("PROBE_MARK"))
+print("last variables", list(os.environ)[-2:], "executable", sys.executable)
 print("to stderr", file=sys.stderr)
 atexit.register(print, "atexit ran")
 class Finalized:
@@ -107,7 +108,12 @@ SCENARIOS = [
     ("module", ["-m", "pkg.probe", "ok"]),
     ("module-raise", ["-m", "pkg.probe", "raise"]),
     ("code", ["-c", "import sys; print(sys.argv, repr(sys.path[0])); 1/0", "arg"]),
+    # How plan_command passes a phase plan: env sets the variables (one replaced where it
+    # stands, one appended), then execs python.
+    ("env-script", ["probe.py", "ok"]),
+    ("env-module-raise", ["-m", "pkg.probe", "raise"]),
 ]
+ENV_ASSIGNMENTS = ["PROBE_MARK=replaced", "PROBE_ADDED=x=y"]
 
 
 def test_a_warm_child_is_indistinguishable_from_a_fresh_one(probe_dir, starter, tmp_path):
@@ -115,6 +121,8 @@ def test_a_warm_child_is_indistinguishable_from_a_fresh_one(probe_dir, starter, 
     out.mkdir()
     for name, arguments in SCENARIOS:
         argv = [sys.executable, *arguments]
+        if name.startswith("env-"):
+            argv = ["env", *ENV_ASSIGNMENTS, *argv]
         unclosed = probe_dir / "unclosed.txt"
         environment = _environment(PROBE_OUT=str(probe_dir))
         fresh = _run(spawn_child, f"{name}-fresh", argv, probe_dir, out, environment)
@@ -131,6 +139,9 @@ def test_a_warm_child_is_indistinguishable_from_a_fresh_one(probe_dir, starter, 
     raised = _run(spawn_child, "raised", argv, probe_dir, out, _environment(PROBE_OUT=str(out)))
     assert raised[0] == 1 and "RuntimeError: the probe failed" in raised[3]  # compared above
     assert "__del__ ran at exit" in raised[2]
+    env_script = (out / "env-script-warm.out").read_text()
+    assert "env replaced" in env_script  # compared with the fresh one's above
+    assert "last variables ['PROBE_OUT', 'PROBE_ADDED']" in env_script
     assert (out / "unclosed.txt").read_text() == "raise flushed at exit;"  # compared above
 
 
@@ -253,7 +264,18 @@ def test_other_commands_start_fresh_and_the_report_says_why(tmp_path, starter):
             continue
         code, _, stdout, _, _ = _run(starter.launch, name, argv, tmp_path, tmp_path)
         assert code == 0 and stdout.strip() in {"shell", "u"}
-    assert set(starter.report["fresh"]) == {"shell", "option"}
+    # env with an option of its own, or assignments env would not take as such: as they are.
+    for name, argv in (
+        ("env-option", ["env", "-u", "HOME", sys.executable, "-c", "print('u')"]),
+        ("env-odd-name", ["env", "A-B=1", sys.executable, "-c", "print('u')"]),
+        ("env-nothing", ["env", "A=1"]),
+    ):
+        code, _, stdout, _, _ = _run(starter.launch, name, argv, tmp_path, tmp_path)
+        assert code == 0 and (stdout.strip() == "u" or "A=1" in stdout), name
+        assert "is not this Python interpreter" in starter.report["fresh"][name], name
+    assert set(starter.report["fresh"]) == {
+        "shell", "option", "env-option", "env-odd-name", "env-nothing"
+    }  # fmt: skip
     assert starter.report["warm"] == []
     # torchrun_command's form is `python -m`, forked like any module (its agent skips importing
     # torch); the `torchrun` script is another program.
@@ -280,6 +302,16 @@ def test_proc_shows_a_warm_childs_environment_as_a_fresh_ones(tmp_path, starter)
     assert starter.report["warm"] == ["shown"]
     # What ps e, psutil and our rank watcher read: the phase's variables, in the order given.
     assert json.loads(stdout) == [f"{name}={value}" for name, value in environment.items()]
+    # Through env, as a phase plan is passed: what env's exec would show, fresh or warm.
+    argv = ["env", "TRAINPARITY_PHASE_TAG=set-by-env", "PROBE_NEW=1", sys.executable, "-c",
+            SHOW_ENVIRONMENT]  # fmt: skip
+    shown = [
+        json.loads(_run(launcher, name, argv, tmp_path, tmp_path, environment)[2])
+        for name, launcher in (("fresh", spawn_child), ("warm", starter.launch))
+    ]
+    assert starter.report["warm"] == ["shown", "warm"]
+    assert shown[0] == shown[1]
+    assert shown[1][-1] == "PROBE_NEW=1" and "TRAINPARITY_PHASE_TAG=set-by-env" in shown[1]
 
 
 def test_a_torchrun_agent_whose_environment_proc_cannot_show_starts_fresh(tmp_path, starter):

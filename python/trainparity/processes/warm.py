@@ -8,7 +8,10 @@ fresh. `python -m torch.distributed.run` is forked too (its agent then skips
 importing torch, and forks its ranks from a zygote unless
 TRAINPARITY_WARM_RANKS=0: warm_ranks.py), when its
 environment fits where /proc shows a forked child's (warm_main._show_process):
-the rank watcher finds the agent's ranks by that environment. A ChildStarter is the one
+the rank watcher finds the agent's ranks by that environment. A command run through `env
+NAME=VALUE …` (how plan_command passes a phase plan) is forked as what env
+would exec: the command after the assignments, with them in its environment.
+A ChildStarter is the one
 seam: ChildGroup calls its `launch` where it would spawn. Servers live as long
 as the check (closed with it, and killed by their parent-death signal if the
 check dies); one serves every child of the same environment. The server of
@@ -21,8 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import json
 import os
+import re
 import secrets
 import select
 import shutil
@@ -85,6 +90,8 @@ WARM_RANKS_VARIABLE = "TRAINPARITY_WARM_RANKS"
 """"1" (the default) or "0": whether a warm `python -m torch.distributed.run` agent forks its
 ranks warm too (warm_ranks.py), or execs them as torchrun does."""
 _AGENT_MODULE = "torch.distributed.run"
+_COREUTILS_ENV = frozenset(os.path.realpath(path) for path in ("/usr/bin/env", "/bin/env"))
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def checked_start(start: object) -> str:
@@ -110,7 +117,10 @@ def warm_refusal(argv: tuple[str, ...] | list[str], environment: Mapping[str, st
         return None
     if len(argv) >= 2 and argv[1] and not argv[1].startswith("-"):
         return None
-    return "only `python script.py`, `python -m module` and `python -c code` are forked warm"
+    return (
+        "only `python script.py`, `python -m module` and `python -c code` (also behind "
+        "`env NAME=VALUE …`) are forked warm"
+    )
 
 
 class ChildStarter:
@@ -133,10 +143,12 @@ class ChildStarter:
         """Start `spec` now; its pid, a child of this process. ChildLaunchError if it cannot."""
         if self.mode == "fresh":
             return spawn_child(spec)
-        refusal = warm_refusal(spec.argv, spec.env)
+        exec_spec = _env_execs(spec)
+        refusal = warm_refusal(exec_spec.argv, exec_spec.env)
         if refusal is not None:
             self.report["fresh"][spec.name] = refusal
             return spawn_child(spec)
+        spec = exec_spec
         environment = dict(spec.env)
         server_environment = environment
         if environment.get(_HASH_SEED, "random") == "random":
@@ -185,6 +197,36 @@ class ChildStarter:
         for server in self._servers.values():
             server.close()
         self._servers.clear()
+
+
+def _env_execs(spec: ChildSpec) -> ChildSpec:
+    """What `env NAME=VALUE … command` execs: `command`, with the variables set; else `spec`.
+
+    Only the env of coreutils and plain assignments: env sets each variable
+    (replacing it where it stands, else appending it), then execs `command`
+    looked up in the new PATH; a forked child shows the same argv, environment
+    and order in /proc. With an option (`-i`, `-u`, …) or a name env would
+    take as something else, the command stays as it is and starts fresh.
+    """
+    argv = list(spec.argv)
+    program = argv[0]
+    if os.path.basename(program) != "env":
+        return spec
+    if os.sep not in program:
+        program = shutil.which(program, path=spec.env.get("PATH", os.defpath)) or program
+    if os.path.realpath(program) not in _COREUTILS_ENV:
+        return spec
+    environment = dict(spec.env)
+    index = 1
+    while index < len(argv) and "=" in argv[index]:
+        name, _, value = argv[index].partition("=")
+        if not _VARIABLE_NAME.fullmatch(name):
+            return spec
+        environment[name] = value
+        index += 1
+    if index == len(argv) or argv[index].startswith("-"):
+        return spec  # env's own option, or nothing to exec
+    return dataclasses.replace(spec, argv=argv[index:], env=environment)
 
 
 def _preloaded_modules(
