@@ -165,6 +165,19 @@ def test_ranks_of_a_torchrun_phase_are_rows_under_it_and_never_cut():
     assert len(phases) == 1 + 4 + 3 * 3 and "more" not in "\n".join(phases)
     page = html_fragment(report)
     assert "<td>  rank 1</td><td>102</td><td>3</td><td></td><td>~0.50</td>" in page
+    # Measured by a warm agent at the rank's exit (sample_interval_seconds null): no '~'.
+    measured = {**rank(1, 102, 3), "sample_interval_seconds": None}
+    report["processes"] = [{**process, "ranks": [measured]}]
+    lines = text_report(report).splitlines()
+    assert lines[lines.index("Phases") + 3].split() == [
+        "rank",
+        "1",
+        "102",
+        "3",
+        "0.50",
+        "0.10",
+        "300",
+    ]
 
 
 def test_notebook_progress_updates_one_display_in_place():
