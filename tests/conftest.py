@@ -44,6 +44,7 @@ PRELOAD_DYNAMO_MODULES = frozenset(
         "test_resume_faults",
         "test_resume_trajectories",
         "test_resume_chain",
+        "test_resume_guide",
         "test_resume_coverage_steps",
         "test_forensics",
         "test_fsdp2_guide",
