@@ -40,7 +40,7 @@ def _wait_until_gone(timeout: float = 10.0) -> list[int]:
     return alive
 
 
-def test_hanging_child_times_out_as_error_naming_the_phase(tmp_path):
+def test_hanging_child_times_out_as_error_naming_the_phase(tmp_path, start_mode):
     result = check_resume(
         "tests.fixtures.resume_process_cases:HangingCase",
         cwd=REPO,
@@ -49,6 +49,8 @@ def test_hanging_child_times_out_as_error_naming_the_phase(tmp_path):
     )
     assert result.outcome is Outcome.ERROR
     assert result.message.splitlines()[0] == "baseline_a child exceeded timeout"
+    if start_mode == "warm":  # forked, though its server took longer to import than 1 s
+        assert "baseline_a" in result.environment["child_start"]["warm"]
     assert _wait_until_gone() == []
     assert list(tmp_path.iterdir()) == []
 
@@ -65,7 +67,7 @@ def test_segfaulting_child_is_an_error_with_its_signal(tmp_path):
     assert result.processes[0].signal == signal.SIGSEGV
 
 
-def test_grandchild_ignoring_sigterm_does_not_survive_the_check(tmp_path):
+def test_grandchild_ignoring_sigterm_does_not_survive_the_check(tmp_path, start_mode):
     result = check_resume(
         "tests.fixtures.resume_process_cases:GrandchildCase",
         cwd=REPO,
@@ -74,6 +76,8 @@ def test_grandchild_ignoring_sigterm_does_not_survive_the_check(tmp_path):
     )
     assert result.outcome is Outcome.ERROR
     assert "exceeded timeout" in result.message
+    if start_mode == "warm":
+        assert "baseline_a" in result.environment["child_start"]["warm"]
     assert _wait_until_gone() == []
 
 

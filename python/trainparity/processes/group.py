@@ -365,8 +365,10 @@ class ChildGroup:
         """Launch `spec` now; raises ChildLaunchError when it cannot start."""
         if spec.name in self._names:
             raise ValueError(f"child name {spec.name!r} is used twice; give each child its own")
-        started = time.monotonic()
         pid = self.launcher(spec)
+        # From the moment the child exists: a warm launcher may first wait for its server's
+        # import, which is not the child's time (nor counted against its timeout).
+        started = time.monotonic()
         self._names.add(spec.name)
         self._running[pid] = _RunningChild(
             spec, pid, started, math.inf if timeout is None else timeout
