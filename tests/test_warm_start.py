@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from trainparity import Outcome, check_resume
 from trainparity.distributed.rank_processes import rank_evidence
+from trainparity.processes import warm
 from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildSpec, spawn_child
 from trainparity.processes.warm import ChildStarter, checked_start, warm_refusal
 
@@ -568,7 +569,9 @@ def _own_children() -> set[int]:
     return children
 
 
-def test_a_forked_child_whose_reply_comes_too_late_is_killed_before_the_fresh_start(tmp_path):
+def test_a_forked_child_whose_reply_comes_too_late_is_killed_before_the_fresh_start(
+    tmp_path, monkeypatch
+):
     # A child blocks opening its stdout, a FIFO nobody reads yet: the server cannot report it
     # set up. Past the request's deadline the check falls back to a fresh start; the forked
     # child (already this process's) must not live on beside it, nor stay a zombie.
@@ -576,7 +579,8 @@ def test_a_forked_child_whose_reply_comes_too_late_is_killed_before_the_fresh_st
     try:
         _run(starter.launch, "first", [sys.executable, "-c", "pass"], tmp_path, tmp_path)
         (server,) = starter._servers.values()
-        server.timeout = 1.0
+        server.timeout = 1.0  # a request's deadline: the longer of this and _READY_SECONDS
+        monkeypatch.setattr(warm, "_READY_SECONDS", 1.0)
         fifo = tmp_path / "stdout.fifo"
         os.mkfifo(fifo)
         spec = ChildSpec(

@@ -75,7 +75,7 @@ _ARGUMENT_ROOM = " " * 8192  # last, and blank: ps shows the server's command as
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_GET_CHILD_SUBREAPER = 37
 _CONNECT_SECONDS = 30.0
-_READY_SECONDS = 120.0  # for a server to import torch (and what it preloads), however loaded
+_READY_SECONDS = 120.0  # for a server's import of torch (and what it preloads) and each fork
 _ADOPTION_SECONDS = 5.0  # a killed child's middle exits at once: this is never reached
 # Modules of torch's own that a child imports anyway, preloaded by its server. torch.optim
 # imports torch._dynamo on a process's first optimizer: 4.3 s of CPU here, three times torch's
@@ -348,10 +348,10 @@ class _WarmServer:
             "stderr": os.path.abspath(spec.stderr_path),
             "warm_ranks": _forks_ranks_warm(spec.argv, environment),
         }
-        # The server's import is not a phase's time: it may take up to _READY_SECONDS even
-        # when the phase's timeout is shorter (the phase's clock starts once its child exists).
-        connection = self._connected(time.monotonic() + max(self.timeout, _READY_SECONDS))
-        deadline = time.monotonic() + self.timeout
+        # The server's import and the fork are not a phase's time (its clock starts once its
+        # child exists): they may take up to _READY_SECONDS even when its timeout is shorter.
+        deadline = time.monotonic() + max(self.timeout, _READY_SECONDS)
+        connection = self._connected(deadline)
         forked = 0
         with _adopting():
             try:
