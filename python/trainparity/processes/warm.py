@@ -107,9 +107,7 @@ def checked_start(start: object) -> str:
 
 def warm_refusal(argv: tuple[str, ...] | list[str], environment: Mapping[str, str]) -> str | None:
     """Why `argv` cannot be forked from a warm server (None: it can)."""
-    program = argv[0]
-    if os.sep not in program:
-        program = shutil.which(program, path=environment.get("PATH", os.defpath)) or program
+    program = _resolved_program(argv[0], environment)
     if os.path.abspath(program) != os.path.abspath(sys.executable):
         return f"{argv[0]!r} is not this Python interpreter ({sys.executable})"
     if len(argv) >= 3 and argv[1] == "-m" and argv[2] and not argv[2].startswith("-"):
@@ -200,6 +198,13 @@ class ChildStarter:
         self._servers.clear()
 
 
+def _resolved_program(program: str, environment: Mapping[str, str]) -> str:
+    """`program` as exec would find it: a bare name looked up in the environment's PATH."""
+    if os.sep in program:
+        return program
+    return shutil.which(program, path=environment.get("PATH", os.defpath)) or program
+
+
 def _env_execs(spec: ChildSpec) -> ChildSpec:
     """What `env NAME=VALUE … command` execs: `command`, with the variables set; else `spec`.
 
@@ -210,12 +215,9 @@ def _env_execs(spec: ChildSpec) -> ChildSpec:
     take as something else, the command stays as it is and starts fresh.
     """
     argv = list(spec.argv)
-    program = argv[0]
-    if os.path.basename(program) != "env":
+    if os.path.basename(argv[0]) != "env":
         return spec
-    if os.sep not in program:
-        program = shutil.which(program, path=spec.env.get("PATH", os.defpath)) or program
-    if os.path.realpath(program) not in _COREUTILS_ENV:
+    if os.path.realpath(_resolved_program(argv[0], spec.env)) not in _COREUTILS_ENV:
         return spec
     environment = dict(spec.env)
     index = 1
