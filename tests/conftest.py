@@ -1,6 +1,7 @@
 """Fixtures shared across test modules: the suite's start mode, one real SLURM cluster per session.
 
-Start mode: checks fork their children warm, except where a start itself is tested.
+Start mode: checks fork their children warm, except where a start itself is tested, from
+warm servers each worker keeps for the whole session.
 
 A check's children each import torch (seconds of CPU apiece); in warm mode a
 check imports it once (docs/limitations.md, "Warm starts"). The session runs
@@ -98,6 +99,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if _module_name(metafunc.module) in BOTH_MODES_MODULES:
         metafunc.parametrize("start_mode", ["fresh", "warm"], indirect=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_warm_servers(trainparity_shared_warm_servers: object) -> object:
+    """Warm checks of this worker keep their servers for the next one (docs/pytest.md).
+
+    Each server imports torch (and torch._dynamo where preloaded): 2 to 3 s of CPU that
+    every warm check paid before its first child. Session-scoped, so that the checks of
+    module- and session-scoped fixtures share them too; they stop when the session ends,
+    before the temporary-root guard looks for leftovers.
+    """
+    return trainparity_shared_warm_servers
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ import pytest
 from trainparity import Outcome, ToleranceComparison, check_resume, check_runs
 from trainparity.distributed import torchrun_command
 from trainparity.distributed.launch import fixed_port_problem, is_torchrun
+from trainparity.processes.warm_pool import current_shared_servers
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = "tests.fixtures.distributed.cases"
@@ -21,10 +22,16 @@ RUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
 def _tagged(marker: str) -> list[int]:
-    """Live (non-zombie) processes whose environment holds `marker`."""
+    """Live (non-zombie) processes whose environment holds `marker`.
+
+    Not the session's idle warm servers: a check gives its servers back to them when it ends
+    (tests/conftest.py), and they serve the next check.
+    """
+    shared = current_shared_servers()
+    idle = set(shared.idle_pids) if shared is not None else set()
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) in idle:
             continue
         try:
             variables = (entry / "environ").read_bytes().split(b"\0")

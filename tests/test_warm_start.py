@@ -578,8 +578,7 @@ def test_a_forked_child_whose_reply_comes_too_late_is_killed_before_the_fresh_st
     starter = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=120)
     try:
         _run(starter.launch, "first", [sys.executable, "-c", "pass"], tmp_path, tmp_path)
-        (server,) = starter._servers.values()
-        server.timeout = 1.0  # a request's deadline: the longer of this and _READY_SECONDS
+        starter.timeout = 1.0  # a request's deadline: the longer of this and _READY_SECONDS
         monkeypatch.setattr(warm, "_READY_SECONDS", 1.0)
         fifo = tmp_path / "stdout.fifo"
         os.mkfifo(fifo)

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from trainparity.forensics.tracing import trace as trace
     from trainparity.outcomes import Outcome as Outcome
     from trainparity.processes.command_case import CommandCase as CommandCase
+    from trainparity.processes.warm_pool import shared_warm_servers as shared_warm_servers
     from trainparity.recording.recorder import record as record
     from trainparity.resume.check import check_resume as check_resume
     from trainparity.runs.check import check_runs as check_runs
@@ -48,6 +49,7 @@ _DEFINED_IN = {
     "check_resume": "trainparity.resume.check",
     "check_runs": "trainparity.runs.check",
     "CommandCase": "trainparity.processes.command_case",
+    "shared_warm_servers": "trainparity.processes.warm_pool",
     "compare_states": "trainparity.comparison.states",
     "record": "trainparity.recording.recorder",
     "trace": "trainparity.forensics.tracing",

@@ -51,6 +51,20 @@ def trainparity_workdir(
             shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def trainparity_shared_warm_servers() -> Iterator[object]:
+    """Warm checks of the whole session share their warm servers (`shared_warm_servers()`).
+
+    Use it from a session-scoped autouse fixture of your conftest.py, so that
+    checks run by module-scoped fixtures share them too. It changes nothing for
+    fresh checks; the servers stop when the session ends.
+    """
+    from trainparity.processes.warm_pool import shared_warm_servers
+
+    with shared_warm_servers() as servers:
+        yield servers
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
     outcome = yield

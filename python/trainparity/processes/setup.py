@@ -20,6 +20,7 @@ from trainparity.processes.run_directory import run_directory
 from trainparity.processes.termination import terminating_signals_unwind
 from trainparity.processes.threads import ChildThreads, child_threads
 from trainparity.processes.warm import ChildStarter, checked_start
+from trainparity.processes.warm_pool import current_shared_servers
 from trainparity.reports.machine import write_report
 
 
@@ -183,7 +184,12 @@ class CheckRunner:
             terminating_signals_unwind(),
             run_directory(work_dir, self.temporary_root, prefix) as (root, managed),
         ):
-            starter = ChildStarter(self.start, log_dir=root / "warm_servers", timeout=self.timeout)
+            starter = ChildStarter(
+                self.start,
+                log_dir=root / "warm_servers",
+                timeout=self.timeout,
+                shared=current_shared_servers(),
+            )
             with contextlib.closing(starter):
                 settings = RunSettings(
                     command_dir=command_dir,

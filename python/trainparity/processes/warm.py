@@ -14,7 +14,9 @@ would exec: the command after the assignments, with them in its environment.
 A ChildStarter is the one
 seam: ChildGroup calls its `launch` where it would spawn. Servers live as long
 as the check (closed with it, and killed by their parent-death signal if the
-check dies); one serves every child of the same environment. The server of
+check dies), or, inside `shared_warm_servers()` (warm_pool.py), are borrowed
+from and given back to the process's shared ones; one serves every child of
+the same environment. The server of
 the accumulation worker also imports torch._dynamo, which each worker's
 optimizer would import anyway (_PRELOADS); $TRAINPARITY_WARM_PRELOAD names
 such modules for any other command.
@@ -44,6 +46,7 @@ from typing import Any
 from trainparity.distributed.launch import is_torchrun
 from trainparity.native.core import core
 from trainparity.processes.group import ChildLaunchError, ChildSpec, spawn_child
+from trainparity.processes.warm_pool import SharedWarmServers
 
 __all__ = [
     "PRELOAD_VARIABLE",
@@ -60,11 +63,15 @@ START_VARIABLE = "TRAINPARITY_START"
 """The start mode of a check whose caller passed no `start` (the test suite sets "warm")."""
 
 _SERVER_SCRIPT = Path(__file__).with_name("warm_server.py")
-# Variables that differ between the children of one check and that importing torch does not
-# read: trainparity's own (recording, tags) and the rendezvous of a rank (read by
-# init_process_group). Children that differ only in these share a server.
+# Variables that differ between the children of one check, or between checks, and that
+# importing torch does not read: trainparity's own (recording, tags), the rendezvous of a rank
+# (read by init_process_group) and pytest's name of the running test (which checks run from a
+# suite pass on; only torch.testing's internals read it). Children that differ only in these
+# share a server, and so do the checks of a suite (shared_warm_servers).
 _PER_PHASE_PREFIX = "TRAINPARITY_"
-_RANK_VARIABLES = frozenset({"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"})
+_PER_CHILD_VARIABLES = frozenset(
+    {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "PYTEST_CURRENT_TEST"}
+)
 _HASH_SEED = "PYTHONHASHSEED"
 # Room for a child's command and environment in /proc/PID/cmdline and environ: the kernel shows
 # the strings the server was exec'd with, and a child writes its own over them (warm_main.py).
@@ -122,21 +129,36 @@ def warm_refusal(argv: tuple[str, ...] | list[str], environment: Mapping[str, st
     )
 
 
+# A server's environment (its variables, sorted) and the modules it preloads.
+_ServerKey = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
+
+
 class ChildStarter:
     """Starts every child of one check, fresh or warm; records which way each started.
 
     `report` is the report's `child_start` entry (warm mode): the phases forked
-    warm, and each phase started fresh with the reason.
+    warm, and each phase started fresh with the reason. With `shared` (an open
+    `shared_warm_servers()`), servers are borrowed from it and given back on
+    `close`, instead of started here and stopped.
     """
 
-    def __init__(self, mode: str, *, log_dir: Path, timeout: float) -> None:
+    def __init__(
+        self,
+        mode: str,
+        *,
+        log_dir: Path,
+        timeout: float,
+        shared: SharedWarmServers | None = None,
+    ) -> None:
         self.mode = mode
         self.log_dir = log_dir
         self.timeout = timeout
+        self.shared = shared
         self.report: dict[str, Any] = {"mode": mode, "warm": [], "fresh": {}}
         # One server per (its environment, its preloaded modules).
-        self._servers: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], _WarmServer] = {}
-        self._broken: dict[tuple[tuple[tuple[str, str], ...], tuple[str, ...]], str] = {}
+        self._servers: dict[_ServerKey, _WarmServer] = {}
+        self._broken: dict[_ServerKey, str] = {}
+        self._own_seed: set[_ServerKey] = set()  # servers seeded for one phase: never shared
 
     def launch(self, spec: ChildSpec) -> int:
         """Start `spec` now; its pid, a child of this process. ChildLaunchError if it cannot."""
@@ -150,7 +172,8 @@ class ChildStarter:
         spec = exec_spec
         environment = dict(spec.env)
         server_environment = environment
-        if environment.get(_HASH_SEED, "random") == "random":
+        one_phase = environment.get(_HASH_SEED, "random") == "random"
+        if one_phase:
             # A forked child keeps its server's str hashes: a phase without a fixed seed
             # gets a server seeded for it alone, as a fresh process draws its own. The child's
             # own environment stays the phase's (no PYTHONHASHSEED), as a fresh one's would.
@@ -178,11 +201,10 @@ class ChildStarter:
         try:
             server = self._servers.get(key)
             if server is None:
-                index = len(self._servers) + len(self._broken)
-                server = self._servers[key] = _WarmServer(
-                    dict(variables), preload, self.log_dir, index, self.timeout
-                )
-            pid = server.fork(spec, environment)
+                if one_phase:
+                    self._own_seed.add(key)
+                server = self._servers[key] = self._server(key, dict(variables), preload)
+            pid = server.fork(spec, environment, self.timeout)
         except _ServerFailure as failure:
             self._servers.pop(key).close()
             self._broken[key] = f"the warm server failed ({failure}); started fresh"
@@ -191,10 +213,27 @@ class ChildStarter:
         self.report["warm"].append(spec.name)
         return pid
 
+    def _server(
+        self, key: _ServerKey, environment: dict[str, str], preload: tuple[str, ...]
+    ) -> _WarmServer:
+        """A shared idle server of `key`, else a new one (in the shared servers' directory)."""
+        if self.shared is None or key in self._own_seed:
+            index = len(self._servers) + len(self._broken)
+            return _WarmServer(environment, preload, self.log_dir, index)
+        server = self.shared.take(key)
+        if server is None:
+            log_dir, index = self.shared.server_directory()
+            server = _WarmServer(environment, preload, log_dir, index)
+        return server  # type: ignore[return-value]  # the shared servers hold only ours
+
     def close(self) -> None:
-        """Stop every server (the children they forked are this process's, not theirs)."""
-        for server in self._servers.values():
-            server.close()
+        """Stop every server, or give it back to the shared ones (the children they forked are
+        this process's, not theirs)."""
+        for key, server in self._servers.items():
+            if self.shared is not None and key not in self._own_seed and server.alive():
+                self.shared.give_back(key, server)
+            else:
+                server.close()
         self._servers.clear()
 
 
@@ -303,7 +342,7 @@ def _shows_environment(
 
 def _server_variable(name: str) -> bool:
     """Whether `name` belongs in the server's environment (and so in its key)."""
-    return not name.startswith(_PER_PHASE_PREFIX) and name not in _RANK_VARIABLES
+    return not name.startswith(_PER_PHASE_PREFIX) and name not in _PER_CHILD_VARIABLES
 
 
 class _ServerFailure(Exception):
@@ -319,9 +358,7 @@ class _WarmServer:
         preload: tuple[str, ...],
         log_dir: Path,
         index: int,
-        timeout: float,
     ) -> None:
-        self.timeout = timeout
         self.name = _server_name()
         self.stderr_path = log_dir / f"warm_server_{index}.stderr.log"
         self.pid = 0
@@ -340,8 +377,9 @@ class _WarmServer:
             raise _ServerFailure(f"it could not start: {error}") from None
         self.connection: socket.socket | None = None
         self.buffer = b""
+        self.reaped = False
 
-    def fork(self, spec: ChildSpec, environment: dict[str, str]) -> int:
+    def fork(self, spec: ChildSpec, environment: dict[str, str], timeout: float) -> int:
         request = {
             "argv": list(spec.argv),
             "cwd": str(spec.cwd),
@@ -352,7 +390,7 @@ class _WarmServer:
         }
         # The server's import and the fork are not a phase's time (its clock starts once its
         # child exists): they may take up to _READY_SECONDS even when its timeout is shorter.
-        deadline = time.monotonic() + max(self.timeout, _READY_SECONDS)
+        deadline = time.monotonic() + max(timeout, _READY_SECONDS)
         connection = self._connected(deadline)
         forked = 0
         with _adopting():
@@ -379,13 +417,24 @@ class _WarmServer:
             raise ChildLaunchError(spec.name, failure["step"], error)
         return pid
 
+    def alive(self) -> bool:
+        """Whether the server still runs; one found dead is reaped (and then needs no kill)."""
+        if not self.pid:
+            return False
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+                return True
+        self.reaped = True
+        return False
+
     def close(self) -> None:
         if self.connection is not None:
             self.connection.close()
             self.connection = None
         if self.pid:
-            core.kill_group(self.pid, signal.SIGKILL)
-            _reap(self.pid)
+            if not self.reaped:  # a reaped pid (or group) may be someone else's by now
+                core.kill_group(self.pid, signal.SIGKILL)
+                _reap(self.pid)
             self.pid = 0
 
     def _connected(self, deadline: float) -> socket.socket:
@@ -398,7 +447,7 @@ class _WarmServer:
                 connection.connect("\0" + self.name)
                 break
             except (FileNotFoundError, ConnectionRefusedError):
-                if not self._alive() or time.monotonic() > limit:
+                if not self.alive() or time.monotonic() > limit:
                     connection.close()
                     raise _ServerFailure(self._died()) from None
                 time.sleep(0.005)
@@ -430,11 +479,6 @@ class _WarmServer:
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
         return line.decode() if ready else json.loads(line)
-
-    def _alive(self) -> bool:
-        with contextlib.suppress(ChildProcessError):
-            return os.waitpid(self.pid, os.WNOHANG) == (0, 0)
-        return False
 
     def _died(self) -> str:
         try:

@@ -1,0 +1,159 @@
+"""Warm servers kept between the checks of one process: `shared_warm_servers()`.
+
+A warm check starts a server per environment of its children, and each
+server imports torch (2 to 3 s of CPU here, more with torch._dynamo) before
+it forks anything; by default the check stops its servers when it ends. A
+suite or notebook that runs many warm checks pays that import once per
+check. Inside `with shared_warm_servers():` a warm check borrows an idle
+server of the same environment and preloads when there is one, and gives
+back the servers it used when it ends, for the next check. A server serves
+one check at a time (a borrowed one is the check's alone), so checks in
+several threads each start or borrow their own.
+
+What a child sees does not change: a server is as pristine after forking
+children as before (a fork leaves its parent as it was), and the key a
+server is found by (its environment, its preloads) is the one a check uses
+to choose among its own servers. A server seeded for one phase alone
+(no PYTHONHASHSEED: warm.py) is never kept.
+
+This module knows servers only as objects with `pid`, `alive()` and
+`close()`: warm.py makes them and imports this module, never the reverse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import threading
+from collections.abc import Hashable, Iterator
+from pathlib import Path
+from typing import Protocol
+
+__all__ = ["SharedWarmServers", "current_shared_servers", "shared_warm_servers"]
+
+DEFAULT_MAX_IDLE = 4
+"""Idle servers kept at most (each holds its imports' memory: about 0.2 GiB with torch._dynamo)."""
+
+
+class _Server(Protocol):
+    pid: int
+
+    def alive(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class SharedWarmServers:
+    """The idle warm servers of this process, by key; see the module's docstring.
+
+    `max_idle` bounds the servers kept while no check uses them: past it, the
+    one that served the fewest checks goes first (a server whose environment
+    was one test's own), then the one idle longest.
+    """
+
+    def __init__(self, max_idle: int = DEFAULT_MAX_IDLE) -> None:
+        if isinstance(max_idle, bool) or not isinstance(max_idle, int) or max_idle < 1:
+            raise ValueError(f"max_idle must be a whole number of servers >= 1, not {max_idle!r}")
+        self.max_idle = max_idle
+        self._lock = threading.Lock()
+        # Idle servers in the order they were given back: (key, server, checks served).
+        self._idle: list[tuple[Hashable, _Server, int]] = []
+        self._served: dict[int, int] = {}  # pid -> checks served, for borrowed servers too
+        self._directory: Path | None = None
+        self._started = 0
+        self._closed = False
+
+    @property
+    def idle_pids(self) -> tuple[int, ...]:
+        """The pids of the servers kept idle now (none of them is running a check's children)."""
+        with self._lock:
+            return tuple(server.pid for _, server, _ in self._idle)
+
+    def take(self, key: Hashable) -> _Server | None:
+        """An idle server of `key`, now the caller's until it gives it back; None if there is none."""
+        while True:
+            with self._lock:
+                found = next((entry for entry in self._idle if entry[0] == key), None)
+                if found is None:
+                    return None
+                self._idle.remove(found)
+            _, server, _ = found
+            pid = server.pid
+            if server.alive():
+                return server
+            with self._lock:
+                self._served.pop(pid, None)
+            server.close()  # it died while idle (killed, or its thread's parent-death signal)
+
+    def server_directory(self) -> tuple[Path, int]:
+        """Where a new server of this pool keeps its logs (and works), and its number there."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("these shared warm servers are closed")
+            if self._directory is None:
+                self._directory = Path(tempfile.mkdtemp(prefix="trainparity-warm-servers-"))
+            self._started += 1
+            return self._directory, self._started - 1
+
+    def give_back(self, key: Hashable, server: _Server) -> None:
+        """`server` (of `key`) served a check: kept idle for the next, or stopped."""
+        evicted: list[_Server] = []
+        with self._lock:
+            served = self._served.pop(server.pid, 0) + 1
+            if self._closed:
+                evicted.append(server)
+            else:
+                self._served[server.pid] = served
+                self._idle.append((key, server, served))
+                while len(self._idle) > self.max_idle:
+                    # The fewest checks served first; min() takes the earliest of equals.
+                    entry = min(self._idle, key=lambda item: item[2])
+                    self._idle.remove(entry)
+                    self._served.pop(entry[1].pid, None)
+                    evicted.append(entry[1])
+        for server in evicted:
+            server.close()
+
+    def close(self) -> None:
+        """Stop every idle server and remove their directory; servers still borrowed stop when given back."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._served.clear()
+            directory, self._directory = self._directory, None
+        for _, server, _ in idle:
+            server.close()
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+_open_lock = threading.Lock()
+_open: list[SharedWarmServers] = []
+
+
+def current_shared_servers() -> SharedWarmServers | None:
+    """The innermost open `shared_warm_servers()` block's servers (any thread's), or None."""
+    with _open_lock:
+        return _open[-1] if _open else None
+
+
+@contextlib.contextmanager
+def shared_warm_servers(max_idle: int = DEFAULT_MAX_IDLE) -> Iterator[SharedWarmServers]:
+    """Keep warm servers between the warm checks of this process while the block runs.
+
+    Every check with `start="warm"` (or TRAINPARITY_START=warm) that starts
+    inside the block, in any thread, borrows its servers from here and gives
+    them back when it ends; at most `max_idle` wait between checks. Leaving
+    the block stops them. Fresh checks are unaffected. Blocks nest: a check
+    uses the innermost one.
+    """
+    servers = SharedWarmServers(max_idle)
+    with _open_lock:
+        _open.append(servers)
+    try:
+        yield servers
+    finally:
+        with _open_lock:
+            _open.remove(servers)
+        servers.close()

@@ -1,0 +1,228 @@
+"""shared_warm_servers(): warm servers kept between the checks of one process, and given back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import trainparity
+from trainparity import Outcome, check_resume
+from trainparity.processes.group import ChildGroup, ChildSpec
+from trainparity.processes.warm import ChildStarter
+from trainparity.processes.warm_pool import (
+    SharedWarmServers,
+    current_shared_servers,
+    shared_warm_servers,
+)
+
+QUICKSTART = "trainparity.quickstarts.resume:CleanCase"
+# What differs between two checks of one case whatever their servers: clocks, pids, sizes.
+VOLATILE = {"timing_seconds", "processes", "process_ids", "snapshot_ipc_bytes"}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _launch(starter: ChildStarter, name: str, tmp_path: Path, **variables: str) -> str:
+    """One `python -c` child through `starter`; its stdout."""
+    environment = {**os.environ, "PYTHONHASHSEED": "0", **variables}
+    spec = ChildSpec(
+        name=name,
+        argv=[sys.executable, "-c", "import os; print(os.getpid())"],
+        cwd=tmp_path,
+        env=environment,
+        stdout_path=tmp_path / f"{name}.out",
+        stderr_path=tmp_path / f"{name}.err",
+    )
+    with ChildGroup(launcher=starter.launch) as group:
+        group.start(spec, timeout=120)
+        assert group.wait_for(name).exit_code == 0
+    return (tmp_path / f"{name}.out").read_text()
+
+
+def _comparable(result) -> dict:
+    report = result.to_dict()
+    environment = dict(report.pop("environment"))
+    environment.pop("child_start")
+    return {
+        **{k: v for k, v in report.items() if k not in VOLATILE},
+        "environment_keys": sorted(environment),
+    }
+
+
+def test_the_next_warm_check_forks_from_the_server_the_last_one_gave_back(tmp_path):
+    with shared_warm_servers() as shared:
+        first = check_resume(QUICKSTART, start="warm", temporary_root=tmp_path)
+        (server,) = shared.idle_pids
+        second = check_resume(QUICKSTART, start="warm", temporary_root=tmp_path)
+        assert shared.idle_pids == (server,) and _alive(server)
+        assert shared._served == {server: 2}
+    assert not _alive(server)  # leaving the block stops it
+    for result in (first, second):
+        assert result.outcome is Outcome.PASS, result.message
+        assert result.environment["child_start"]["fresh"] == {}
+        assert len(result.environment["child_start"]["warm"]) == 5
+    assert _comparable(first) == _comparable(second)
+    assert list(tmp_path.iterdir()) == []  # each check's run directory is gone
+
+
+def test_leaving_the_block_stops_the_servers_and_removes_their_directory(tmp_path):
+    with shared_warm_servers() as shared:
+        starter = ChildStarter("warm", log_dir=tmp_path / "own", timeout=120, shared=shared)
+        _launch(starter, "one", tmp_path)
+        (server,) = starter._servers.values()
+        directory = server.stderr_path.parent
+        starter.close()
+        assert shared.idle_pids == (server.pid,) and directory.is_dir()
+        assert not (tmp_path / "own").exists()  # the shared servers log in their own directory
+        pid = server.pid
+    assert not _alive(pid) and not directory.exists()
+    assert current_shared_servers() is not shared
+
+
+def test_a_server_seeded_for_one_phase_is_never_kept(tmp_path):
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONHASHSEED"}
+    with shared_warm_servers() as shared:
+        starter = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
+        spec = ChildSpec(
+            name="unseeded",
+            argv=[sys.executable, "-c", "pass"],
+            cwd=tmp_path,
+            env=environment,
+            stdout_path=tmp_path / "u.out",
+            stderr_path=tmp_path / "u.err",
+        )
+        with ChildGroup(launcher=starter.launch) as group:
+            group.start(spec, timeout=120)
+            assert group.wait_for("unseeded").exit_code == 0
+        (server,) = starter._servers.values()
+        pid = server.pid
+        starter.close()
+        assert shared.idle_pids == () and not _alive(pid)
+        assert starter.report["warm"] == ["unseeded"]
+
+
+def test_an_idle_server_that_died_is_replaced_and_the_child_still_forked_warm(tmp_path):
+    with shared_warm_servers() as shared:
+        first = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
+        _launch(first, "one", tmp_path)
+        first.close()
+        (dead,) = shared.idle_pids
+        os.kill(dead, signal.SIGKILL)
+        while _alive(dead):
+            threading.Event().wait(0.01)
+        second = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
+        _launch(second, "two", tmp_path)
+        assert second.report == {"mode": "warm", "warm": ["two"], "fresh": {}}
+        (server,) = second._servers.values()
+        assert server.pid != dead
+        second.close()
+        assert shared.idle_pids == (server.pid,)
+
+
+def test_checks_of_two_tests_share_a_server_and_each_child_sees_its_own_test(tmp_path):
+    # pytest names the running test in PYTEST_CURRENT_TEST, which a check passes on to its
+    # children: a server keyed on it would serve one test only.
+    with shared_warm_servers() as shared:
+        pids = []
+        for test in ("tests/a.py::one (call)", "tests/b.py::two (call)"):
+            starter = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
+            spec = ChildSpec(
+                name="child",
+                argv=[sys.executable, "-c", "import os; print(os.environ['PYTEST_CURRENT_TEST'])"],
+                cwd=tmp_path,
+                env={**os.environ, "PYTHONHASHSEED": "0", "PYTEST_CURRENT_TEST": test},
+                stdout_path=tmp_path / "child.out",
+                stderr_path=tmp_path / "child.err",
+            )
+            with ChildGroup(launcher=starter.launch) as group:
+                group.start(spec, timeout=120)
+                assert group.wait_for("child").exit_code == 0
+            assert (tmp_path / "child.out").read_text() == f"{test}\n"
+            pids += [server.pid for server in starter._servers.values()]
+            starter.close()
+        assert len(pids) == 2 and pids[0] == pids[1] and shared.idle_pids == (pids[0],)
+
+
+def test_a_borrowed_server_serves_one_check_at_a_time(tmp_path):
+    with shared_warm_servers() as shared:
+        one = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
+        other = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
+        _launch(one, "a", tmp_path)
+        _launch(other, "b", tmp_path)  # one still holds its server: other starts its own
+        pids = {server.pid for starter in (one, other) for server in starter._servers.values()}
+        assert len(pids) == 2
+        one.close()
+        other.close()
+        assert set(shared.idle_pids) == pids
+
+
+def test_fresh_checks_and_starters_without_shared_servers_keep_nothing(tmp_path):
+    with shared_warm_servers() as shared:
+        fresh = ChildStarter("fresh", log_dir=tmp_path, timeout=120, shared=shared)
+        _launch(fresh, "fresh", tmp_path)
+        fresh.close()
+        alone = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=120)
+        _launch(alone, "alone", tmp_path)
+        (server,) = alone._servers.values()
+        pid = server.pid
+        alone.close()
+        assert shared.idle_pids == () and not _alive(pid)
+
+
+class _Server:
+    """A stand-in for a warm server: the pool knows servers only by pid, alive() and close()."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.closed = False
+
+    def alive(self) -> bool:
+        return not self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_past_max_idle_the_server_that_served_fewest_checks_stops_first():
+    shared = SharedWarmServers(max_idle=2)
+    common, other, once = _Server(1), _Server(2), _Server(3)
+    for _ in range(3):
+        shared.give_back("common", common)
+        assert shared.take("common") is common
+    shared.give_back("common", common)
+    shared.give_back("other", other)
+    shared.give_back("once", once)  # three idle, two kept: other and once served one check each
+    assert shared.idle_pids == (1, 3) and other.closed and not once.closed
+    assert shared.take("other") is None
+    shared.close()
+    assert common.closed and once.closed and shared.idle_pids == ()
+    shared.give_back("late", late := _Server(4))  # a check that ends after the block stops it
+    assert late.closed and shared.idle_pids == ()
+
+
+def test_blocks_nest_and_max_idle_is_checked():
+    outer_before = current_shared_servers()
+    with shared_warm_servers(max_idle=1) as outer:
+        with shared_warm_servers() as inner:
+            assert current_shared_servers() is inner
+        assert current_shared_servers() is outer
+    assert current_shared_servers() is outer_before
+    for bad in (0, -1, True, 1.5, "2"):
+        with pytest.raises(ValueError, match="max_idle must be a whole number of servers >= 1"):
+            SharedWarmServers(bad)
+
+
+def test_the_public_name_and_the_pytest_fixture(trainparity_shared_warm_servers):
+    assert trainparity.shared_warm_servers is shared_warm_servers
+    # tests/conftest.py opens the plugin's session fixture for every worker.
+    assert isinstance(trainparity_shared_warm_servers, SharedWarmServers)
