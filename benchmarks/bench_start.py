@@ -7,7 +7,12 @@ interleave so machine load hits all alike):
 - resume fresh / warm: check_resume of the resume quickstart's clean case;
 - plain run: one run of that case's training script to its last step (what
   a user's CI would pay without trainparity: interpreter, torch, training);
-- accumulation fresh / warm: the accumulation quickstart's clean check.
+- accumulation fresh / warm: the accumulation quickstart's clean check;
+- 4 warm checks, own / shared servers: four warm resume checks of the
+  quickstart in one process (a suite's setting), each starting and stopping
+  its servers, or inside `shared_warm_servers()` (the first check starts the
+  server, the next three borrow it). Per check against one plain run, the
+  shared row is what a suite pays for each check after its first.
 
 Every row runs with PYTHONHASHSEED=0: warm mode shares one server between
 a check's children only when their hash seed is fixed (docs/limitations.md).
@@ -44,6 +49,15 @@ elif options["kind"] == "resume":
     from trainparity import check_resume
     result = check_resume("trainparity.quickstarts.resume:CleanCase", start=options["start"])
     outcome = str(result.outcome.value)
+elif options["kind"] == "resume-many":
+    import contextlib
+    from trainparity import check_resume, shared_warm_servers
+    outcomes = set()
+    with shared_warm_servers() if options["shared"] else contextlib.nullcontext():
+        for _ in range(options["checks"]):
+            result = check_resume("trainparity.quickstarts.resume:CleanCase", start="warm")
+            outcomes.add(str(result.outcome.value))
+    outcome = outcomes.pop() if len(outcomes) == 1 else str(sorted(outcomes))
 else:
     from trainparity import check_accumulation
     from trainparity.accumulation import AccumulationExecutionPlan
@@ -59,12 +73,15 @@ print(json.dumps({"outcome": outcome, "seconds": time.perf_counter() - began}))
 """
 
 SEED = {"PYTHONHASHSEED": "0"}
+MANY = {"kind": "resume-many", "checks": 4}
 VARIANTS = [
     Variant("resume fresh", sys.executable, {"kind": "resume", "start": "fresh"}, SEED),
     Variant("resume warm", sys.executable, {"kind": "resume", "start": "warm"}, SEED),
     Variant("plain run", sys.executable, {"kind": "plain"}, SEED),
     Variant("accumulation fresh", sys.executable, {"kind": "accumulation", "start": "fresh"}, SEED),
     Variant("accumulation warm", sys.executable, {"kind": "accumulation", "start": "warm"}, SEED),
+    Variant("4 warm checks, own servers", sys.executable, MANY | {"shared": False}, SEED),
+    Variant("4 warm checks, shared servers", sys.executable, MANY | {"shared": True}, SEED),
 ]
 # (numerator, denominator, target): both wall and CPU are printed, each against the target.
 RATIOS = [
@@ -72,6 +89,9 @@ RATIOS = [
     ("resume warm", "plain run", 1.2),
     ("accumulation warm", "accumulation fresh", 0.5),
 ]
+# Printed without a target: what sharing servers saves, and a shared check after the first
+# against one plain run (the row's time less one warm check's, over the three).
+SHARED = ("4 warm checks, shared servers", "4 warm checks, own servers")
 
 
 def passed(record: dict) -> str | None:
@@ -94,6 +114,16 @@ def main() -> int:
         cpu = table[numerator][1] / table[denominator][1]
         met = met and wall <= target and cpu <= target
         print(f"{numerator} / {denominator}: wall {wall:.2f}x, cpu {cpu:.2f}x (target <= {target})")
+    shared, own = table[SHARED[0]], table[SHARED[1]]
+    print(
+        f"{SHARED[0]} / {SHARED[1]}: wall {shared[0] / own[0]:.2f}x, cpu {shared[1] / own[1]:.2f}x"
+    )
+    later = [(shared[index] - table["resume warm"][index]) / 3 for index in (0, 1)]
+    plain = table["plain run"]
+    print(
+        f"each shared check after the first / plain run: wall {later[0] / plain[0]:.2f}x, "
+        f"cpu {later[1] / plain[1]:.2f}x"
+    )
     print_load(samples)
     return 0 if met else 1
 

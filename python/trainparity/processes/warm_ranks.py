@@ -339,11 +339,12 @@ def _fork(request: dict, descriptors: list[int], agent: int, connection, warm_ma
     middle = os.fork()
     if middle == 0:
         try:
+            middle = os.getpid()  # not the rank's getppid(): the agent's if it adopted it already
             rank = os.fork()
             if rank == 0:
                 os.close(read_end)
                 connection.close()
-                _become_rank(request, descriptors, agent, os.getppid(), write_end, warm_main)
+                _become_rank(request, descriptors, agent, middle, write_end, warm_main)
         except BaseException:
             os._exit(127)
         os._exit(0)  # the rank is orphaned now, and adopted by the agent

@@ -116,10 +116,14 @@ def _fork(request: dict, parent: int, own: tuple, warm_main) -> dict | None:
     middle = os.fork()
     if middle == 0:
         try:
+            # The middle's pid, taken here: the child's own os.getppid() may already be the
+            # check's when the middle exits before the child first runs, and the child would
+            # then wait the whole _REPARENT_SECONDS for a reparenting that already happened.
+            middle = os.getpid()
             child = os.fork()
             if child == 0:
                 os.close(read_end)
-                _become_child(request, parent, os.getppid(), write_end, own, warm_main)
+                _become_child(request, parent, middle, write_end, own, warm_main)
                 return None
         except BaseException:  # neither the middle nor the child may ever serve
             os._exit(127)
