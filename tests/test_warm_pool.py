@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -89,6 +91,45 @@ def test_leaving_the_block_stops_the_servers_and_removes_their_directory(tmp_pat
     assert current_shared_servers() is not shared
 
 
+UNCLOSED = """\
+import os, sys
+from pathlib import Path
+from trainparity.processes.group import ChildGroup, ChildSpec
+from trainparity.processes.warm import ChildStarter
+from trainparity.processes.warm_pool import shared_warm_servers
+out = Path(sys.argv[1])
+shared = shared_warm_servers().__enter__()  # as a notebook would, never left
+starter = ChildStarter("warm", log_dir=out, timeout=120, shared=shared)
+spec = ChildSpec(name="one", argv=[sys.executable, "-c", "pass"], cwd=out,
+                 env={**os.environ, "PYTHONHASHSEED": "0"},
+                 stdout_path=out / "one.out", stderr_path=out / "one.err")
+with ChildGroup(launcher=starter.launch) as group:
+    group.start(spec, timeout=120)
+    assert group.wait_for("one").exit_code == 0
+starter.close()
+(server,) = shared.idle_pids
+print(server, shared._directory, flush=True)
+"""
+
+
+def test_a_process_that_ends_inside_the_block_leaves_no_server_and_no_directory(tmp_path):
+    (tmp_path / "driver.py").write_text(UNCLOSED)
+    completed = subprocess.run(
+        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr
+    server, directory = completed.stdout.split()
+    assert Path(directory).name.startswith("trainparity-warm-servers-")
+    assert not Path(directory).exists()
+    deadline = time.monotonic() + 30
+    while _alive(int(server)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(int(server))
+
+
 def test_a_server_seeded_for_one_phase_is_never_kept(tmp_path):
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONHASHSEED"}
     with shared_warm_servers() as shared:
@@ -151,6 +192,21 @@ def test_checks_of_two_tests_share_a_server_and_each_child_sees_its_own_test(tmp
             pids += [server.pid for server in starter._servers.values()]
             starter.close()
         assert len(pids) == 2 and pids[0] == pids[1] and shared.idle_pids == (pids[0],)
+
+
+def test_a_check_whose_shared_servers_closed_meanwhile_starts_and_stops_its_own(tmp_path):
+    shared = shared_warm_servers().__enter__()
+    starter = ChildStarter("warm", log_dir=tmp_path / "own", timeout=120, shared=shared)
+    shared.close()  # another thread left the block while this check ran
+    _launch(starter, "late", tmp_path)
+    assert starter.report == {"mode": "warm", "warm": ["late"], "fresh": {}}
+    (server,) = starter._servers.values()
+    assert server.stderr_path.parent == tmp_path / "own"
+    pid = server.pid
+    starter.close()
+    assert not _alive(pid) and shared.idle_pids == ()
+    with pytest.raises(RuntimeError, match="closed: open new ones"):
+        shared.__enter__()
 
 
 def test_a_borrowed_server_serves_one_check_at_a_time(tmp_path):

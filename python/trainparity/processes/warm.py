@@ -158,7 +158,8 @@ class ChildStarter:
         # One server per (its environment, its preloaded modules).
         self._servers: dict[_ServerKey, _WarmServer] = {}
         self._broken: dict[_ServerKey, str] = {}
-        self._own_seed: set[_ServerKey] = set()  # servers seeded for one phase: never shared
+        self._unshared: set[_ServerKey] = set()  # servers seeded for one phase, or started when
+        # the shared servers had closed: stopped with this check, never given back
 
     def launch(self, spec: ChildSpec) -> int:
         """Start `spec` now; its pid, a child of this process. ChildLaunchError if it cannot."""
@@ -202,7 +203,7 @@ class ChildStarter:
             server = self._servers.get(key)
             if server is None:
                 if one_phase:
-                    self._own_seed.add(key)
+                    self._unshared.add(key)
                 server = self._servers[key] = self._server(key, dict(variables), preload)
             pid = server.fork(spec, environment, self.timeout)
         except _ServerFailure as failure:
@@ -217,20 +218,22 @@ class ChildStarter:
         self, key: _ServerKey, environment: dict[str, str], preload: tuple[str, ...]
     ) -> _WarmServer:
         """A shared idle server of `key`, else a new one (in the shared servers' directory)."""
-        if self.shared is None or key in self._own_seed:
-            index = len(self._servers) + len(self._broken)
-            return _WarmServer(environment, preload, self.log_dir, index)
-        server = self.shared.take(key)
-        if server is None:
-            log_dir, index = self.shared.server_directory()
-            server = _WarmServer(environment, preload, log_dir, index)
-        return server  # type: ignore[return-value]  # the shared servers hold only ours
+        place = None
+        if self.shared is not None and key not in self._unshared:
+            server = self.shared.take(key)
+            if server is not None:
+                return server  # type: ignore[return-value]  # the shared servers hold only ours
+            place = self.shared.server_directory()
+        if place is None:  # not shared (or the shared servers closed meanwhile)
+            self._unshared.add(key)
+            place = (self.log_dir, len(self._servers) + len(self._broken))
+        return _WarmServer(environment, preload, *place)
 
     def close(self) -> None:
         """Stop every server, or give it back to the shared ones (the children they forked are
         this process's, not theirs)."""
         for key, server in self._servers.items():
-            if self.shared is not None and key not in self._own_seed and server.alive():
+            if self.shared is not None and key not in self._unshared and server.alive():
                 self.shared.give_back(key, server)
             else:
                 server.close()

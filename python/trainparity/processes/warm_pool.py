@@ -22,11 +22,11 @@ This module knows servers only as objects with `pid`, `alive()` and
 
 from __future__ import annotations
 
-import contextlib
+import atexit
 import shutil
 import tempfile
 import threading
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Protocol
 
@@ -86,13 +86,20 @@ class SharedWarmServers:
                 self._served.pop(pid, None)
             server.close()  # it died while idle (killed, or its thread's parent-death signal)
 
-    def server_directory(self) -> tuple[Path, int]:
-        """Where a new server of this pool keeps its logs (and works), and its number there."""
+    def server_directory(self) -> tuple[Path, int] | None:
+        """Where a new server of this pool keeps its logs (and works), and its number there.
+
+        None once closed (another thread left the block while a check ran): the check
+        then starts a server of its own, as outside the block.
+        """
         with self._lock:
             if self._closed:
-                raise RuntimeError("these shared warm servers are closed")
+                return None
             if self._directory is None:
                 self._directory = Path(tempfile.mkdtemp(prefix="trainparity-warm-servers-"))
+                # A process that ends with the block still open (a notebook's kernel) leaves
+                # no directory behind; its servers die with it (their parent-death signal).
+                atexit.register(self.close)
             self._started += 1
             return self._directory, self._started - 1
 
@@ -115,8 +122,23 @@ class SharedWarmServers:
         for server in evicted:
             server.close()
 
+    def __enter__(self) -> SharedWarmServers:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("these shared warm servers are closed: open new ones")
+        with _open_lock:
+            _open.append(self)
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.close()
+
     def close(self) -> None:
-        """Stop every idle server and remove their directory; servers still borrowed stop when given back."""
+        """Leave the block: stop every idle server and remove their directory (servers still
+        borrowed stop when given back). Checks that start afterwards no longer use these."""
+        with _open_lock:
+            if self in _open:
+                _open.remove(self)
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
@@ -125,6 +147,7 @@ class SharedWarmServers:
         for _, server, _ in idle:
             server.close()
         if directory is not None:
+            atexit.unregister(self.close)
             shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -138,22 +161,14 @@ def current_shared_servers() -> SharedWarmServers | None:
         return _open[-1] if _open else None
 
 
-@contextlib.contextmanager
-def shared_warm_servers(max_idle: int = DEFAULT_MAX_IDLE) -> Iterator[SharedWarmServers]:
-    """Keep warm servers between the warm checks of this process while the block runs.
+def shared_warm_servers(max_idle: int = DEFAULT_MAX_IDLE) -> SharedWarmServers:
+    """Warm servers kept between the warm checks of this process: use it as a context manager.
 
     Every check with `start="warm"` (or TRAINPARITY_START=warm) that starts
-    inside the block, in any thread, borrows its servers from here and gives
-    them back when it ends; at most `max_idle` wait between checks. Leaving
-    the block stops them. Fresh checks are unaffected. Blocks nest: a check
-    uses the innermost one.
+    inside `with shared_warm_servers():`, in any thread, borrows its servers
+    from here and gives them back when it ends; at most `max_idle` wait
+    between checks. Leaving the block (or `close()`, where a block does not
+    fit: a notebook's cells) stops them; so does the end of the process.
+    Fresh checks are unaffected. Blocks nest: a check uses the innermost one.
     """
-    servers = SharedWarmServers(max_idle)
-    with _open_lock:
-        _open.append(servers)
-    try:
-        yield servers
-    finally:
-        with _open_lock:
-            _open.remove(servers)
-        servers.close()
+    return SharedWarmServers(max_idle)
