@@ -102,15 +102,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _shared_warm_servers(trainparity_shared_warm_servers: object) -> object:
+def _shared_warm_servers() -> Iterator[object]:
     """Warm checks of this worker keep their servers for the next one (docs/pytest.md).
 
     Each server imports torch (and torch._dynamo where preloaded): 2 to 3 s of CPU that
     every warm check paid before its first child. Session-scoped, so that the checks of
     module- and session-scoped fixtures share them too; they stop when the session ends,
-    before the temporary-root guard looks for leftovers.
+    before the temporary-root guard looks for leftovers. What the plugin's
+    trainparity_shared_warm_servers does, without the plugin: the sanitized C core's run
+    (`make sanitize`) loads this file with `-p no:trainparity`.
     """
-    return trainparity_shared_warm_servers
+    from trainparity.processes.warm_pool import shared_warm_servers
+
+    with shared_warm_servers() as servers:
+        yield servers
 
 
 @pytest.fixture(autouse=True)

@@ -28,6 +28,7 @@ from trainparity.distributed.rank_processes import (
     RankWatcher,
     rank_event_detail,
     rank_evidence,
+    read_rank_exits,
     unsampled_exit_events,
 )
 
@@ -307,7 +308,8 @@ def test_measured_exits_replace_samples_and_add_the_ranks_no_sample_saw(tmp_path
         + '{"rank": 3, "pid": 303, "returnco'  # cut short by a killed agent: skipped
     )  # fmt: skip
     samples = [_sample(1, 301), _sample(0, 300)]
-    rows = rank_evidence(samples, phase_returncode=1, stderr_path=stderr, exits_path=exits)
+    measured_exits = read_rank_exits(exits)
+    rows = rank_evidence(samples, phase_returncode=1, stderr_path=stderr, measured=measured_exits)
     assert [(row.rank, row.pid, row.returncode, row.user_seconds) for row in rows] == [
         (0, 300, None, 0.5),  # no record: as sampled
         (1, 301, 3, 2.5),  # measured, not sampled
@@ -319,7 +321,7 @@ def test_measured_exits_replace_samples_and_add_the_ranks_no_sample_saw(tmp_path
         None,
     ]
     # Progress: rank 2, which no sample saw, gets its start and end lines from its record.
-    events = unsampled_exit_events("baseline_a", samples, exits)
+    events = unsampled_exit_events("baseline_a", samples, measured_exits)
     assert [(event.kind, event.sample.rank, event.sample.pid) for event in events] == [
         ("start", 2, 302),
         ("end", 2, 302),
@@ -331,11 +333,13 @@ def test_measured_exits_replace_samples_and_add_the_ranks_no_sample_saw(tmp_path
         json.dumps({**measured, "rank": 1, "pid": 401, "returncode": 0, "started": 9.0, "ended": 9.5}) + "\n"
         + json.dumps({**measured, "rank": 1, "pid": 301, "returncode": 3, "started": 5.0, "ended": 7.5}) + "\n"
     )  # fmt: skip
-    rows = rank_evidence(samples, phase_returncode=0, stderr_path=stderr, exits_path=exits)
-    assert [(row.pid, row.returncode) for row in rows] == [(300, 0), (301, 3), (401, 0)]
-    missing = rank_evidence(
-        samples, phase_returncode=0, stderr_path=stderr, exits_path=tmp_path / "none.jsonl"
+    rows = rank_evidence(
+        samples, phase_returncode=0, stderr_path=stderr, measured=read_rank_exits(exits)
     )
+    assert [(row.pid, row.returncode) for row in rows] == [(300, 0), (301, 3), (401, 0)]
+    # No file (a fresh agent), or not a torchrun phase: as sampled.
+    assert read_rank_exits(tmp_path / "none.jsonl") == read_rank_exits(None) == {}
+    missing = rank_evidence(samples, phase_returncode=0, stderr_path=stderr, measured={})
     assert missing == rank_evidence(samples, phase_returncode=0, stderr_path=stderr)
 
 

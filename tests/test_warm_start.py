@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from trainparity import Outcome, check_resume
-from trainparity.distributed.rank_processes import rank_evidence
+from trainparity.distributed.rank_processes import rank_evidence, read_rank_exits
 from trainparity.processes import warm
 from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildSpec, spawn_child
 from trainparity.processes.warm import ChildStarter, checked_start, warm_refusal
@@ -437,7 +437,10 @@ def test_a_warm_agent_measures_the_exit_of_each_rank_it_forked(tmp_path, starter
         assert not exits.exists()
         return
     rows = rank_evidence(
-        (), phase_returncode=code, stderr_path=tmp_path / "agent.err", exits_path=exits
+        (),
+        phase_returncode=code,
+        stderr_path=tmp_path / "agent.err",
+        measured=read_rank_exits(exits),
     )
     # Exact: rank 1's own code, and rank 0 ended by torchrun's SIGTERM (a report says neither).
     assert [(row.rank, row.local_rank, row.returncode) for row in rows] == [

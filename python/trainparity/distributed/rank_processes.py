@@ -23,7 +23,8 @@ gives the failed ranks' exit codes; ranks it stopped after that are unknown.
 
 A warm agent that forks its ranks (processes/warm_ranks.py) reaps each rank
 with wait4 and appends what the kernel measured to the phase's rank exits
-file (phases.rank_exits_path): those rows replace the sampled ones, exactly
+file (phases.rank_exits_path, read once when the phase ends: `read_rank_exits`):
+those rows replace the sampled ones, exactly
 (`sample_interval_seconds` None), and a rank too short for any sample still
 has its row. One JSON object per line, keys `pid`, `rank`, `local_rank`,
 `returncode` (negative: killed by that signal), `user_seconds`,
@@ -42,7 +43,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -52,12 +53,14 @@ from trainparity.distributed.phases import PHASE_TAG_VARIABLE, RankExit, reporte
 
 __all__ = [
     "SAMPLE_INTERVAL_SECONDS",
+    "MeasuredExit",
     "RankEvent",
     "RankProcessEvidence",
     "RankSample",
     "RankWatcher",
     "rank_evidence",
     "rank_event_detail",
+    "read_rank_exits",
     "unsampled_exit_events",
 ]
 
@@ -136,17 +139,17 @@ def rank_evidence(
     *,
     phase_returncode: int | None,
     stderr_path: Path,
-    exits_path: Path | None = None,
+    measured: Mapping[int, MeasuredExit] | None = None,
 ) -> tuple[RankProcessEvidence, ...]:
     """Evidence rows of a finished phase's ranks, sorted by rank then start.
 
     `samples` is what `RankWatcher.close` returned for the phase,
     `phase_returncode` how torchrun ended (None when it timed out), and
-    `stderr_path` torchrun's stderr, read only when it failed. A rank in the
-    phase's rank exits file (`exits_path`, written by a warm agent) gets its
+    `stderr_path` torchrun's stderr, read only when it failed. A rank in
+    `measured` (the phase's rank exits file, read by `read_rank_exits`) gets its
     measured row instead of its samples.
     """
-    measured = _measured_exits(exits_path) if exits_path is not None else {}
+    measured = measured or {}
     ordered = sorted(samples, key=lambda sample: (sample.rank, sample.first_seen))
     if phase_returncode == 0:
         # With restarts a rank has one process per attempt; only the last one's exit is known.
@@ -184,12 +187,12 @@ def rank_evidence(
 
 
 def unsampled_exit_events(
-    phase: str, samples: Sequence[RankSample], exits_path: Path
+    phase: str, samples: Sequence[RankSample], measured: Mapping[int, MeasuredExit]
 ) -> tuple[RankEvent, ...]:
     """A start and an end event for each measured rank that no sample saw, in start order."""
     sampled = {sample.pid for sample in samples}
     events = []
-    for exit in sorted(_measured_exits(exits_path).values(), key=lambda exit: exit.started):
+    for exit in sorted(measured.values(), key=lambda exit: exit.started):
         if exit.row.pid in sampled:
             continue
         row = exit.row
@@ -201,14 +204,22 @@ def unsampled_exit_events(
     return tuple(events)
 
 
-class _Measured(NamedTuple):
+class MeasuredExit(NamedTuple):
+    """One rank's exit as its warm agent measured it: its row, and its start and end
+    (the monotonic clock)."""
+
     row: RankProcessEvidence
     started: float
     ended: float
 
 
-def _measured_exits(path: Path) -> dict[int, _Measured]:
-    """The rank exits file's rows by pid; lines it cannot read are skipped."""
+def read_rank_exits(path: Path | None) -> dict[int, MeasuredExit]:
+    """A phase's rank exits file's rows by pid ({} for None); lines it cannot read are skipped.
+
+    Read once when the phase ends: its progress lines and its report rows come from it.
+    """
+    if path is None:  # not a torchrun phase: no file to read
+        return {}
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:  # none written: a fresh agent, or no rank reaped
@@ -227,7 +238,7 @@ def _measured_exits(path: Path) -> dict[int, _Measured]:
                 peak_rss_bytes=int(record["peak_rss_bytes"]),
                 sample_interval_seconds=None,
             )
-            measured[row.pid] = _Measured(row, float(record["started"]), float(record["ended"]))
+            measured[row.pid] = MeasuredExit(row, float(record["started"]), float(record["ended"]))
         except (ValueError, TypeError, KeyError):  # a line cut short by a killed agent
             continue
     return measured

@@ -21,11 +21,13 @@ from pathlib import Path
 from trainparity.distributed import phases as multirank
 from trainparity.distributed.launch import local_ranks
 from trainparity.distributed.rank_processes import (
+    MeasuredExit,
     RankEvent,
     RankSample,
     RankWatcher,
     rank_event_detail,
     rank_evidence,
+    read_rank_exits,
     unsampled_exit_events,
 )
 from trainparity.error_text import error_text
@@ -90,6 +92,8 @@ class TrainingPhase:
     tag: str | None = None  # in the phase's environment; what multirank.sweep kills
     ranks: int = 1  # a torchrun phase's local ranks, which share the phase's threads
     rank_samples: tuple[RankSample, ...] = ()  # a torchrun phase's ranks, as last sampled
+    exits_file: Path | None = None  # a torchrun phase's, where a warm agent measures its ranks
+    rank_exits: Mapping[int, MeasuredExit] = field(default_factory=dict)  # read once, at its end
     result: ChildResult | None = None
     error: PhaseError | None = None
 
@@ -234,6 +238,8 @@ class PhaseChildren:
             argv, variables, phase.run_dir, temporary_dir=self.settings.run_root / "tmp"
         )
         self.rank_watcher.watch(phase.name, phase.tag, argv)  # only torchrun phases are watched
+        exits_file = environment.get(multirank.RANK_EXITS_FILE_VARIABLE)
+        phase.exits_file = Path(exits_file) if exits_file else None
         try:
             spec = ChildSpec(
                 name=phase.name,
@@ -318,9 +324,9 @@ class PhaseChildren:
             phase.result = result
             phase.rank_samples = self.rank_watcher.close(name)  # before the sweep kills them
             multirank.sweep(phase.tag)  # ranks that left the child's process group
+            phase.rank_exits = read_rank_exits(phase.exits_file)
             # Ranks too short for any sample: their progress lines, as their agent measured them.
-            exits = multirank.rank_exits_path(phase.run_dir)
-            for event in unsampled_exit_events(name, phase.rank_samples, exits):
+            for event in unsampled_exit_events(name, phase.rank_samples, phase.rank_exits):
                 self._on_rank_event(event)
 
     def _on_rank_event(self, event: RankEvent) -> None:
@@ -370,7 +376,7 @@ class PhaseChildren:
                     phase.rank_samples,
                     phase_returncode=returncode,
                     stderr_path=phase.run_dir / "stderr.log",
-                    exits_path=multirank.rank_exits_path(phase.run_dir),
+                    measured=phase.rank_exits,
                 ),
             )
         )
