@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -207,6 +208,29 @@ def test_a_check_whose_shared_servers_closed_meanwhile_starts_and_stops_its_own(
     assert not _alive(pid) and shared.idle_pids == ()
     with pytest.raises(RuntimeError, match="closed: open new ones"):
         shared.__enter__()
+
+
+def test_a_server_given_back_by_a_thread_that_ended_still_serves_the_next_check(tmp_path):
+    # A server's parent-death signal fires when the thread that started it ends: a check run
+    # in a ThreadPoolExecutor's thread must not leave behind a server that dies with it.
+    with shared_warm_servers() as shared:
+
+        def check_in_a_thread() -> int:
+            starter = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
+            _launch(starter, "threaded", tmp_path)
+            (server,) = starter._servers.values()
+            starter.close()
+            return server.pid
+
+        with ThreadPoolExecutor(1) as pool:
+            pid = pool.submit(check_in_a_thread).result()
+        # The thread has ended.
+        time.sleep(0.5)  # a parent-death signal would have arrived by now
+        assert _alive(pid) and shared.idle_pids == (pid,)
+        starter = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
+        _launch(starter, "next", tmp_path)
+        assert [server.pid for server in starter._servers.values()] == [pid]
+        starter.close()
 
 
 def test_a_borrowed_server_serves_one_check_at_a_time(tmp_path):

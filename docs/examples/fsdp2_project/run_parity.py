@@ -5,7 +5,9 @@ Usage: python run_parity.py [CaseClass [2,1]]... [--fork-ranks]
 `2,1` after a case saves on 2 ranks and resumes on 1 (an elastic resume),
 compared under a tolerance: two world sizes sum the gradients in another order.
 Several cases run one after the other in this process (its imports paid
-once), each writing trainparity-report-<case>[-2-1].json here.
+once), each writing trainparity-report-<case>[-2-1].json here; with
+TRAINPARITY_START=warm they also share their warm servers (each imports
+torch and torch._dynamo once for all the checks, not once per check).
 `--fork-ranks` starts each phase's ranks by forking one process instead of
 through torchrun (parity_case.py): the same training, cheaper to start.
 """
@@ -16,21 +18,23 @@ import sys
 from pathlib import Path
 
 import parity_case
-from trainparity import Outcome, ToleranceComparison, check_resume, check_runs
+from trainparity import Outcome, ToleranceComparison, check_resume, check_runs, shared_warm_servers
 
 root = Path(__file__).resolve().parent
 # Another rank count sums the gradients in another order: compared under a tolerance.
 tolerance = ToleranceComparison(rtol=1e-4, atol=1e-6)
+# The phases' temporary files (torch's compile cache directory, made on importing
+# torch._dynamo, which fully_shard does) go beside the runs, and away when this process's
+# checks are done. One directory for all of them: their phases' environments are then
+# alike, so they share warm servers.
+temporary = root / ".trainparity-runs" / f"tmp-{os.getpid()}"
 
 
 def check(case: str, world_sizes: tuple[int, ...] | None) -> Outcome:
     label = case + ("" if world_sizes is None else "-" + "-".join(map(str, world_sizes)))
     work_dir = root / ".trainparity-runs" / label
     shutil.rmtree(work_dir, ignore_errors=True)  # recordings of an earlier run would collide
-    # The phases' temporary files (torch's compile cache directory, made on importing
-    # torch._dynamo, which fully_shard does) stay with the run.
-    temporary = work_dir / "tmp"
-    temporary.mkdir(parents=True)
+    temporary.mkdir(parents=True, exist_ok=True)
     options = {
         "cwd": root,
         "work_dir": work_dir,
@@ -72,5 +76,7 @@ if __name__ == "__main__":
     if "--fork-ranks" in sys.argv[1:]:
         os.environ[parity_case.LAUNCHER_VARIABLE] = "fork"  # read by the case's command()
     checks = requested([argument for argument in sys.argv[1:] if argument != "--fork-ranks"])
-    outcomes = [check(case, world_sizes) for case, world_sizes in checks]
+    with shared_warm_servers():
+        outcomes = [check(case, world_sizes) for case, world_sizes in checks]
+    shutil.rmtree(temporary, ignore_errors=True)
     sys.exit(0 if all(outcome is Outcome.PASS for outcome in outcomes) else 1)

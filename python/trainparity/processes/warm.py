@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -39,7 +40,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -227,7 +228,9 @@ class ChildStarter:
         if place is None:  # not shared (or the shared servers closed meanwhile)
             self._unshared.add(key)
             place = (self.log_dir, len(self._servers) + len(self._broken))
-        return _WarmServer(environment, preload, *place)
+            return _WarmServer(environment, preload, *place)
+        assert self.shared is not None
+        return _WarmServer(environment, preload, *place, start_in=self.shared.in_own_thread)
 
     def close(self) -> None:
         """Stop every server, or give it back to the shared ones (the children they forked are
@@ -361,7 +364,9 @@ class _WarmServer:
         preload: tuple[str, ...],
         log_dir: Path,
         index: int,
+        start_in: Callable[[Callable[[], int]], int] | None = None,
     ) -> None:
+        """`start_in` runs the spawn elsewhere (the shared servers' own thread), else here."""
         self.name = _server_name()
         self.stderr_path = log_dir / f"warm_server_{index}.stderr.log"
         self.pid = 0
@@ -369,13 +374,15 @@ class _WarmServer:
             log_dir.mkdir(parents=True, exist_ok=True)
             # Its cwd is its log directory: a phase's own cwd may not exist (a launch failure
             # reported for that phase), and every child changes to its own anyway.
-            self.pid = core.spawn(
+            spawn = functools.partial(
+                core.spawn,
                 _server_argv(self.name, preload),
                 cwd=str(log_dir),
                 env=[*(f"{key}={value}" for key, value in environment.items()), _ENVIRONMENT_ROOM],
                 stdout_path=str(log_dir / f"warm_server_{index}.stdout.log"),
                 stderr_path=str(self.stderr_path),
             )
+            self.pid = start_in(spawn) if start_in is not None else spawn()
         except OSError as error:
             raise _ServerFailure(f"it could not start: {error}") from None
         self.connection: socket.socket | None = None

@@ -16,6 +16,11 @@ server is found by (its environment, its preloads) is the one a check uses
 to choose among its own servers. A server seeded for one phase alone
 (no PYTHONHASHSEED: warm.py) is never kept.
 
+Shared servers are started from a thread of the pool's own, which lives as
+long as the pool: a server's parent-death signal fires when the thread that
+started it ends, and a check may run in a thread that ends before the next
+check (a ThreadPoolExecutor's), which would kill the servers it gave back.
+
 This module knows servers only as objects with `pid`, `alive()` and
 `close()`: warm.py makes them and imports this module, never the reverse.
 """
@@ -26,14 +31,18 @@ import atexit
 import shutil
 import tempfile
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 __all__ = ["SharedWarmServers", "current_shared_servers", "shared_warm_servers"]
 
 DEFAULT_MAX_IDLE = 4
 """Idle servers kept at most (each holds its imports' memory: about 0.2 GiB with torch._dynamo)."""
+
+
+_T = TypeVar("_T")
 
 
 class _Server(Protocol):
@@ -63,6 +72,8 @@ class SharedWarmServers:
         self._directory: Path | None = None
         self._started = 0
         self._closed = False
+        # The thread servers are started from (an executor's worker lives until shutdown).
+        self._owner: ThreadPoolExecutor | None = None
 
     @property
     def idle_pids(self) -> tuple[int, ...]:
@@ -102,6 +113,15 @@ class SharedWarmServers:
                 atexit.register(self.close)
             self._started += 1
             return self._directory, self._started - 1
+
+    def in_own_thread(self, start: Callable[[], _T]) -> _T:
+        """`start()`, run in this pool's own thread (a server's start: its parent-death signal
+        then fires only when the pool's thread ends, at close or with the process)."""
+        with self._lock:
+            if self._owner is None:
+                self._owner = ThreadPoolExecutor(1, thread_name_prefix="trainparity-warm-servers")
+            owner = self._owner
+        return owner.submit(start).result()
 
     def give_back(self, key: Hashable, server: _Server) -> None:
         """`server` (of `key`) served a check: kept idle for the next, or stopped."""
@@ -144,8 +164,13 @@ class SharedWarmServers:
             idle, self._idle = self._idle, []
             self._served.clear()
             directory, self._directory = self._directory, None
+            owner, self._owner = self._owner, None
         for _, server, _ in idle:
             server.close()
+        if owner is not None:
+            # Servers still borrowed die with the thread (their parent-death signal), and are
+            # reaped when given back.
+            owner.shutdown(wait=False)
         if directory is not None:
             atexit.unregister(self.close)
             shutil.rmtree(directory, ignore_errors=True)
