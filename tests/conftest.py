@@ -57,28 +57,6 @@ PRELOAD_DYNAMO_MODULES = frozenset(
     }
 )
 _PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"
-# The modules whose tests take longest (summed test times, 40 s and more, docs/validation.md),
-# longest first, run before all others. pytest-xdist's loadfile hands whole modules to the
-# workers in collection order, so one collected last (test_warm_start, alphabetically) kept
-# one worker busy for up to two minutes after the other had run out of modules.
-LONGEST_MODULES_FIRST = (
-    "test_resume_faults",
-    "test_accumulation_checks",
-    "test_warm_start",
-    "test_resume_processes",
-    "test_distributed_guide",
-    "test_distributed_launch",
-    "test_huggingface",
-    "test_two_rank_trainers",
-    "test_forensics",
-    "test_slurm_executor",
-    "test_accelerate",
-    "test_plan_judge",
-    "test_resume_trajectories",
-    "test_resume_coverage_steps",
-    "test_multinode",
-    "test_accumulation_ranks",
-)
 
 
 # "1" when the hash seed is the suite's (set below) rather than the caller's own. A variable,
@@ -106,12 +84,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     temp_guard.summary(terminalreporter, config)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # A stable sort: every module's tests stay together and in their order.
-    rank = {name: index for index, name in enumerate(LONGEST_MODULES_FIRST)}
-    items.sort(key=lambda item: rank.get(_module_name(getattr(item, "module", None)), len(rank)))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
