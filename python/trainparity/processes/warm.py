@@ -219,18 +219,18 @@ class ChildStarter:
         self, key: _ServerKey, environment: dict[str, str], preload: tuple[str, ...]
     ) -> _WarmServer:
         """A shared idle server of `key`, else a new one (in the shared servers' directory)."""
-        place = None
-        if self.shared is not None and key not in self._unshared:
-            server = self.shared.take(key)
+        shared = self.shared if key not in self._unshared else None
+        if shared is not None:
+            server = shared.take(key)
             if server is not None:
                 return server  # type: ignore[return-value]  # the shared servers hold only ours
-            place = self.shared.server_directory()
-        if place is None:  # not shared (or the shared servers closed meanwhile)
-            self._unshared.add(key)
-            place = (self.log_dir, len(self._servers) + len(self._broken))
-            return _WarmServer(environment, preload, *place)
-        assert self.shared is not None
-        return _WarmServer(environment, preload, *place, start_in=self.shared.in_own_thread)
+            place = shared.server_directory()
+            if place is not None:
+                return _WarmServer(environment, preload, *place, start_in=shared.in_own_thread)
+        # Not shared (or the shared servers closed meanwhile): this check's own.
+        self._unshared.add(key)
+        index = len(self._servers) + len(self._broken)
+        return _WarmServer(environment, preload, self.log_dir, index)
 
     def close(self) -> None:
         """Stop every server, or give it back to the shared ones (the children they forked are

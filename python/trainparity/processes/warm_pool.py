@@ -66,8 +66,8 @@ class SharedWarmServers:
             raise ValueError(f"max_idle must be a whole number of servers >= 1, not {max_idle!r}")
         self.max_idle = max_idle
         self._lock = threading.Lock()
-        # Idle servers in the order they were given back: (key, server, checks served).
-        self._idle: list[tuple[Hashable, _Server, int]] = []
+        # Idle servers in the order they were given back: (key, server).
+        self._idle: list[tuple[Hashable, _Server]] = []
         self._served: dict[int, int] = {}  # pid -> checks served, for borrowed servers too
         self._directory: Path | None = None
         self._started = 0
@@ -79,7 +79,7 @@ class SharedWarmServers:
     def idle_pids(self) -> tuple[int, ...]:
         """The pids of the servers kept idle now (none of them is running a check's children)."""
         with self._lock:
-            return tuple(server.pid for _, server, _ in self._idle)
+            return tuple(server.pid for _, server in self._idle)
 
     def take(self, key: Hashable) -> _Server | None:
         """An idle server of `key`, now the caller's until it gives it back; None if there is none."""
@@ -89,7 +89,7 @@ class SharedWarmServers:
                 if found is None:
                     return None
                 self._idle.remove(found)
-            _, server, _ = found
+            _, server = found
             pid = server.pid
             if server.alive():
                 return server
@@ -132,10 +132,10 @@ class SharedWarmServers:
                 evicted.append(server)
             else:
                 self._served[server.pid] = served
-                self._idle.append((key, server, served))
+                self._idle.append((key, server))
                 while len(self._idle) > self.max_idle:
                     # The fewest checks served first; min() takes the earliest of equals.
-                    entry = min(self._idle, key=lambda item: item[2])
+                    entry = min(self._idle, key=lambda item: self._served[item[1].pid])
                     self._idle.remove(entry)
                     self._served.pop(entry[1].pid, None)
                     evicted.append(entry[1])
@@ -165,7 +165,7 @@ class SharedWarmServers:
             self._served.clear()
             directory, self._directory = self._directory, None
             owner, self._owner = self._owner, None
-        for _, server, _ in idle:
+        for _, server in idle:
             server.close()
         if owner is not None:
             # Servers still borrowed die with the thread (their parent-death signal), and are
