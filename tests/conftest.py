@@ -35,8 +35,11 @@ FRESH_MODULES = frozenset(
         "test_environment",
     }
 )
-# Timeouts, crashes, Ctrl-C, SIGTERM/SIGHUP and leaked grandchildren: each test in both modes.
-BOTH_MODES_MODULES = frozenset({"test_resume_processes", "test_termination"})
+# Timeouts, crashes, Ctrl-C, SIGTERM/SIGHUP and leaked grandchildren: the tests marked
+# both_start_modes (all of test_termination, the process-level ones of test_resume_processes)
+# run once per mode, so each proves the two alike. The rest of those modules (concurrency,
+# progress events) is about the executor, not how a child starts: warm only, like the suite.
+BOTH_MODES_MARKER = "both_start_modes"
 # Modules whose training scripts build optimizers (or trainers that do): their warm servers
 # also import torch._dynamo (TRAINPARITY_WARM_PRELOAD), which each phase would import itself.
 # Elsewhere a server without it is ready sooner.
@@ -69,6 +72,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "fresh_start: run this test's checks in fresh mode (a new interpreter per child)"
     )
+    config.addinivalue_line(
+        "markers", f"{BOTH_MODES_MARKER}: run this test twice, its checks fresh and then warm"
+    )
     # The session's default, so that checks run by module- and session-scoped fixtures
     # (which start before any test's own fixtures) are warm too.
     os.environ.setdefault("TRAINPARITY_START", "warm")
@@ -97,7 +103,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if _module_name(metafunc.module) in BOTH_MODES_MODULES:
+    if metafunc.definition.get_closest_marker(BOTH_MODES_MARKER) is not None:
         metafunc.parametrize("start_mode", ["fresh", "warm"], indirect=True)
 
 

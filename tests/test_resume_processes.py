@@ -1,4 +1,9 @@
-"""check_resume at the process level: hangs, crashes, leaked grandchildren, Ctrl-C, concurrency."""
+"""check_resume at the process level: hangs, crashes, leaked grandchildren, Ctrl-C, concurrency.
+
+The tests of how children stop and fail run in both start modes (both_start_modes,
+tests/conftest.py); concurrency and progress events, which do not depend on how a child
+started, run warm like the rest of the suite.
+"""
 
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ def _wait_until_gone(timeout: float = 10.0) -> list[int]:
     return alive
 
 
+@pytest.mark.both_start_modes
 def test_hanging_child_times_out_as_error_naming_the_phase(tmp_path, start_mode):
     result = check_resume(
         "tests.fixtures.resume_process_cases:HangingCase",
@@ -55,6 +61,7 @@ def test_hanging_child_times_out_as_error_naming_the_phase(tmp_path, start_mode)
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.both_start_modes
 def test_segfaulting_child_is_an_error_with_its_signal(tmp_path):
     result = check_resume(
         "tests.fixtures.resume_process_cases:SegfaultCase", cwd=REPO, temporary_root=tmp_path
@@ -67,6 +74,7 @@ def test_segfaulting_child_is_an_error_with_its_signal(tmp_path):
     assert result.processes[0].signal == signal.SIGSEGV
 
 
+@pytest.mark.both_start_modes
 def test_grandchild_ignoring_sigterm_does_not_survive_the_check(tmp_path, start_mode):
     result = check_resume(
         "tests.fixtures.resume_process_cases:GrandchildCase",
@@ -96,6 +104,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.both_start_modes
 def test_ctrl_c_stops_every_child_and_removes_the_temporary_directory(tmp_path):
     scratch = tmp_path / "scratch"
     driver = subprocess.Popen(

@@ -24,6 +24,9 @@ from trainparity.processes.termination import terminating_signals_unwind
 
 from tests.fixtures.resume_process_cases import MARKER
 
+# Each test twice: its checks started fresh, then warm (tests/conftest.py).
+pytestmark = pytest.mark.both_start_modes
+
 REPOSITORY = Path(__file__).resolve().parent.parent
 QUICK_ERROR_CASE = "tests.fixtures.resume_process_cases:SegfaultCase"
 

@@ -67,8 +67,7 @@ def test_the_next_warm_check_forks_from_the_server_the_last_one_gave_back(tmp_pa
         first = check_resume(QUICKSTART, start="warm", temporary_root=tmp_path)
         (server,) = shared.idle_pids
         second = check_resume(QUICKSTART, start="warm", temporary_root=tmp_path)
-        assert shared.idle_pids == (server,) and _alive(server)
-        assert shared._served == {server: 2}
+        assert shared.idle_pids == (server,) and _alive(server)  # the same server, kept again
     assert not _alive(server)  # leaving the block stops it
     for result in (first, second):
         assert result.outcome is Outcome.PASS, result.message
@@ -273,20 +272,24 @@ class _Server:
         self.closed = True
 
 
-def test_past_max_idle_the_server_that_served_fewest_checks_stops_first():
+def test_past_max_idle_the_server_idle_longest_stops_first():
     shared = SharedWarmServers(max_idle=2)
-    common, other, once = _Server(1), _Server(2), _Server(3)
-    for _ in range(3):
-        shared.give_back("common", common)
-        assert shared.take("common") is common
-    shared.give_back("common", common)
+    busy, other, new = _Server(1), _Server(2), _Server(3)
+    for _ in range(3):  # however many checks it served before
+        shared.give_back("busy", busy)
+        assert shared.take("busy") is busy
+    shared.give_back("busy", busy)
     shared.give_back("other", other)
-    shared.give_back("once", once)  # three idle, two kept: other and once served one check each
-    assert shared.idle_pids == (1, 3) and other.closed and not once.closed
-    assert shared.take("other") is None
+    shared.give_back("new", new)  # three idle, two kept: the last two given back
+    assert shared.idle_pids == (2, 3) and busy.closed and not new.closed
+    assert shared.take("busy") is None
+    assert shared.take("other") is other  # taken and given back: now the most recent
+    shared.give_back("other", other)
+    shared.give_back("newer", newer := _Server(4))
+    assert shared.idle_pids == (2, 4) and new.closed
     shared.close()
-    assert common.closed and once.closed and shared.idle_pids == ()
-    shared.give_back("late", late := _Server(4))  # a check that ends after the block stops it
+    assert other.closed and newer.closed and shared.idle_pids == ()
+    shared.give_back("late", late := _Server(5))  # a check that ends after the block stops it
     assert late.closed and shared.idle_pids == ()
 
 

@@ -57,8 +57,10 @@ class SharedWarmServers:
     """The idle warm servers of this process, by key; see the module's docstring.
 
     `max_idle` bounds the servers kept while no check uses them: past it, the
-    one that served the fewest checks goes first (a server whose environment
-    was one test's own), then the one idle longest.
+    one idle longest stops first. (Not the one that served the fewest checks:
+    servers of an earlier test module, each having served dozens, then kept
+    every later module's servers out; a test suite moves from environment to
+    environment, and the recently used is what comes next.)
     """
 
     def __init__(self, max_idle: int = DEFAULT_MAX_IDLE) -> None:
@@ -66,9 +68,8 @@ class SharedWarmServers:
             raise ValueError(f"max_idle must be a whole number of servers >= 1, not {max_idle!r}")
         self.max_idle = max_idle
         self._lock = threading.Lock()
-        # Idle servers in the order they were given back: (key, server).
+        # Idle servers in the order they were given back, idle longest first: (key, server).
         self._idle: list[tuple[Hashable, _Server]] = []
-        self._served: dict[int, int] = {}  # pid -> checks served, for borrowed servers too
         self._directory: Path | None = None
         self._started = 0
         self._closed = False
@@ -90,11 +91,8 @@ class SharedWarmServers:
                     return None
                 self._idle.remove(found)
             _, server = found
-            pid = server.pid
             if server.alive():
                 return server
-            with self._lock:
-                self._served.pop(pid, None)
             server.close()  # it died while idle (killed, or its thread's parent-death signal)
 
     def server_directory(self) -> tuple[Path, int] | None:
@@ -127,18 +125,12 @@ class SharedWarmServers:
         """`server` (of `key`) served a check: kept idle for the next, or stopped."""
         evicted: list[_Server] = []
         with self._lock:
-            served = self._served.pop(server.pid, 0) + 1
             if self._closed:
                 evicted.append(server)
             else:
-                self._served[server.pid] = served
                 self._idle.append((key, server))
                 while len(self._idle) > self.max_idle:
-                    # The fewest checks served first; min() takes the earliest of equals.
-                    entry = min(self._idle, key=lambda item: self._served[item[1].pid])
-                    self._idle.remove(entry)
-                    self._served.pop(entry[1].pid, None)
-                    evicted.append(entry[1])
+                    evicted.append(self._idle.pop(0)[1])  # idle longest
         for server in evicted:
             server.close()
 
@@ -162,7 +154,6 @@ class SharedWarmServers:
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-            self._served.clear()
             directory, self._directory = self._directory, None
             owner, self._owner = self._owner, None
         for _, server in idle:
