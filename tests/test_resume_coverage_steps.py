@@ -32,18 +32,32 @@ NAMES = (
 )
 
 
+KEPT = "StatefulLoaderCase"  # run in a work_dir, which a later test reuses
+
+
+def _check(name: str, **where):
+    return trainparity.check_resume(
+        f"{CASES}:{name}",
+        cwd=REPO_ROOT,
+        environment=ONE_THREAD,
+        timeout=900,  # a phase's limit: generous, so a loaded machine cannot change a verdict
+        **where,
+    )
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
+def kept_work_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("kept") / KEPT
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, kept_work_dir):
     root = tmp_path_factory.mktemp("coverage_steps")
 
     def run(name: str):
-        return trainparity.check_resume(
-            f"{CASES}:{name}",
-            cwd=REPO_ROOT,
-            temporary_root=root,
-            environment=ONE_THREAD,
-            timeout=900,  # a phase's limit: generous, so a loaded machine cannot change a verdict
-        )
+        if name == KEPT:
+            return _check(name, work_dir=kept_work_dir)
+        return _check(name, temporary_root=root)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         found = dict(zip(NAMES, pool.map(run, NAMES), strict=True))
@@ -113,9 +127,19 @@ def test_a_record_that_differs_before_any_sample_stays_primary_and_coverage_foll
 
 
 def test_restored_loader_state_passes(results):
-    result = results["StatefulLoaderCase"]
+    result = results[KEPT]
     assert result.outcome is Outcome.PASS, result.message
     assert result.trajectory["recorded_steps"]["candidate_resume"] == [2, 3, 4, 5, 6, 7, 8]
+
+
+def test_a_check_run_again_in_its_kept_work_dir_reads_only_its_own_ids(results, kept_work_dir):
+    # The first check's records stay in the work_dir: record() once refused to write over
+    # them (ERROR), and record_ids, which appends, made them IDs consumed again (FAIL).
+    first = results[KEPT]
+    assert first.outcome is Outcome.PASS, first.message
+    again = _check(KEPT, work_dir=kept_work_dir)
+    assert again.outcome is Outcome.PASS, again.message
+    assert again.trajectory["recorded_steps"] == first.trajectory["recorded_steps"]
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import time
 import uuid
@@ -82,7 +83,12 @@ def phase_environment(
     its ranks' exit figures go to `rank_exits_path(run_dir)` (warm agents only).
     """
     tag = uuid.uuid4().hex
-    phase_env = {**environment, PHASE_TAG_VARIABLE: tag, IDS_DIR_VARIABLE: str(run_dir / "ids")}
+    ids = run_dir / "ids"
+    # A kept work_dir's last check's records: record_ids appends to a phase's files, so
+    # the new run would read the old IDs as consumed again (a false sample_repeated).
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(ids)
+    phase_env = {**environment, PHASE_TAG_VARIABLE: tag, IDS_DIR_VARIABLE: str(ids)}
     if is_torchrun(argv):
         # torchrun's mkdtemp(prefix="torchelastic_") for its logs, and anything the
         # ranks put in the temporary root, then go away with the run directory.

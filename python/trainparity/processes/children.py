@@ -14,6 +14,7 @@ with each check.
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,7 +79,9 @@ class TrainingPhase:
 
     `extra_args` are appended to the case's command and `extra_env` added to
     the check's environment (a check_runs variant; the variables for
-    `record()`).
+    `record()`). `emptied` are directories the check gives the child to write
+    (its recordings): removed before it starts, so that a kept work_dir's
+    last check leaves nothing in them.
     """
 
     name: str
@@ -88,6 +91,7 @@ class TrainingPhase:
     world_size: int | None = None  # the rank count asked of the case (an elastic resume)
     extra_args: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    emptied: tuple[Path, ...] = ()
     started: bool = False
     tag: str | None = None  # in the phase's environment; what multirank.sweep kills
     ranks: int = 1  # a torchrun phase's local ranks, which share the phase's threads
@@ -234,9 +238,18 @@ class PhaseChildren:
         )
         # One TMPDIR for every phase of the check (each torchrun agent makes its own directory
         # in it): phases that differ only in their own variables then share a warm server.
-        environment, phase.tag = multirank.phase_environment(
-            argv, variables, phase.run_dir, temporary_dir=self.settings.run_root / "tmp"
-        )
+        try:
+            for directory in phase.emptied:
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.rmtree(directory)
+            environment, phase.tag = multirank.phase_environment(
+                argv, variables, phase.run_dir, temporary_dir=self.settings.run_root / "tmp"
+            )
+        except OSError as error:
+            phase.error = PhaseError(
+                Outcome.ERROR, f"{phase.name} child launch failed: {error_text(error)}"
+            )
+            return
         self.rank_watcher.watch(phase.name, phase.tag, argv)  # only torchrun phases are watched
         exits_file = environment.get(multirank.RANK_EXITS_FILE_VARIABLE)
         phase.exits_file = Path(exits_file) if exits_file else None

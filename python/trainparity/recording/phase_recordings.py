@@ -23,7 +23,13 @@ from trainparity.recording.variables import PHASE_VARIABLE, RECORD_VARIABLE
 # (baseline record, candidate record, round trip): one aligned position of two children.
 AlignedPair = tuple[RecordedStep | None, RecordedStep | None, bool]
 
-__all__ = ["RECORDINGS_DIRECTORY", "PhaseRecordings", "TrajectoryError", "recording_environment"]
+__all__ = [
+    "RECORDINGS_DIRECTORY",
+    "PhaseRecordings",
+    "TrajectoryError",
+    "recording_directory",
+    "recording_environment",
+]
 
 RECORDINGS_DIRECTORY = "recordings"
 
@@ -32,9 +38,14 @@ class TrajectoryError(Exception):
     """Recordings that exist but cannot be used: unreadable, or missing from some children."""
 
 
+def recording_directory(run_root: Path, child: str) -> Path:
+    """Where `record()` in a child's process writes (recording_environment points it there)."""
+    return run_root / RECORDINGS_DIRECTORY / child
+
+
 def recording_environment(run_root: Path, child: str) -> dict[str, str]:
     """Variables that make `record()` in a child's process write to that child's directory."""
-    return {RECORD_VARIABLE: str(run_root / RECORDINGS_DIRECTORY / child), PHASE_VARIABLE: child}
+    return {RECORD_VARIABLE: str(recording_directory(run_root, child)), PHASE_VARIABLE: child}
 
 
 class PhaseRecordings:

@@ -24,6 +24,7 @@ from trainparity.recording.phase_recordings import (
     RECORDINGS_DIRECTORY,
     PhaseRecordings,
     TrajectoryError,
+    recording_directory,
     recording_environment,
 )
 from trainparity.recording.trajectory import StepDivergence, first_divergence, rank_named
@@ -34,6 +35,7 @@ __all__ = [
     "ResumeTrajectories",
     "TrajectoryError",
     "phase_recording_environment",
+    "recording_directory",
 ]
 
 

@@ -28,6 +28,7 @@ from trainparity.recording.resume import (
     ResumeTrajectories,
     TrajectoryError,
     phase_recording_environment,
+    recording_directory,
 )
 from trainparity.resume.chain import CandidatePhase, chain_report
 from trainparity.resume.result import ProcessResumeResult
@@ -92,6 +93,7 @@ class ResumeExecution:
                     root / name,
                     world_size=world_size,
                     extra_env=phase_recording_environment(root, name, split_steps),
+                    emptied=(recording_directory(root, name),),
                 )
                 for name, end_step, world_size in phases
             },

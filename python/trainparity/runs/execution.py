@@ -27,7 +27,11 @@ from trainparity.processes.children import (
 from trainparity.processes.observer_client import ObservationFailure
 from trainparity.processes.setup import RunSettings
 from trainparity.protocols import RunsCase
-from trainparity.recording.phase_recordings import TrajectoryError, recording_environment
+from trainparity.recording.phase_recordings import (
+    TrajectoryError,
+    recording_directory,
+    recording_environment,
+)
 from trainparity.recording.runs import RunsTrajectories
 from trainparity.recording.trajectory import StepDivergence
 from trainparity.runs.plan import REPEATS, RunVariant
@@ -66,6 +70,7 @@ class RunsExecution:
                     root / name,
                     extra_args=variant.args,
                     extra_env={**variant.env, **recording_environment(root, name)},
+                    emptied=(recording_directory(root, name),),
                 )
                 for name, variant in (
                     (f"{variant_name}_{repeat}", variant)
