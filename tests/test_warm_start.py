@@ -677,3 +677,41 @@ def test_a_preload_that_is_not_torchs_own_starts_the_child_fresh_and_says_why(tm
     assert stdout == "ran\n" and starter._servers == {}
     reason = starter.report["fresh"]["user"]
     assert reason.startswith("TRAINPARITY_WARM_PRELOAD names 'json'") and "started fresh" in reason
+
+
+TEMPORARY_PROBE = """\
+import json, os, tempfile
+import torch, torch._dynamo
+directory = os.environ["TMPDIR"]
+made = {name: oct(os.stat(os.path.join(directory, name)).st_mode & 0o7777)
+        for name in sorted(os.listdir(directory))}
+print(json.dumps({"tempdir": tempfile.tempdir, "gettempdir": tempfile.gettempdir(), "made": made}))
+"""
+
+
+def test_children_with_their_own_tmpdir_share_a_server_and_see_their_own_as_fresh_ones(
+    tmp_path, starter
+):
+    # Each check's torchrun phases have their own TMPDIR: no server key, or no two checks'
+    # torchrun phases could share one. torch's import asks tempfile for its directory and
+    # torch._dynamo's makes its cache directory in it: the server does both in its own.
+    argv = [sys.executable, "-c", TEMPORARY_PROBE]
+    seen = {}
+    for name in ("fresh", "warm-1", "warm-2"):
+        temporary = tmp_path / f"tmp-{name}"
+        temporary.mkdir()
+        env = _environment(TMPDIR=str(temporary), TRAINPARITY_WARM_PRELOAD="torch._dynamo")
+        env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the suite's (tests/temp_guard.py): in TMPDIR
+        launch = spawn_child if name == "fresh" else starter.launch
+        code, _, stdout, stderr, _ = _run(launch, name, argv, tmp_path, tmp_path, env)
+        assert code == 0, stderr
+        seen[name] = json.loads(stdout.replace(str(temporary), "<TMPDIR>"))
+    assert seen["fresh"]["tempdir"] == seen["fresh"]["gettempdir"] == "<TMPDIR>"
+    assert seen["fresh"]["made"], "torch._dynamo made no directory in TMPDIR: nothing compared"
+    assert seen["warm-1"] == seen["warm-2"] == seen["fresh"]
+    assert starter.report["warm"] == ["warm-1", "warm-2"] and len(starter._servers) == 1
+    (server,) = starter._servers.values()
+    assert server.temporary.parent == tmp_path / "servers"
+    assert server.temporary.is_dir()  # the server's own: its imports made theirs there
+    starter.close()
+    assert not server.temporary.exists()

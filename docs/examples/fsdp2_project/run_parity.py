@@ -33,7 +33,7 @@ temporary = root / ".trainparity-runs" / f"tmp-{os.getpid()}"
 def check(case: str, world_sizes: tuple[int, ...] | None) -> Outcome:
     label = case + ("" if world_sizes is None else "-" + "-".join(map(str, world_sizes)))
     work_dir = root / ".trainparity-runs" / label
-    shutil.rmtree(work_dir, ignore_errors=True)  # recordings of an earlier run would collide
+    shutil.rmtree(work_dir, ignore_errors=True)  # nothing of an earlier run (its checkpoints) stays
     temporary.mkdir(parents=True, exist_ok=True)
     options = {
         "cwd": root,

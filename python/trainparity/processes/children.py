@@ -237,7 +237,7 @@ class PhaseChildren:
             self.settings.environment, ranks=phase.ranks, own=phase.extra_env
         )
         # One TMPDIR for every phase of the check (each torchrun agent makes its own directory
-        # in it): phases that differ only in their own variables then share a warm server.
+        # in it), removed with the run directory.
         try:
             for directory in phase.emptied:
                 with contextlib.suppress(FileNotFoundError):

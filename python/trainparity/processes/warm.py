@@ -73,6 +73,10 @@ _PER_PHASE_PREFIX = "TRAINPARITY_"
 _PER_CHILD_VARIABLES = frozenset(
     {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "PYTEST_CURRENT_TEST"}
 )
+# Each check's torchrun phases have their own TMPDIR (distributed/phases.py). A server has its
+# own instead (beside its log), and a child takes its temporary directory, and what the
+# server's imports made there, from its own TMPDIR (warm_main.py): so TMPDIR is no server's key.
+_TEMPORARY_VARIABLE = "TMPDIR"
 _HASH_SEED = "PYTHONHASHSEED"
 # Room for a child's command and environment in /proc/PID/cmdline and environ: the kernel shows
 # the strings the server was exec'd with, and a child writes its own over them (warm_main.py).
@@ -348,7 +352,11 @@ def _shows_environment(
 
 def _server_variable(name: str) -> bool:
     """Whether `name` belongs in the server's environment (and so in its key)."""
-    return not name.startswith(_PER_PHASE_PREFIX) and name not in _PER_CHILD_VARIABLES
+    return (
+        not name.startswith(_PER_PHASE_PREFIX)
+        and name not in _PER_CHILD_VARIABLES
+        and name != _TEMPORARY_VARIABLE
+    )
 
 
 class _ServerFailure(Exception):
@@ -369,9 +377,13 @@ class _WarmServer:
         """`start_in` runs the spawn elsewhere (the shared servers' own thread), else here."""
         self.name = _server_name()
         self.stderr_path = log_dir / f"warm_server_{index}.stderr.log"
+        # Where the server's imports put their temporary files (torch._dynamo makes its
+        # compile cache directory there): removed with the server.
+        self.temporary = log_dir / f"warm_server_{index}.tmp"
         self.pid = 0
+        environment = {**environment, _TEMPORARY_VARIABLE: str(self.temporary)}
         try:
-            log_dir.mkdir(parents=True, exist_ok=True)
+            self.temporary.mkdir(parents=True, exist_ok=True)
             # Its cwd is its log directory: a phase's own cwd may not exist (a launch failure
             # reported for that phase), and every child changes to its own anyway.
             spawn = functools.partial(
@@ -384,6 +396,7 @@ class _WarmServer:
             )
             self.pid = start_in(spawn) if start_in is not None else spawn()
         except OSError as error:
+            shutil.rmtree(self.temporary, ignore_errors=True)
             raise _ServerFailure(f"it could not start: {error}") from None
         self.connection: socket.socket | None = None
         self.buffer = b""
@@ -446,6 +459,7 @@ class _WarmServer:
                 core.kill_group(self.pid, signal.SIGKILL)
                 _reap(self.pid)
             self.pid = 0
+        shutil.rmtree(self.temporary, ignore_errors=True)
 
     def _connected(self, deadline: float) -> socket.socket:
         if self.connection is not None:

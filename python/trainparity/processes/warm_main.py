@@ -23,6 +23,9 @@ import types
 
 _OWN_FILES = frozenset()  # set by the server: this file's and its own, kept out of tracebacks
 _SERVER_MODULES = frozenset()  # set by become_fresh: what the server imported (not the child's)
+# Set by the server: None if its imports never asked tempfile for its directory, else the
+# directories (name, mode) they made there.
+_SERVER_TEMPORARY: tuple[tuple[str, int], ...] | None = None
 # CPython's exit status when flushing the standard streams fails at exit (Py_RunMain).
 _FLUSH_FAILED_STATUS = 120
 
@@ -44,6 +47,7 @@ def become_fresh(argv: list[str], cwd: str, environment: dict[str, str]) -> None
         sys.argv = list(argv[1:])
         sys.path[0] = os.path.dirname(os.path.realpath(os.path.join(cwd, argv[1])))
     importlib.invalidate_caches()  # directory listings the server cached may be stale
+    _redo_temporary_directory()
     _redraw_random_state()
     _show_process(argv, environment)
 
@@ -98,6 +102,26 @@ def close_descriptors(keep: int) -> None:
                 os.close(descriptor)
             except OSError:
                 pass  # the directory's own descriptor, already gone
+
+
+def _redo_temporary_directory() -> None:
+    """tempfile's directory, and what the server's imports made in it, under the child's TMPDIR.
+
+    Importing torch asks tempfile for its directory, which tempfile keeps, and
+    importing torch._dynamo makes a directory in it (torchinductor_<user>). A
+    fresh child does both under its own TMPDIR; the server did them under its
+    own (warm.py), so the child does them again, as the import would have.
+    """
+    if _SERVER_TEMPORARY is None:
+        return
+    tempfile = sys.modules["tempfile"]
+    tempfile.tempdir = None
+    directory = tempfile.gettempdir()
+    for name, mode in _SERVER_TEMPORARY:
+        try:
+            os.mkdir(os.path.join(directory, name), mode)
+        except OSError:
+            pass  # there already (the import would have kept it), or not ours to make
 
 
 def _redraw_random_state() -> None:

@@ -52,6 +52,20 @@ def _preload(modules: list[str]) -> None:
         importlib.import_module(module)
 
 
+def _made_in_temporary_directory() -> tuple[tuple[str, int], ...] | None:
+    """None if the imports left tempfile's directory uncomputed; else the directories they made
+    in it, with their modes (the server's TMPDIR is its own, empty before the imports)."""
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is None or tempfile.tempdir is None:
+        return None
+    made = []
+    with os.scandir(tempfile.gettempdir()) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                made.append((entry.name, entry.stat(follow_symlinks=False).st_mode & 0o7777))
+    return tuple(sorted(made))
+
+
 def _load_warm_main():
     """warm_main.py, loaded from its file without a sys.modules entry (nothing of trainparity)."""
     module = _load_sibling("warm_main")
@@ -89,6 +103,7 @@ def serve(name: str, modules: list[str]) -> tuple[dict, object] | None:
     listener.listen(4)
     _preload(modules)
     warm_main = _load_warm_main()
+    warm_main._SERVER_TEMPORARY = _made_in_temporary_directory()
     # What the imports made is kept out of the children's collections: they neither
     # pay to traverse it nor copy its pages (copy-on-write) by touching it.
     gc.freeze()
