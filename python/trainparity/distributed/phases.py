@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import time
 import uuid
@@ -33,6 +32,7 @@ __all__ = [
     "RANK_EXITS_FILE_VARIABLE",
     "RankExit",
     "concurrency_problem",
+    "ids_path",
     "node_failure",
     "node_rows",
     "phase_environment",
@@ -83,12 +83,7 @@ def phase_environment(
     its ranks' exit figures go to `rank_exits_path(run_dir)` (warm agents only).
     """
     tag = uuid.uuid4().hex
-    ids = run_dir / "ids"
-    # A kept work_dir's last check's records: record_ids appends to a phase's files, so
-    # the new run would read the old IDs as consumed again (a false sample_repeated).
-    with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(ids)
-    phase_env = {**environment, PHASE_TAG_VARIABLE: tag, IDS_DIR_VARIABLE: str(ids)}
+    phase_env = {**environment, PHASE_TAG_VARIABLE: tag, IDS_DIR_VARIABLE: str(ids_path(run_dir))}
     if is_torchrun(argv):
         # torchrun's mkdtemp(prefix="torchelastic_") for its logs, and anything the
         # ranks put in the temporary root, then go away with the run directory.
@@ -102,6 +97,11 @@ def phase_environment(
         (run_dir / _NODES_FILE).unlink(missing_ok=True)  # a kept work_dir's last check's
         phase_env[NODES_FILE_VARIABLE] = str(run_dir / _NODES_FILE)
     return phase_env, tag
+
+
+def ids_path(run_dir: Path) -> Path:
+    """The directory where a phase's record_ids writes (IDS_DIR_VARIABLE points it there)."""
+    return run_dir / "ids"
 
 
 def rank_exits_path(run_dir: Path) -> Path:

@@ -80,8 +80,7 @@ class TrainingPhase:
     `extra_args` are appended to the case's command and `extra_env` added to
     the check's environment (a check_runs variant; the variables for
     `record()`). `emptied` are directories the check gives the child to write
-    (its recordings): removed before it starts, so that a kept work_dir's
-    last check leaves nothing in them.
+    (its recordings), removed before it starts with its ID record directory.
     """
 
     name: str
@@ -239,7 +238,10 @@ class PhaseChildren:
         # One TMPDIR for every phase of the check (each torchrun agent makes its own directory
         # in it), removed with the run directory.
         try:
-            for directory in phase.emptied:
+            # A kept work_dir's last check's records: record_ids appends to a phase's files
+            # (the old IDs would be consumed again: a false sample_repeated), and record()
+            # refuses to write over a recording.
+            for directory in (multirank.ids_path(phase.run_dir), *phase.emptied):
                 with contextlib.suppress(FileNotFoundError):
                     shutil.rmtree(directory)
             environment, phase.tag = multirank.phase_environment(

@@ -13,6 +13,7 @@ from typing import Any
 from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
 from trainparity.comparison.windows import ValueWindow, differences_with_windows
 from trainparity.coverage.resume_chain import resume_chain_differences
+from trainparity.distributed.phases import ids_path
 from trainparity.distributed.resume_coverage import BoundaryDifference
 from trainparity.outcomes import Outcome
 from trainparity.processes.children import (
@@ -182,8 +183,8 @@ class ResumeExecution:
         root = self.settings.run_root
         # Every link of a chain; phases on another rank count switch to SameGlobalOrder.
         coverage = resume_chain_differences(
-            root / "baseline_a" / "ids",
-            [(phase.name, root / phase.name / "ids") for phase in self.chain],
+            ids_path(root / "baseline_a"),
+            [(phase.name, ids_path(root / phase.name)) for phase in self.chain],
         )
         # Sample order first: a resume that repeats or skips samples explains the states.
         differences = (*(placed.difference for placed in coverage), *final_differences)
