@@ -38,7 +38,7 @@ import torch
 from trainparity import ExactlyOnce, Outcome, check_resume, record_ids
 from trainparity.coverage.recorded_ids import audit_recorded_ids
 from trainparity.distributed import torchrun_command
-from trainparity.distributed.record_ids import _close_all, ids_file_name
+from trainparity.recording.record_ids import _close_all, ids_file_name
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "distributed_project"
 ENVIRONMENT = {"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}

@@ -105,7 +105,7 @@ def case_class(directory: Path) -> None:
 
 def command_template(directory: Path) -> None:
     from trainparity import check_resume
-    from trainparity.processes.command_case import CommandCase
+    from trainparity.cases.command_case import CommandCase
 
     case = CommandCase(
         template=[*TEMPLATE, "--resume-from", "{resume_from?}"],

@@ -100,7 +100,7 @@ def record_ratios(megabytes: int, repeats: int) -> None:
 def check_versus_by_hand(label: str, spec: str, cwd: Path, phases, **options) -> None:
     """check_resume's wall time against its training phases run one by one by hand."""
     import trainparity
-    from trainparity.importing import load_process_case
+    from trainparity.cases.loading import load_process_case
     from trainparity.protocols import ProcessExecutionPlan
 
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -383,7 +383,7 @@ def test_report_size_fixpoint_converges_for_any_starting_size(tmp_path):
 
 @ours_only
 def test_children_run_concurrently_by_default_except_on_cuda():
-    from trainparity.processes.setup import wants_parallel
+    from trainparity.processes.check_runner import wants_parallel
 
     assert wants_parallel(None, "cuda") is False
     assert wants_parallel(None, "cuda:1") is False

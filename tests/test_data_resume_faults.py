@@ -25,7 +25,7 @@ from trainparity import ExactlyOnce, SameGlobalOrder
 from trainparity.coverage.resume_chain import resume_chain_differences
 from trainparity.distributed import track_ids
 from trainparity.distributed.ids_audit import audit_recorded_chain
-from trainparity.distributed.record_ids import flush_ids, recorded_ids
+from trainparity.recording.record_ids import flush_ids, recorded_ids
 from trainparity.sample_coverage import audit_global_order
 
 from tests.helpers import run_torchrun_job

@@ -21,8 +21,17 @@ SOURCE_ROOT = Path(__file__).resolve().parents[1] / "python" / "trainparity"
 # The sources when the checkout is at hand, else the installed copy (same files).
 ROOT = SOURCE_ROOT if SOURCE_ROOT.is_dir() else PACKAGE_ROOT
 
-SURFACE, CHECKS, PROCESSES, STATE, REPORTS, NATIVE, FOUNDATION = range(7)
-LAYER_NAMES = ("surface", "checks", "processes", "state", "reports", "native", "foundation")
+SURFACE, CHECKS, PROCESSES, CASES, STATE, REPORTS, NATIVE, FOUNDATION = range(8)
+LAYER_NAMES = (
+    "surface",
+    "checks",
+    "processes",
+    "cases",
+    "state",
+    "reports",
+    "native",
+    "foundation",
+)
 
 # The first component below `trainparity`, and the layer it lives in.
 LAYERS = {
@@ -40,10 +49,11 @@ LAYERS = {
     "distributed": PROCESSES,
     "recording": PROCESSES,
     "forensics": PROCESSES,
-    "checkpoints": PROCESSES,
     # Executors run the phases elsewhere (SLURM, a plan's replay): beside processes/, whose
     # seam (processes/executor.py) they implement; only the checks and the CLI choose one.
     "executors": PROCESSES,
+    "cases": CASES,
+    "checkpoints": CASES,
     "state": STATE,
     "comparison": STATE,
     "reports": REPORTS,
@@ -51,7 +61,6 @@ LAYERS = {
     "_trainparity": NATIVE,
     "environment": FOUNDATION,
     "error_text": FOUNDATION,
-    "importing": FOUNDATION,
     "lazy_names": FOUNDATION,
     "outcomes": FOUNDATION,
     "protocols": FOUNDATION,
@@ -73,6 +82,8 @@ FACES = frozenset(
         "trainparity.progress",
         "trainparity.termination",
         "trainparity.distributed.ids_audit",
+        "trainparity.distributed.record_ids",
+        "trainparity.importing",
         # Wing and layer packages whose own names are a contract or documented path:
         "trainparity.accumulation",
         "trainparity.state",
@@ -238,7 +249,7 @@ def test_workers_never_import_their_orchestrators():
     assert "trainparity.accumulation.rank_orchestration" not in reachable(
         "trainparity.accumulation.worker"
     )
-    assert "trainparity.processes.observer_client" not in reachable(
+    assert "trainparity.processes.observer.client" not in reachable(
         "trainparity.processes.observer"
     )
     # The package the worker is launched from hands out the check's names only on first use,

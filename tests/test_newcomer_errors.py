@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from trainparity.cases.loading import CaseImportError, CaseSetupError, CaseSetupTypeError
 from trainparity.cli.main import main
-from trainparity.importing import CaseImportError, CaseSetupError, CaseSetupTypeError
 from trainparity.outcomes import Outcome
 from trainparity.processes.failure_text import TAIL_LINES, directory_listing, log_tail
 from trainparity.resume.check import check_resume

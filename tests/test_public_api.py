@@ -82,14 +82,39 @@ FACE_NAMES = {
             "text_report",
         ],
     },
+    "trainparity.distributed.record_ids": {
+        "trainparity.recording.record_ids": [
+            "FLUSH_IDS",
+            "IDS_DIR_VARIABLE",
+            "ConsumptionSteps",
+            "batch_ends",
+            "consumption_steps",
+            "flush_ids",
+            "mark_step",
+            "read_recorded_ids",
+            "record_ids",
+            "recorded_epochs",
+            "recorded_ids",
+        ],
+    },
     "trainparity.distributed.ids_audit": {
         "trainparity.coverage.recorded_ids": ["audit_recorded_chain", "audit_recorded_ids"],
     },
     "trainparity.html_report": {
         "trainparity.reports.html": ["render_html_report", "write_html_report"],
     },
+    "trainparity.importing": {
+        "trainparity.cases.loading": [
+            "CaseImportError",
+            "CaseSetupError",
+            "CaseSetupTypeError",
+            "load_accumulation_case",
+            "load_process_case",
+            "load_runs_case",
+        ],
+    },
     "trainparity.phase_plan": {
-        "trainparity.processes.phase_plan": [
+        "trainparity.cases.phase_plan": [
             "PHASE_VARIABLES",
             "PhasePlan",
             "current_phase_plan",

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainparity.distributed.record_ids import consumption_steps, read_recorded_ids
+from trainparity.recording.record_ids import consumption_steps, read_recorded_ids
 
 # One process of a training loop: IDs are given before the step's record() call.
 # Epoch 0 ends inside step 3 (its last ID, 5, comes before epoch 1's first

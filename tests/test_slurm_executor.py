@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from trainparity import check_resume
+from trainparity.cases.command_case import CommandCase
 from trainparity.cli.main import main
 from trainparity.executors import SlurmExecutor
-from trainparity.processes.command_case import CommandCase
 
 from tests.test_command_case import CHECKPOINT, TEMPLATE
 

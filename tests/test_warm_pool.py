@@ -15,12 +15,12 @@ import pytest
 import trainparity
 from trainparity import Outcome, check_resume
 from trainparity.processes.group import ChildGroup, ChildSpec
-from trainparity.processes.warm import ChildStarter
-from trainparity.processes.warm_pool import (
+from trainparity.processes.warm.pool import (
     SharedWarmServers,
     current_shared_servers,
     shared_warm_servers,
 )
+from trainparity.processes.warm.starter import ChildStarter
 
 QUICKSTART = "trainparity.quickstarts.resume:CleanCase"
 # What differs between two checks of one case whatever their servers: clocks, pids, sizes.
@@ -95,8 +95,8 @@ UNCLOSED = """\
 import os, sys
 from pathlib import Path
 from trainparity.processes.group import ChildGroup, ChildSpec
-from trainparity.processes.warm import ChildStarter
-from trainparity.processes.warm_pool import shared_warm_servers
+from trainparity.processes.warm.starter import ChildStarter
+from trainparity.processes.warm.pool import shared_warm_servers
 out = Path(sys.argv[1])
 shared = shared_warm_servers().__enter__()  # as a notebook would, never left
 starter = ChildStarter("warm", log_dir=out, timeout=120, shared=shared)

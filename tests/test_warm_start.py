@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from trainparity import Outcome, check_resume
 from trainparity.distributed.rank_processes import rank_evidence, read_rank_exits
-from trainparity.processes import warm
 from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildSpec, spawn_child
-from trainparity.processes.warm import ChildStarter, checked_start, warm_refusal
+from trainparity.processes.warm import server_handle
+from trainparity.processes.warm.starter import ChildStarter, checked_start, warm_refusal
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -486,7 +486,7 @@ DRIVER = """\
 import os, sys, time
 from pathlib import Path
 from trainparity.processes.group import ChildGroup, ChildSpec
-from trainparity.processes.warm import ChildStarter
+from trainparity.processes.warm.starter import ChildStarter
 out = Path(sys.argv[1])
 starter = ChildStarter("warm", log_dir=out, timeout=120)
 group = ChildGroup(launcher=starter.launch)
@@ -582,7 +582,7 @@ def test_a_forked_child_whose_reply_comes_too_late_is_killed_before_the_fresh_st
     try:
         _run(starter.launch, "first", [sys.executable, "-c", "pass"], tmp_path, tmp_path)
         starter.timeout = 1.0  # a request's deadline: the longer of this and _READY_SECONDS
-        monkeypatch.setattr(warm, "_READY_SECONDS", 1.0)
+        monkeypatch.setattr(server_handle, "_READY_SECONDS", 1.0)
         fifo = tmp_path / "stdout.fifo"
         os.mkfifo(fifo)
         spec = ChildSpec(

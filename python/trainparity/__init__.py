@@ -14,6 +14,7 @@ from trainparity.version import PACKAGE_VERSION as _PACKAGE_VERSION
 
 if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads them
     from trainparity.accumulation.check import check_accumulation as check_accumulation
+    from trainparity.cases.command_case import CommandCase as CommandCase
     from trainparity.comparison.policies import ExactComparison as ExactComparison
     from trainparity.comparison.policies import ToleranceComparison as ToleranceComparison
     from trainparity.comparison.states import compare_states as compare_states
@@ -23,11 +24,10 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from trainparity.coverage.audit import NoCrossRankOverlap as NoCrossRankOverlap
     from trainparity.coverage.audit import audit_sample_coverage as audit_sample_coverage
     from trainparity.coverage.global_order import SameGlobalOrder as SameGlobalOrder
-    from trainparity.distributed.record_ids import record_ids as record_ids
     from trainparity.forensics.tracing import trace as trace
     from trainparity.outcomes import Outcome as Outcome
-    from trainparity.processes.command_case import CommandCase as CommandCase
-    from trainparity.processes.warm_pool import shared_warm_servers as shared_warm_servers
+    from trainparity.processes.warm.pool import shared_warm_servers as shared_warm_servers
+    from trainparity.recording.record_ids import record_ids as record_ids
     from trainparity.recording.recorder import record as record
     from trainparity.resume.check import check_resume as check_resume
     from trainparity.runs.check import check_runs as check_runs
@@ -48,12 +48,12 @@ _DEFINED_IN = {
     "ToleranceComparison": "trainparity.comparison.policies",
     "check_resume": "trainparity.resume.check",
     "check_runs": "trainparity.runs.check",
-    "CommandCase": "trainparity.processes.command_case",
-    "shared_warm_servers": "trainparity.processes.warm_pool",
+    "CommandCase": "trainparity.cases.command_case",
+    "shared_warm_servers": "trainparity.processes.warm.pool",
     "compare_states": "trainparity.comparison.states",
     "record": "trainparity.recording.recorder",
     "trace": "trainparity.forensics.tracing",
-    "record_ids": "trainparity.distributed.record_ids",
+    "record_ids": "trainparity.recording.record_ids",
 }
 
 __all__ = ["__version__", *_DEFINED_IN]

@@ -2,6 +2,7 @@
 
 from trainparity.accumulation.check import AccumulationExecutionPlan, check_accumulation
 from trainparity.accumulation.result import AccumulationResult
+from trainparity.cases.command_case import CommandCase
 from trainparity.comparison.policies import (
     ComparisonPolicy,
     Difference,
@@ -28,7 +29,6 @@ from trainparity.environment import environment_fingerprint
 from trainparity.forensics.trace_diff import TraceDiff, diff_traces
 from trainparity.forensics.tracing import trace
 from trainparity.outcomes import Outcome
-from trainparity.processes.command_case import CommandCase
 from trainparity.protocols import (
     AccumulationCase,
     LossAccounting,

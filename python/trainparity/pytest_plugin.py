@@ -59,7 +59,7 @@ def trainparity_shared_warm_servers() -> Iterator[object]:
     checks run by module-scoped fixtures share them too. It changes nothing for
     fresh checks; the servers stop when the session ends.
     """
-    from trainparity.processes.warm_pool import shared_warm_servers
+    from trainparity.processes.warm.pool import shared_warm_servers
 
     with shared_warm_servers() as servers:
         yield servers

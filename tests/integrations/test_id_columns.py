@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from trainparity.distributed.record_ids import (
+from trainparity.recording.record_ids import (
     IDS_DIR_VARIABLE,
     flush_ids,
     read_recorded_ids,

@@ -30,13 +30,13 @@ from trainparity.accumulation.plan import (
 )
 from trainparity.accumulation.result import AccumulationResult
 from trainparity.accumulation.user_step import check_own_step_plan, has_train_step
+from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, load_accumulation_case
+from trainparity.cases.setup_failure import setup_failure
 from trainparity.comparison.policies import ComparisonPolicy, ExactComparison, ToleranceComparison
-from trainparity.importing import CaseSetupError, CaseSetupTypeError, load_accumulation_case
 from trainparity.outcomes import Outcome
-from trainparity.processes.case_setup import setup_failure
+from trainparity.processes.check_runner import CheckRunner
 from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import ACCUMULATION_PREFIX
-from trainparity.processes.setup import CheckRunner
 from trainparity.reports.machine import report_text, write_report
 
 # The plan, its phases and the splitting live in accumulation_plan and the

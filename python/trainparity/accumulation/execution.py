@@ -17,8 +17,8 @@ from trainparity.accumulation.verdict import Verdict, judge_observations
 from trainparity.comparison.policies import ExactComparison, ToleranceComparison
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
+from trainparity.processes.check_runner import RunSettings
 from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
-from trainparity.processes.setup import RunSettings
 from trainparity.state.snapshot import Snapshot
 from trainparity.state.snapshot_file import SnapshotFileError, read_snapshot
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from trainparity.accumulation.plan import RANK_FAULTS, SINGLE_RANK_FAULTS
-from trainparity.importing import CaseSetupError
+from trainparity.cases.loading import CaseSetupError
 from trainparity.protocols import LossAccounting
 from trainparity.state.freeze import FrozenMapping
 

@@ -49,11 +49,11 @@ from trainparity.accumulation.user_step import (
     returned_loss_record,
     with_step_calls,
 )
+from trainparity.cases.loading import CaseImportError, load_accumulation_case
 from trainparity.environment import environment_fingerprint
 from trainparity.error_text import error_text
-from trainparity.importing import CaseImportError, load_accumulation_case
 from trainparity.outcomes import Outcome
-from trainparity.processes.observer import write_result
+from trainparity.processes.observer.worker import write_result
 from trainparity.protocols import LossAccounting, TrainingState
 from trainparity.state.capture import (
     CaptureResult,

@@ -253,8 +253,8 @@ def executor_from(arguments: argparse.Namespace) -> Any:
 
 def case_from(arguments: argparse.Namespace, *, resume: bool) -> Any:
     """The check's case: CASE as given, or a CommandCase from the template after `--`."""
-    from trainparity.importing import CaseSetupError
-    from trainparity.processes.command_case import CommandCase
+    from trainparity.cases.command_case import CommandCase
+    from trainparity.cases.loading import CaseSetupError
 
     template = getattr(arguments, "template", None)
     steps = {"total_step": arguments.total_step}

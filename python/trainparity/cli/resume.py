@@ -101,7 +101,7 @@ def _chain(arguments: argparse.Namespace) -> dict[str, Any]:
 def _plan(
     arguments: argparse.Namespace, comparison: Any, chain: dict[str, Any]
 ) -> common.CommandOutput:
-    from trainparity.importing import CaseSetupError
+    from trainparity.cases.loading import CaseSetupError
     from trainparity.resume.plan import write_plan
 
     if arguments.executor != "local" or arguments.work_dir is not None:

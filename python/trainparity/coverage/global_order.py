@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from trainparity.comparison.policies import Difference
-from trainparity.distributed.record_ids import batch_ends, consumption_steps, recorded_epochs
 from trainparity.outcomes import Outcome
+from trainparity.recording.record_ids import batch_ends, consumption_steps, recorded_epochs
 
 __all__ = [
     "GlobalOrderResult",

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from trainparity.coverage.audit import CoveragePolicy, SampleCoverageResult, audit_rank_arrays
-from trainparity.distributed.record_ids import read_recorded_ids, recorded_epochs, recorded_ids
+from trainparity.recording.record_ids import read_recorded_ids, recorded_epochs, recorded_ids
 
 __all__ = ["audit_recorded_chain", "audit_recorded_ids"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainparity.coverage.global_order import audit_global_order
-from trainparity.distributed.record_ids import recorded_epochs
-from trainparity.distributed.resume_coverage import BoundaryDifference, chain_coverage_differences
+from trainparity.coverage.resume_boundary import BoundaryDifference, chain_coverage_differences
+from trainparity.recording.record_ids import recorded_epochs
 
 __all__ = ["resume_chain_differences"]
 

@@ -17,7 +17,7 @@ import os
 import sys
 from typing import NoReturn
 
-from trainparity.distributed.record_ids import flush_ids
+from trainparity.recording.record_ids import flush_ids
 
 __all__ = ["end_rank"]
 

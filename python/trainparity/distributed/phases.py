@@ -25,7 +25,7 @@ from pathlib import Path
 
 from trainparity.distributed.launch import fixed_port_problem, is_torchrun, nodes_on_this_host
 from trainparity.distributed.nodes import NODES_FILE_VARIABLE
-from trainparity.distributed.record_ids import IDS_DIR_VARIABLE
+from trainparity.recording.record_ids import IDS_DIR_VARIABLE
 
 __all__ = [
     "PHASE_TAG_VARIABLE",
@@ -46,7 +46,7 @@ __all__ = [
 PHASE_TAG_VARIABLE = "TRAINPARITY_PHASE_TAG"
 RANK_EXITS_FILE_VARIABLE = "TRAINPARITY_RANK_EXITS_FILE"
 """Where a warm torchrun agent appends each rank's exit figures, one JSON line per rank
-(warm_ranks.py writes them, rank_processes.rank_evidence reads them)."""
+(processes/warm/ranks.py writes them, rank_processes.rank_evidence reads them)."""
 
 _ROOT_CAUSE_HEADING = "Root Cause (first observed failure):"
 # One failure of torchrun's report (torch.distributed.elastic ChildFailedError.format_msg).

@@ -21,7 +21,7 @@ Exit status comes from the phase's outcome, not from sampling: torchrun
 exits 0 only when every rank did, and when it fails, its "Root Cause" report
 gives the failed ranks' exit codes; ranks it stopped after that are unknown.
 
-A warm agent that forks its ranks (processes/warm_ranks.py) reaps each rank
+A warm agent that forks its ranks (processes/warm/ranks.py) reaps each rank
 with wait4 and appends what the kernel measured to the phase's rank exits
 file (phases.rank_exits_path, read once when the phase ends: `read_rank_exits`):
 those rows replace the sampled ones, exactly

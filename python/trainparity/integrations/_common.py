@@ -11,9 +11,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from trainparity.distributed.record_ids import IDS_DIR_VARIABLE, record_ids
-from trainparity.processes.phase_plan import plan_command, plan_environment
+from trainparity.cases.phase_plan import plan_command, plan_environment
 from trainparity.protocols import ProcessExecutionPlan
+from trainparity.recording.record_ids import IDS_DIR_VARIABLE, record_ids
 from trainparity.recording.variables import RECORD_VARIABLE
 
 RUN_DIR_PLACEHOLDER = "<run_dir>"

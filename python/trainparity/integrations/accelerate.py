@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from trainparity.distributed.track_ids import track_ids
+from trainparity.cases.phase_plan import PhasePlan, current_phase_plan
 from trainparity.integrations._common import (
     NeedsUnpickling,
     ScriptCase,
@@ -45,7 +45,7 @@ from trainparity.integrations._common import (
     require,
     without_run_dir,
 )
-from trainparity.processes.phase_plan import PhasePlan, current_phase_plan
+from trainparity.recording.track_ids import track_ids
 
 accelerate = require("accelerate", "accelerate")
 

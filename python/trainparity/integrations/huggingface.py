@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainparity.cases.phase_plan import PhasePlan, current_phase_plan
 from trainparity.integrations._common import (
     NeedsUnpickling,
     RecordingCollator,
@@ -42,7 +43,6 @@ from trainparity.integrations._common import (
     require,
     without_run_dir,
 )
-from trainparity.processes.phase_plan import PhasePlan, current_phase_plan
 
 transformers = require("huggingface", "transformers")
 

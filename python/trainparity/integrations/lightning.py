@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainparity.distributed.record_ids import record_ids
+from trainparity.cases.phase_plan import PhasePlan, current_phase_plan
 from trainparity.integrations._common import (
     NeedsUnpickling,
     ScriptCase,
@@ -42,7 +42,7 @@ from trainparity.integrations._common import (
     require,
     without_run_dir,
 )
-from trainparity.processes.phase_plan import PhasePlan, current_phase_plan
+from trainparity.recording.record_ids import record_ids
 
 pl = require("lightning", "lightning.pytorch", "pytorch_lightning")
 

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from trainparity.importing import CaseSetupError, CaseSetupTypeError, case_module_name
+from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, case_module_name
 
 
 def child_environment(spec: str | None, environment: Mapping[str, str] | None) -> dict[str, str]:

@@ -33,6 +33,7 @@ from trainparity.distributed.rank_processes import (
 )
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
+from trainparity.processes.check_runner import RunSettings
 from trainparity.processes.evidence import ExternalProcessEvidence, NodeProcessEvidence
 from trainparity.processes.executor import PhaseLauncher
 from trainparity.processes.failure_text import (
@@ -42,8 +43,7 @@ from trainparity.processes.failure_text import (
     log_tail,
 )
 from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
-from trainparity.processes.observer_client import ObserverClient
-from trainparity.processes.setup import RunSettings
+from trainparity.processes.observer.client import ObserverClient
 from trainparity.protocols import ProcessExecutionPlan
 from trainparity.state.snapshot import Snapshot
 

@@ -241,7 +241,7 @@ class _Recorder:
         self._frame(HEAD, json.dumps(head, sort_keys=True).encode(), [])
 
     def record(self, step: int, state: Mapping[str, object]) -> None:
-        from trainparity.distributed.record_ids import mark_step
+        from trainparity.recording.record_ids import mark_step
 
         # Every call, stored or not: the sample IDs taken since the last one belong to this step.
         mark_step(step)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trainparity.importing import CaseSetupError, CaseSetupTypeError
+from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError
 
 __all__ = ["CandidatePhase", "candidate_chain", "chain_report"]
 

@@ -16,21 +16,21 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainparity.cases.command_case import CommandCase, case_names, resolved_case
+from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, load_process_case
+from trainparity.cases.setup_failure import setup_failure
 from trainparity.comparison.policies import (
     ExactComparison,
     ToleranceComparison,
     policy_report_fields,
 )
 from trainparity.environment import environment_fingerprint
-from trainparity.importing import CaseSetupError, CaseSetupTypeError, load_process_case
 from trainparity.outcomes import Outcome
-from trainparity.processes.case_setup import setup_failure
+from trainparity.processes.check_runner import CheckRunner
 from trainparity.processes.child_environment import child_environment
-from trainparity.processes.command_case import CommandCase, case_names, resolved_case
 from trainparity.processes.executor import PhaseExecutor
 from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import PROCESS_RESUME_PREFIX
-from trainparity.processes.setup import CheckRunner
 from trainparity.protocols import ProcessResumeCase
 from trainparity.resume.chain import CandidatePhase, candidate_chain
 from trainparity.resume.execution import CONCURRENT_CHILDREN, ResumeExecution

@@ -12,18 +12,18 @@ from typing import Any
 
 from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
 from trainparity.comparison.windows import ValueWindow, differences_with_windows
+from trainparity.coverage.resume_boundary import BoundaryDifference
 from trainparity.coverage.resume_chain import resume_chain_differences
 from trainparity.distributed.phases import ids_path
-from trainparity.distributed.resume_coverage import BoundaryDifference
 from trainparity.outcomes import Outcome
+from trainparity.processes.check_runner import RunSettings
 from trainparity.processes.children import (
     PhaseChildren,
     PhaseError,
     TrainingPhase,
     nondeterminism_hints,
 )
-from trainparity.processes.observer_client import ObservationFailure
-from trainparity.processes.setup import RunSettings
+from trainparity.processes.observer.client import ObservationFailure
 from trainparity.protocols import ProcessResumeCase
 from trainparity.recording.resume import (
     ResumeTrajectories,

@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainparity.cases.command_case import CommandCase, case_names
 from trainparity.comparison.policies import ComparisonPolicy, ToleranceComparison
 from trainparity.executors.replay import PHASE_RESULT_FILE
 from trainparity.processes.children import validated_command
-from trainparity.processes.command_case import CommandCase, case_names
 from trainparity.protocols import ProcessExecutionPlan
 from trainparity.recording.resume import phase_recording_environment
 from trainparity.resume.check import resume_case_setup

@@ -18,14 +18,14 @@ from typing import Any
 
 from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
 from trainparity.outcomes import Outcome
+from trainparity.processes.check_runner import RunSettings
 from trainparity.processes.children import (
     PhaseChildren,
     PhaseError,
     TrainingPhase,
     nondeterminism_hints,
 )
-from trainparity.processes.observer_client import ObservationFailure
-from trainparity.processes.setup import RunSettings
+from trainparity.processes.observer.client import ObservationFailure
 from trainparity.protocols import RunsCase
 from trainparity.recording.phase_recordings import (
     TrajectoryError,

@@ -1,9 +1,9 @@
 """The warm server: imports torch once, then forks one child per request of the check that started it.
 
-Run as a script (`python warm_server.py SOCKET_NAME [MODULE ...]`), never
+Run as a script (`python server.py SOCKET_NAME [MODULE ...]`), never
 imported: it loads nothing of trainparity, so a forked child's sys.modules
 holds nothing of the check. It imports torch (and numpy where present), then
-each MODULE (torch's own, such as torch._dynamo, named by warm.py for the
+each MODULE (torch's own, such as torch._dynamo, named by starter.py for the
 children that import it anyway), and runs no torch op, so no thread pool
 exists and CUDA is never touched.
 
@@ -20,7 +20,7 @@ status, rusage). The child sets up its process exactly as the C core's spawn
 does before exec (own process group, parent-death signal, signals unblocked,
 stdin /dev/null, stdout/stderr to files, cwd, other descriptors closed),
 reports that on a pipe, and becomes `python script.py …` or `python -m …`
-(warm_main.py).
+(child.py).
 """
 
 from __future__ import annotations
@@ -66,11 +66,11 @@ def _made_in_temporary_directory() -> tuple[tuple[str, int], ...] | None:
     return tuple(sorted(made))
 
 
-def _load_warm_main():
-    """warm_main.py, loaded from its file without a sys.modules entry (nothing of trainparity)."""
-    module = _load_sibling("warm_main")
+def _load_child_side():
+    """child.py, loaded from its file without a sys.modules entry (nothing of trainparity)."""
+    module = _load_sibling("child")
     module._OWN_FILES = frozenset(
-        {os.path.abspath(__file__), module.__file__, _sibling_path("warm_ranks")}
+        {os.path.abspath(__file__), module.__file__, _sibling_path("ranks")}
     )
     return module
 
@@ -96,14 +96,14 @@ def _peer_pid(connection: socket.socket) -> int:
 
 
 def serve(name: str, modules: list[str]) -> tuple[dict, object] | None:
-    """Answer the parent's requests; returns (request, warm_main) only in a forked child."""
+    """Answer the parent's requests; returns (request, child_side) only in a forked child."""
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(4)
     _preload(modules)
-    warm_main = _load_warm_main()
-    warm_main._SERVER_TEMPORARY = _made_in_temporary_directory()
+    child_side = _load_child_side()
+    child_side._SERVER_TEMPORARY = _made_in_temporary_directory()
     # What the imports made is kept out of the children's collections: they neither
     # pay to traverse it nor copy its pages (copy-on-write) by touching it.
     gc.freeze()
@@ -116,14 +116,14 @@ def serve(name: str, modules: list[str]) -> tuple[dict, object] | None:
     with connection, connection.makefile("rb") as lines:
         for line in lines:
             request = json.loads(line)
-            reply = _fork(request, parent, (listener, connection, lines), warm_main)
+            reply = _fork(request, parent, (listener, connection, lines), child_side)
             if reply is None:  # the child
-                return request, warm_main
+                return request, child_side
             connection.sendall((json.dumps(reply) + "\n").encode())
     return None  # the check closed its end: it is done
 
 
-def _fork(request: dict, parent: int, own: tuple, warm_main) -> dict | None:
+def _fork(request: dict, parent: int, own: tuple, child_side) -> dict | None:
     """Fork the child through a middle process; None in the child, the reply in the server."""
     read_end, write_end = os.pipe()
     sys.stdout.flush()
@@ -138,7 +138,7 @@ def _fork(request: dict, parent: int, own: tuple, warm_main) -> dict | None:
             child = os.fork()
             if child == 0:
                 os.close(read_end)
-                _become_child(request, parent, middle, write_end, own, warm_main)
+                _become_child(request, parent, middle, write_end, own, child_side)
                 return None
         except BaseException:  # neither the middle nor the child may ever serve
             os._exit(127)
@@ -161,7 +161,7 @@ def _fork(request: dict, parent: int, own: tuple, warm_main) -> dict | None:
 
 
 def _become_child(
-    request: dict, parent: int, middle: int, write_end: int, own: tuple, warm_main
+    request: dict, parent: int, middle: int, write_end: int, own: tuple, child_side
 ) -> None:
     """Set up the process as spawn does before exec, reporting each failure as spawn would."""
     os.write(write_end, f"{os.getpid()}\n".encode())
@@ -196,7 +196,7 @@ def _become_child(
         lines.close()
         connection.close()
         listener.close()
-        warm_main.close_descriptors(keep=write_end)
+        child_side.close_descriptors(keep=write_end)
     except OSError as error:
         os.write(write_end, f"{step} {error.errno or 0} {filename or ''}".encode())
         os._exit(127)
@@ -206,20 +206,20 @@ def _become_child(
 
 def main() -> None:
     # The last argument and TRAINPARITY_WARM_ROOM are room for a child's command and
-    # environment in /proc (warm.py).
+    # environment in /proc (starter.py).
     os.environ.pop("TRAINPARITY_WARM_ROOM", None)
     forked = serve(sys.argv[1], sys.argv[2:-1])
     if forked is None:
         os._exit(0)  # no finalization of torch and co. in the server: nothing to flush
-    request, warm_main = forked
-    warm_main.become_fresh(request["argv"], request["cwd"], request["env"])
+    request, child_side = forked
+    child_side.become_fresh(request["argv"], request["cwd"], request["env"])
     if request["warm_ranks"]:  # a torchrun agent whose ranks the check wants forked too
-        _load_sibling("warm_ranks").install(warm_main, request["env"])
+        _load_sibling("ranks").install(child_side, request["env"])
     try:
-        warm_main.run_main(request["argv"], request["cwd"])
+        child_side.run_main(request["argv"], request["cwd"])
     except SystemExit as exit:
-        warm_main.exit_as_fresh(exit.code)
-    warm_main.exit_as_fresh(None)
+        child_side.exit_as_fresh(exit.code)
+    child_side.exit_as_fresh(None)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainparity.cases.loading import CaseImportError, CaseSetupError
 from trainparity.error_text import error_text
-from trainparity.importing import CaseImportError, CaseSetupError
 
 __all__ = ["SetupFailure", "setup_failure"]
 

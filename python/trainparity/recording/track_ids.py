@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
-from trainparity.distributed.record_ids import IDS_DIR_VARIABLE, append_batch, record_key
+from trainparity.recording.record_ids import IDS_DIR_VARIABLE, append_batch, record_key
 
 __all__ = ["TrackedLoader", "track_ids"]
 

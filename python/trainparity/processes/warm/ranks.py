@@ -6,9 +6,9 @@ within one sample of the rank watcher (its row comes from its measured
 exit, below), and its peak RSS leaves out the pages of torch that only the
 import touched (docs/limitations.md).
 
-Loaded by warm_server.py from its file (standard library only, nothing of
+Loaded by server.py from its file (standard library only, nothing of
 trainparity in sys.modules), in an agent child (`python -m
-torch.distributed.run …`) right after warm_main.become_fresh. `install`
+torch.distributed.run …`) right after child_side.become_fresh. `install`
 forks the zygote first: a copy of the agent taken before any of torchrun's
 code ran, so as pristine as the warm server itself (torch imported, no op
 run, no thread). Then it replaces torchrun's SubprocessHandler._popen, the
@@ -77,10 +77,10 @@ _RANK_PREFIXES = ("TORCHELASTIC_", "TRAINPARITY_")
 _RANK_EXITS_FILE_VARIABLE = "TRAINPARITY_RANK_EXITS_FILE"
 
 
-def install(warm_main, agent_environment: dict[str, str]) -> None:
+def install(child_side, agent_environment: dict[str, str]) -> None:
     """Fork the zygote and route torchrun's rank starts through it (nothing when it cannot).
 
-    Called only when the check asked for it, with a fixed hash seed (warm.py).
+    Called only when the check asked for it, with a fixed hash seed (starter.py).
     """
     agent_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     sys.stdout.flush()
@@ -90,7 +90,7 @@ def install(warm_main, agent_environment: dict[str, str]) -> None:
     if zygote == 0:
         try:
             agent_end.close()
-            _serve(zygote_end, agent, warm_main)
+            _serve(zygote_end, agent, child_side)
         finally:
             os._exit(0)  # never back into the agent's code
     zygote_end.close()
@@ -295,7 +295,7 @@ def _exit_note(env) -> dict | None:
     return {"rank": rank, "local_rank": local_rank, "started": time.monotonic()}
 
 
-def _serve(connection: socket.socket, agent: int, warm_main) -> None:
+def _serve(connection: socket.socket, agent: int, child_side) -> None:
     """The zygote: fork a rank per request until the agent closes its end (or dies)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -309,21 +309,21 @@ def _serve(connection: socket.socket, agent: int, warm_main) -> None:
         if not message:
             return
         request = json.loads(message)
-        refusal = _shown_refusal(request["argv"], request["env"], warm_main)
+        refusal = _shown_refusal(request["argv"], request["env"], child_side)
         if refusal is not None:
             for descriptor in descriptors:
                 os.close(descriptor)
             connection.sendall((json.dumps({"error": refusal}) + "\n").encode())
             continue
-        reply = _fork(request, descriptors, agent, connection, warm_main)
+        reply = _fork(request, descriptors, agent, connection, child_side)
         if reply is None:  # the rank: it never returns here
             os._exit(127)
         connection.sendall((json.dumps(reply) + "\n").encode())
 
 
-def _shown_refusal(argv: list[str], environment: dict[str, str], warm_main) -> str | None:
+def _shown_refusal(argv: list[str], environment: dict[str, str], child_side) -> str | None:
     """Why /proc could not show this rank's command and environment (None: it can)."""
-    arg_start, arg_end, env_start, env_end = warm_main.proc_areas()
+    arg_start, arg_end, env_start, env_end = child_side.proc_areas()
     command = sum(len(os.fsencode(argument)) + 1 for argument in argv)
     variables = sum(
         len(os.fsencode(name)) + len(os.fsencode(value)) + 2 for name, value in environment.items()
@@ -333,7 +333,7 @@ def _shown_refusal(argv: list[str], environment: dict[str, str], warm_main) -> s
     return None
 
 
-def _fork(request: dict, descriptors: list[int], agent: int, connection, warm_main) -> dict | None:
+def _fork(request: dict, descriptors: list[int], agent: int, connection, child_side) -> dict | None:
     """Fork the rank through a middle process; None in the rank (after it ran), else the reply."""
     read_end, write_end = os.pipe()
     middle = os.fork()
@@ -344,7 +344,7 @@ def _fork(request: dict, descriptors: list[int], agent: int, connection, warm_ma
             if rank == 0:
                 os.close(read_end)
                 connection.close()
-                _become_rank(request, descriptors, agent, middle, write_end, warm_main)
+                _become_rank(request, descriptors, agent, middle, write_end, child_side)
         except BaseException:
             os._exit(127)
         os._exit(0)  # the rank is orphaned now, and adopted by the agent
@@ -363,7 +363,7 @@ def _fork(request: dict, descriptors: list[int], agent: int, connection, warm_ma
 
 
 def _become_rank(
-    request: dict, descriptors: list[int], agent: int, middle: int, write_end: int, warm_main
+    request: dict, descriptors: list[int], agent: int, middle: int, write_end: int, child_side
 ) -> None:
     """Set the rank up as Popen(start_new_session=True) and `python -u` would, then run it."""
     os.write(write_end, f"{os.getpid()}\n".encode())
@@ -380,7 +380,7 @@ def _become_rank(
             if wanted:
                 descriptor = next(own)
                 os.dup2(descriptor, target)
-        warm_main.close_descriptors(keep=write_end)
+        child_side.close_descriptors(keep=write_end)
         os.chdir(request["cwd"])
     except OSError as error:
         os.write(write_end, f"{error}".encode())
@@ -388,16 +388,16 @@ def _become_rank(
     os.write(write_end, b"ok")
     os.close(write_end)
     argv = request["argv"]
-    command = [argv[0], *argv[2:]]  # what warm_main runs; -u is set up below
-    warm_main.become_fresh(command, request["cwd"], request["env"])
+    command = [argv[0], *argv[2:]]  # what child_side runs; -u is set up below
+    child_side.become_fresh(command, request["cwd"], request["env"])
     sys.orig_argv = list(argv)
-    warm_main._show_process(argv, request["env"])
+    child_side._show_process(argv, request["env"])
     _unbuffered_standard_streams()
     try:
-        warm_main.run_main(command, request["cwd"])
+        child_side.run_main(command, request["cwd"])
     except SystemExit as exit:
-        warm_main.exit_as_fresh(exit.code)
-    warm_main.exit_as_fresh(None)
+        child_side.exit_as_fresh(exit.code)
+    child_side.exit_as_fresh(None)
 
 
 def _unbuffered_standard_streams() -> None:

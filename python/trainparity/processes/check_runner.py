@@ -19,8 +19,8 @@ from trainparity.processes.progress import ProgressCallback, ProgressReporter
 from trainparity.processes.run_directory import run_directory
 from trainparity.processes.termination import terminating_signals_unwind
 from trainparity.processes.threads import ChildThreads, child_threads
-from trainparity.processes.warm import ChildStarter, checked_start
-from trainparity.processes.warm_pool import current_shared_servers
+from trainparity.processes.warm.pool import current_shared_servers
+from trainparity.processes.warm.starter import ChildStarter, checked_start
 from trainparity.reports.machine import write_report
 
 

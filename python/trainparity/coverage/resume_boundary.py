@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainparity.comparison.policies import Difference
-from trainparity.distributed.record_ids import (
+from trainparity.recording.record_ids import (
     ConsumptionSteps,
     consumption_steps,
     read_recorded_ids,

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from trainparity.importing import CaseSetupError
+from trainparity.cases.loading import CaseSetupError
 
 __all__ = ["COMMAND_FIELDS", "OPTIONAL_RESUME", "CommandTemplate", "fill"]
 

@@ -14,7 +14,6 @@ import argparse
 import functools
 import json
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -85,8 +84,8 @@ def write_result(path: str, record: dict[str, Any]) -> None:
 
 
 def serve(case_spec: str, requests_path: str, case_kind: str = "resume") -> None:
-    from trainparity.importing import load_process_case, load_runs_case
-    from trainparity.processes.command_case import COMMAND_CASE_PREFIX, CommandCase
+    from trainparity.cases.command_case import COMMAND_CASE_PREFIX, CommandCase
+    from trainparity.cases.loading import load_process_case, load_runs_case
 
     case: Any = None
     load_error: BaseException | None = None
@@ -115,7 +114,3 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     serve(arguments.case, arguments.requests, arguments.case_kind)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """In a child forked from the warm server: become what `python script.py`, `-m` or `-c` would be.
 
-Loaded by warm_server.py from its file, never imported as part of trainparity
+Loaded by server.py from its file, never imported as part of trainparity
 (the child's sys.modules must hold nothing of the check), so it uses the
 standard library only. `become_fresh` redraws the state a fresh interpreter
 draws at random; `run_main` runs the command's target in a new `__main__`
@@ -61,7 +61,7 @@ def _show_process(argv: list[str], environment: dict[str, str]) -> None:
     into the old environment strings (setproctitle's convention). The
     environment is written after that into the old environment strings,
     NUL-padded, when it fits: the check starts each server with room to spare
-    (warm.py, _ROOM_VARIABLE); when it does not, /proc keeps showing the
+    (starter.py, _ROOM_VARIABLE); when it does not, /proc keeps showing the
     server's environment. Call after os.environ was replaced: its variables
     then live on the heap, not in that area.
     """
@@ -110,7 +110,7 @@ def _redo_temporary_directory() -> None:
     Importing torch asks tempfile for its directory, which tempfile keeps, and
     importing torch._dynamo makes a directory in it (torchinductor_<user>). A
     fresh child does both under its own TMPDIR; the server did them under its
-    own (warm.py), so the child does them again, as the import would have.
+    own (starter.py), so the child does them again, as the import would have.
     """
     if _SERVER_TEMPORARY is None:
         return

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trainparity.importing import CaseImportError, CaseSetupError, CaseSetupTypeError
-from trainparity.processes.command_template import (
+from trainparity.cases.command_template import (
     OPTIONAL_RESUME,
     CommandTemplate,
     fields_of,
     fill,
 )
+from trainparity.cases.loading import CaseImportError, CaseSetupError, CaseSetupTypeError
 from trainparity.protocols import ProcessExecutionPlan
 
 __all__ = [

@@ -14,7 +14,7 @@ What a child sees does not change: a server is as pristine after forking
 children as before (a fork leaves its parent as it was), and the key a
 server is found by (its environment, its preloads) is the one a check uses
 to choose among its own servers. A server seeded for one phase alone
-(no PYTHONHASHSEED: warm.py) is never kept.
+(no PYTHONHASHSEED: starter.py) is never kept.
 
 Shared servers are started from a thread of the pool's own, which lives as
 long as the pool: a server's parent-death signal fires when the thread that
@@ -22,7 +22,7 @@ started it ends, and a check may run in a thread that ends before the next
 check (a ThreadPoolExecutor's), which would kill the servers it gave back.
 
 This module knows servers only as objects with `pid`, `alive()` and
-`close()`: warm.py makes them and imports this module, never the reverse.
+`close()`: starter.py makes them and imports this module, never the reverse.
 """
 
 from __future__ import annotations
