@@ -63,6 +63,7 @@ setup(
         "trainparity.processes.observer",
         "trainparity.processes.warm",
         "trainparity.reports",
+        "trainparity.reports.sections",
         "trainparity.resume",
         "trainparity.runs",
         "trainparity.state",

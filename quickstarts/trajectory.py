@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import trainparity
 from trainparity.api import diff_recordings, recording_to
-from trainparity.reports.display import text_report
+from trainparity.display import text_report
 from trainparity.reports.html import write_html_report
 
 STEPS = 12

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from trainparity import Outcome
 from trainparity.api import Difference, ProcessResumeResult
+from trainparity.display import NotebookProgress, html_fragment, text_report
 from trainparity.processes.evidence import ExternalProcessEvidence
 from trainparity.processes.progress import ProgressEvent
-from trainparity.reports.display import NotebookProgress, html_fragment, text_report
 
 
 def _failed_resume() -> ProcessResumeResult:

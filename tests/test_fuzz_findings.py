@@ -10,8 +10,8 @@ import pytest
 import torch
 from trainparity.comparison.snapshots import diff_snapshots
 from trainparity.coverage.audit import NoCrossRankOverlap, audit_rank_arrays
+from trainparity.display import text_report
 from trainparity.outcomes import Outcome
-from trainparity.reports.display import text_report
 from trainparity.state.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
 
 from tests.helpers import set_manifest

@@ -1,25 +1,30 @@
 """The package's import graph, read from the sources: no cycles, and every arrow runs down the layers.
 
-Layers, top to bottom (docs/design.md): the public surface and the command
-line; the checks, one wing each; the processes layer and the packages beside
-it; state and comparison; reports; the native core; the foundation modules
-that everything may use. Imports inside functions count like any other, and
-so does `from trainparity import name` when `name` is a module. Faces (thin
-re-exports kept at contract and documented paths) sit at the top, and no
-module below the top may import a face: internal code names a module's home.
+The layer order is declared once, here (LAYERS): the public surface and the
+command line; the checks, one wing each; the processes layer and the packages
+beside it; cases; state and comparison; reports; the native core; the
+foundation modules that everything may use. docs/design.md draws the same
+order, and a test below holds its layer block to LAYERS and to the tree.
+Imports inside functions count like any other, and so does `from trainparity
+import name` when `name` is a module. Faces (thin re-exports kept at contract
+and documented paths) sit at the top, and no module below the top may import a
+face: internal code names a module's home.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
+import pytest
 import trainparity
 
 PACKAGE_ROOT = Path(trainparity.__file__).resolve().parent
 SOURCE_ROOT = Path(__file__).resolve().parents[1] / "python" / "trainparity"
 # The sources when the checkout is at hand, else the installed copy (same files).
 ROOT = SOURCE_ROOT if SOURCE_ROOT.is_dir() else PACKAGE_ROOT
+DESIGN_DOC = Path(__file__).resolve().parents[1] / "docs" / "design.md"
 
 SURFACE, CHECKS, PROCESSES, CASES, STATE, REPORTS, NATIVE, FOUNDATION = range(8)
 LAYER_NAMES = (
@@ -185,18 +190,38 @@ def test_no_import_cycles():
     assert cycles == [], "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
-def test_every_import_runs_down_the_layers():
-    upward = [
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import in `graph` from a module to one of a higher layer, as readable lines."""
+    return [
         f"{module} ({LAYER_NAMES[layer_of(module)]}) -> {target} ({LAYER_NAMES[layer_of(target)]})"
-        for module, targets in sorted(import_graph().items())
+        for module, targets in sorted(graph.items())
         for target in sorted(targets)
         if layer_of(target) < layer_of(module)
     ]
-    assert upward == [], "\n".join(upward)
+
+
+def test_every_import_runs_down_the_layers():
+    assert upward_imports(import_graph()) == [], "\n".join(upward_imports(import_graph()))
+
+
+def test_an_upward_import_is_caught():
+    """The check itself can fail: an import from the native core up to a check, or from state up to processes."""
+    graph = {
+        "trainparity.native.core": {"trainparity.resume.check"},
+        "trainparity.state.freeze": {"trainparity.processes.group", "trainparity.native.core"},
+    }
+    assert upward_imports(graph) == [
+        "trainparity.native.core (native) -> trainparity.resume.check (checks)",
+        "trainparity.state.freeze (state) -> trainparity.processes.group (processes)",
+    ]
 
 
 def test_no_two_packages_import_each_other():
-    """Between two subpackages (wings, layers, the packages beside them) arrows run one way only."""
+    """Between two subpackages (wings, layers, the packages beside them) arrows run one way only.
+
+    Faces count too: a face kept inside a package (distributed/ids_audit.py) ties
+    that package to its home's, so the home's package must not import it back.
+    """
 
     def package(module: str) -> str:
         parts = module.split(".")
@@ -205,7 +230,6 @@ def test_no_two_packages_import_each_other():
     ties = {
         (package(module), package(target))
         for module, targets in import_graph().items()
-        if module not in FACES
         for target in targets
         if package(module) != package(target)
     }
@@ -265,3 +289,105 @@ def test_top_level_holds_at_most_twelve_modules_with_code():
         if f"trainparity.{path.stem}" not in FACES and path.stem != "__init__"
     )
     assert len(with_code) + 1 <= 12, with_code  # + __init__
+
+
+def design_layer_block() -> dict[str, tuple[int, str]]:
+    """docs/design.md's layer block: each package (`name/`) or top-level module it places, with
+    its layer and the text that describes it.
+
+    Column 0 holds a layer's name where that layer starts; column 15 a package
+    (`cli/`), a row of top-level modules, or `faces` (a row of faces), each
+    followed by its description; deeper-indented lines continue it.
+    """
+    text = DESIGN_DOC.read_text(encoding="utf-8")
+    block = text.split("## Layers\n", 1)[1].split("```\n", 2)[1]
+    entries: dict[str, tuple[int, str]] = {}
+    layer, current = None, None
+    for line in block.splitlines():
+        if line.strip() in ("", "│"):
+            continue
+        if line[:15].strip():
+            layer = LAYER_NAMES.index(line[:15].strip())
+        field = line[15:]
+        if field[:1].strip():
+            first, _, rest = field.partition(" ")
+            if first.endswith("/") or first == "faces":
+                head, description = first, rest.strip()
+            else:  # a row of top-level modules, then (after a wider gap) its description
+                head, _, description = field.partition("   ")
+            grouped = head.endswith("/") or head == "faces"  # a row continued below
+            names = [head] if grouped else head.split()
+            for name in names:
+                entries[name] = (layer, description)
+            current = head if grouped else None
+        elif current is not None:
+            layer_of_current, description = entries[current]
+            entries[current] = (layer_of_current, f"{description} {field.strip()}")
+    # The faces row lists its modules before a colon.
+    if "faces" in entries:
+        layer, description = entries.pop("faces")
+        for name in description.split(":")[0].split():
+            entries[name] = (layer, description)
+    return entries
+
+
+def test_the_design_doc_draws_every_room_in_its_declared_layer():
+    """docs/design.md's layer block places each package and top-level module where LAYERS does,
+    and names every module and subpackage of each package: the table matches the tree."""
+    drawn = design_layer_block()
+    problems = []
+    for path in sorted(ROOT.iterdir()):
+        if path.name.startswith(("_", ".")) and path.name not in ("__init__.py", "__main__.py"):
+            continue
+        if path.is_dir() and (path / "__init__.py").exists():
+            name, component = f"{path.name}/", path.name
+        elif path.suffix == ".py":
+            name, component = path.stem, path.stem
+        else:
+            continue
+        # A package is placed by LAYERS even where its __init__ is a face (trainparity.state).
+        if path.is_dir():
+            layer = LAYERS[component]
+        else:
+            layer = layer_of(
+                "trainparity" if component == "__init__" else f"trainparity.{component}"
+            )
+        if name not in drawn:
+            problems.append(f"{name}: not in docs/design.md's layer block")
+            continue
+        if drawn[name][0] != layer:
+            problems.append(
+                f"{name}: drawn under {LAYER_NAMES[drawn[name][0]]}, declared {LAYER_NAMES[layer]}"
+            )
+        if path.is_dir():
+            words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*/?", drawn[name][1]))
+            for inner in sorted(path.iterdir()):
+                if inner.is_dir() and (inner / "__init__.py").exists():
+                    if f"{inner.name}/" not in words:
+                        problems.append(f"{name}{inner.name}/: not named in {name}'s row")
+                elif inner.suffix == ".py" and not inner.stem.startswith("__"):
+                    if inner.stem not in words:
+                        problems.append(f"{name}{inner.name}: not named in {name}'s row")
+    assert problems == [], "\n".join(problems)
+
+
+@pytest.mark.parametrize("component", sorted(LAYERS))
+def test_every_declared_layer_entry_exists(component):
+    """LAYERS names only packages and modules the tree has (a moved room leaves no stale entry)."""
+    assert (
+        (ROOT / component).is_dir()
+        or (ROOT / f"{component}.py").exists()
+        or component == "_trainparity"
+    )
+
+
+def test_setup_ships_every_package():
+    """setup.py lists its packages by name: a new subpackage left out would be missing from an
+    installed trainparity (CI tests the installed copy)."""
+    setup_text = (Path(__file__).resolve().parents[1] / "setup.py").read_text(encoding="utf-8")
+    listed = set(re.findall(r'"(trainparity(?:\.[a-z_]+)*)"', setup_text))
+    packages = {
+        ".".join(("trainparity", *path.parent.relative_to(SOURCE_ROOT).parts))
+        for path in SOURCE_ROOT.rglob("__init__.py")
+    }
+    assert packages - listed == set()

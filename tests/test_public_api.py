@@ -70,17 +70,11 @@ FACE_NAMES = {
         ],
     },
     "trainparity.display": {
-        "trainparity.reports.display": [
-            "NotebookProgress",
-            "OUTCOME_COLOURS",
-            "Section",
-            "headline",
-            "html_fragment",
-            "report_sections",
-            "result_html",
-            "result_repr",
-            "text_report",
-        ],
+        "trainparity.reports.html_views": ["OUTCOME_COLOURS", "html_fragment", "result_html"],
+        "trainparity.reports.notebook": ["NotebookProgress"],
+        "trainparity.reports.sections.cells": ["Section"],
+        "trainparity.reports.sections.report": ["report_sections"],
+        "trainparity.reports.text_views": ["headline", "result_repr", "text_report"],
     },
     "trainparity.distributed.record_ids": {
         "trainparity.recording.record_ids": [
@@ -181,13 +175,11 @@ FACE_NAMES = {
     "trainparity.snapshot_file": {
         "trainparity.state.snapshot_file": [
             "SNAPSHOT_FILE_FORMAT",
-            "SnapshotFileError",
             "SnapshotFileInfo",
-            "decode_tree",
-            "encode_tree",
             "read_snapshot",
             "write_snapshot",
         ],
+        "trainparity.state.tree_codec": ["SnapshotFileError", "decode_tree", "encode_tree"],
     },
     "trainparity.state": {
         "trainparity.state.freeze": [

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from trainparity.distributed import rank_processes
+from trainparity.distributed import rank_watcher
 from trainparity.distributed.phases import (
     PHASE_TAG_VARIABLE,
     phase_environment,
@@ -24,13 +24,12 @@ from trainparity.distributed.phases import (
 )
 from trainparity.distributed.rank_processes import (
     RankProcessEvidence,
-    RankSample,
-    RankWatcher,
     rank_event_detail,
     rank_evidence,
     read_rank_exits,
     unsampled_exit_events,
 )
+from trainparity.distributed.rank_watcher import RankSample, RankWatcher
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
@@ -109,14 +108,14 @@ def test_stat_of_this_process_matches_its_own_accounting():
     end = time.process_time() + 0.2
     while time.process_time() < end:
         pass
-    stat = rank_processes._read_stat(os.getpid())
+    stat = rank_watcher._read_stat(os.getpid())
     usage = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert stat is not None and stat.state in "RS" and stat.parent_pid == os.getppid()
     assert stat.user_seconds == pytest.approx(usage.ru_utime + children.ru_utime, abs=0.05)
     assert stat.system_seconds == pytest.approx(usage.ru_stime + children.ru_stime, abs=0.05)
-    assert rank_processes._read_stat(os.getpid()).start_ticks == stat.start_ticks
-    peak = rank_processes._read_peak_rss(os.getpid())
+    assert rank_watcher._read_stat(os.getpid()).start_ticks == stat.start_ticks
+    peak = rank_watcher._read_peak_rss(os.getpid())
     assert peak == pytest.approx(usage.ru_maxrss * 1024, rel=0.05)
 
 
@@ -128,13 +127,13 @@ def test_stat_of_a_child_whose_name_holds_parentheses_and_spaces():
         while Path(f"/proc/{child.pid}/comm").read_text().strip() != "a) b (c":
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        stat = rank_processes._read_stat(child.pid)
+        stat = rank_watcher._read_stat(child.pid)
         assert stat is not None and stat.parent_pid == os.getpid()
     finally:
         child.kill()
         child.wait()
-    assert rank_processes._read_stat(child.pid) is None  # reaped: gone
-    assert rank_processes._read_peak_rss(child.pid) is None
+    assert rank_watcher._read_stat(child.pid) is None  # reaped: gone
+    assert rank_watcher._read_peak_rss(child.pid) is None
 
 
 def test_identity_comes_from_the_environment():
@@ -143,13 +142,13 @@ def test_identity_comes_from_the_environment():
     plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
     try:
         time.sleep(0.1)  # past exec
-        assert rank_processes._read_identity(tagged.pid) == ("feed", 3, 1)
-        assert rank_processes._read_identity(plain.pid) == (None, None, None)
+        assert rank_watcher._read_identity(tagged.pid) == ("feed", 3, 1)
+        assert rank_watcher._read_identity(plain.pid) == (None, None, None)
     finally:
         for child in (tagged, plain):
             child.kill()
             child.wait()
-    assert rank_processes._read_identity(tagged.pid) == (None, None, None)
+    assert rank_watcher._read_identity(tagged.pid) == (None, None, None)
 
 
 # The watcher -------------------------------------------------------------------------
@@ -211,7 +210,7 @@ def test_a_rank_whose_environment_first_reads_empty_is_still_found(tmp_path, mon
             return io.BytesIO(b"")
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(rank_processes, "open", open_mid_exec, raising=False)
+    monkeypatch.setattr(rank_watcher, "open", open_mid_exec, raising=False)
     env, tag = phase_environment(TORCHRUN, dict(os.environ), tmp_path)
     with RankWatcher() as watcher:
         assert watcher.watch("baseline_a", tag, TORCHRUN)
@@ -286,7 +285,7 @@ def test_rows_after_success_restarts_failure_and_timeout(tmp_path):
         "user_seconds": 0.5,
         "system_seconds": 0.1,
         "peak_rss_bytes": 64 << 20,
-        "sample_interval_seconds": rank_processes.SAMPLE_INTERVAL_SECONDS,
+        "sample_interval_seconds": rank_watcher.SAMPLE_INTERVAL_SECONDS,
     }
     assert json.dumps([row.to_dict() for row in failed]) == json.dumps(
         [
@@ -316,7 +315,7 @@ def test_measured_exits_replace_samples_and_add_the_ranks_no_sample_saw(tmp_path
         (2, 302, -9, 2.5),  # never sampled, yet measured
     ]
     assert [row.sample_interval_seconds for row in rows] == [
-        rank_processes.SAMPLE_INTERVAL_SECONDS,
+        rank_watcher.SAMPLE_INTERVAL_SECONDS,
         None,
         None,
     ]

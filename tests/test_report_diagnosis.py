@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainparity.reports.display import html_fragment, text_report
+from trainparity.display import html_fragment, text_report
 
 
 def _lines(text: str) -> list[str]:

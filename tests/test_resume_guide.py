@@ -21,7 +21,7 @@ from tests.doc_blocks import REPO, code_blocks
 
 EXAMPLE = REPO / "docs" / "examples" / "resume_project"
 GUIDE = REPO / "docs" / "resume.md"
-DIAGNOSIS_BACKGROUND = "#fff8c5"  # reports/display.py's .tp-diagnosis
+DIAGNOSIS_BACKGROUND = "#fff8c5"  # reports/html_views.py's .tp-diagnosis
 
 
 @pytest.fixture(scope="module")

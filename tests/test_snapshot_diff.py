@@ -13,8 +13,8 @@ import pytest
 import torch
 from trainparity import ExactComparison, Outcome, ToleranceComparison
 from trainparity.comparison.snapshots import diff_snapshots
+from trainparity.display import text_report
 from trainparity.native.core import tensor_bytes
-from trainparity.reports.display import text_report
 from trainparity.state.snapshot_file import write_snapshot
 
 from tests.helpers import rewrite_as_digest_version_1

@@ -9,8 +9,8 @@ import trainparity
 from trainparity.api import recording_to
 from trainparity.comparison.policies import ExactComparison, ToleranceComparison
 from trainparity.comparison.windows import differences_with_windows
+from trainparity.display import text_report
 from trainparity.recording.diff import diff_recordings
-from trainparity.reports.display import text_report
 
 SIZE = 1 << 20
 

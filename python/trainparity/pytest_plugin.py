@@ -124,8 +124,8 @@ def _is_result(value: object) -> bool:
 
 
 def _explanation(result: Any) -> list[str]:
-    from trainparity.reports.display import text_report
     from trainparity.reports.terminal_text import printable
+    from trainparity.reports.text_views import text_report
 
     lines = [f"{type(result).__name__}: {result.outcome}: {result.message}"]
     first = getattr(result, "primary_difference", None)

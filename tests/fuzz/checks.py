@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainparity.cli.main import main
+from trainparity.display import html_fragment, text_report
 from trainparity.outcomes import Outcome
-from trainparity.reports.display import html_fragment, text_report
 
 # Raw control characters that must never reach a terminal (see terminal_text.py).
 _RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")

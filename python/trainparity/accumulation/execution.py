@@ -20,7 +20,8 @@ from trainparity.outcomes import Outcome
 from trainparity.processes.check_runner import RunSettings
 from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
 from trainparity.state.snapshot import Snapshot
-from trainparity.state.snapshot_file import SnapshotFileError, read_snapshot
+from trainparity.state.snapshot_file import read_snapshot
+from trainparity.state.tree_codec import SnapshotFileError
 
 __all__ = ["CHILD_NAMES", "AccumulationExecution"]
 

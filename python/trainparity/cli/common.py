@@ -84,9 +84,9 @@ def add_command(
 
 def emit(output: CommandOutput, arguments: argparse.Namespace) -> None:
     """Print the report (text or JSON) and write the --report file unless the check wrote it."""
-    from trainparity.reports.display import text_report
     from trainparity.reports.html import write_html_report
     from trainparity.reports.machine import report_text, write_report
+    from trainparity.reports.text_views import text_report
 
     path = arguments.report
     if path is not None and not output.report_written:

@@ -11,8 +11,9 @@ from typing import Any
 from trainparity.cli import common
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
-from trainparity.reports.display import result_html, result_repr
+from trainparity.reports.html_views import result_html
 from trainparity.reports.machine import report_dict
+from trainparity.reports.text_views import result_repr
 
 EXAMPLE = """\
 python -c "import torch; torch.save({'weight': torch.ones(2, 3), 'step': 7}, 'checkpoint.pt')"

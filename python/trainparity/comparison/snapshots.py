@@ -22,7 +22,8 @@ from trainparity.comparison.states import (
 from trainparity.environment import EnvironmentLead, environment_leads
 from trainparity.outcomes import Outcome
 from trainparity.reports.reported import ReportedResult
-from trainparity.state.snapshot_file import SnapshotFileError, read_snapshot
+from trainparity.state.snapshot_file import read_snapshot
+from trainparity.state.tree_codec import SnapshotFileError
 
 __all__ = ["SnapshotDiff", "diff_snapshots"]
 

@@ -22,7 +22,7 @@ from trainparity.native.cuda import compare_buffers
 from trainparity.outcomes import Outcome
 from trainparity.reports.reported import ReportedResult
 from trainparity.state.freeze import FrozenTensor
-from trainparity.state.snapshot_file import SnapshotFileError
+from trainparity.state.tree_codec import SnapshotFileError
 
 __all__ = ["TraceDiff", "diff_traces"]
 

@@ -32,7 +32,8 @@ import torch
 
 from trainparity.forensics.records import VALUE_KINDS, Trace, TraceOp, TraceValue
 from trainparity.state.freeze import FrozenMapping, FrozenSequence, FrozenTensor
-from trainparity.state.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
+from trainparity.state.snapshot_file import read_snapshot, write_snapshot
+from trainparity.state.tree_codec import SnapshotFileError
 
 __all__ = ["TRACE_FORMAT", "is_trace_file", "read_trace", "write_trace"]
 

@@ -160,10 +160,10 @@ def record_step(step: int, build_state: Callable[[], Mapping[str, object]]) -> N
     nothing without a recording request, but building the state (a copy of
     the model's and optimizer's tensors) would cost a step's worth of time.
     """
-    import trainparity
+    from trainparity.recording.recorder import record  # on first use, as trainparity.record
 
     if recording_requested():
-        trainparity.record(step, build_state())
+        record(step, build_state())
 
 
 def ids_requested(id_column: str | int | None) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING
 
-from trainparity import _trainparity as core
+import trainparity._trainparity as core
 
 if TYPE_CHECKING:
     import torch

@@ -23,14 +23,12 @@ from trainparity.distributed import phases as multirank
 from trainparity.distributed.launch import local_ranks
 from trainparity.distributed.rank_processes import (
     MeasuredExit,
-    RankEvent,
-    RankSample,
-    RankWatcher,
     rank_event_detail,
     rank_evidence,
     read_rank_exits,
     unsampled_exit_events,
 )
+from trainparity.distributed.rank_watcher import RankEvent, RankSample, RankWatcher
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
 from trainparity.processes.check_runner import RunSettings

@@ -29,7 +29,7 @@ from typing import Any
 
 from trainparity.native.core import core
 from trainparity.native.cuda import digest_buffer
-from trainparity.state.snapshot_file import SnapshotFileError
+from trainparity.state.tree_codec import SnapshotFileError
 
 MAGIC = b"TPRF"
 HEAD, LAYOUT, STEP = b"H", b"L", b"S"

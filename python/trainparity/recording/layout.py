@@ -1,6 +1,6 @@
 """A recorded state split into what rarely changes (the layout) and what changes every step.
 
-The layout is the snapshot manifest's tagged tree (snapshot_file.encode_tree)
+The layout is the snapshot manifest's tagged tree (tree_codec.encode_tree)
 with every scalar leaf replaced by `["v"]`, plus the tensor table (name,
 dtype, shape, device, requires_grad): written once and referenced by the
 steps while it stays the same. A step stores the scalars, in tree order, as a
@@ -15,7 +15,7 @@ from typing import Any
 
 from trainparity.state.freeze import FrozenMapping, FrozenTensor, UnsupportedStateError, freeze
 from trainparity.state.normalize import normalize_observation
-from trainparity.state.snapshot_file import decode_tree, encode_tree, placement_entry
+from trainparity.state.tree_codec import decode_tree, encode_tree, placement_entry
 
 _SCALAR_TAGS = frozenset("n?ifsb")
 _SLOT = ["v"]

@@ -28,8 +28,8 @@ from trainparity.recording.layout import join_state
 from trainparity.recording.recorder import RECORDING_FORMAT
 from trainparity.state.freeze import FrozenMapping, FrozenTensor
 from trainparity.state.snapshot import Snapshot
-from trainparity.state.snapshot_file import placement_of_entry
 from trainparity.state.summaries import TensorSummary, summarize_tensor
+from trainparity.state.tree_codec import placement_of_entry
 
 __all__ = ["RecordedStep", "Recording", "read_recording", "read_recordings", "recording_files"]
 

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainparity.reports.display import headline, html_fragment
+from trainparity.reports.html_views import html_fragment
+from trainparity.reports.text_views import headline
 
 __all__ = ["render_html_report", "write_html_report"]
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainparity.reports.display import result_html, result_repr
+from trainparity.reports.html_views import result_html
 from trainparity.reports.machine import report_dict
+from trainparity.reports.text_views import result_repr
 
 __all__ = ["ReportedResult"]
 

@@ -17,13 +17,12 @@ a bad copy or a hand edit is an error, never a silent PASS.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import mmap
 import os
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,18 +32,16 @@ from trainparity.error_text import error_text
 from trainparity.native.core import core
 from trainparity.native.cuda import core_threads, digest_buffer, iter_host_blocks, write_buffer
 from trainparity.native.dtypes import info_for_text
-from trainparity.state.freeze import (
-    FrozenMapping,
-    FrozenSequence,
-    FrozenTensor,
-    FrozenValue,
-    UnsupportedStateError,
-    freeze,
-)
+from trainparity.state.freeze import FrozenMapping, FrozenTensor, UnsupportedStateError, freeze
 from trainparity.state.input_files import special_file_kind
-from trainparity.state.paths import StatePath, render_path
-from trainparity.state.placement import ShardPlacement
 from trainparity.state.snapshot import REFERENCE_BACKEND, SNAPSHOT_SCHEMA_VERSION, Snapshot
+from trainparity.state.tree_codec import (
+    SnapshotFileError,
+    decode_tree,
+    encode_tree,
+    placement_entry,
+    placement_of_entry,
+)
 
 __all__ = [
     "SNAPSHOT_FILE_FORMAT",
@@ -63,10 +60,6 @@ _MAX_HEADER_BYTES = 512 << 20
 # Verification reads a file in blocks of whole digest chunks, releasing each block's pages.
 _VERIFY_BLOCK_BYTES = 32 << 20
 _MAX_ENVIRONMENT_DEPTH = 16
-
-
-class SnapshotFileError(ValueError):
-    """A snapshot file that is truncated, corrupt or not a trainparity snapshot."""
 
 
 @dataclass(frozen=True)
@@ -177,62 +170,6 @@ def write_snapshot(
         tensor_bytes=sum(tensor.nbytes for _, tensor in tensors),
         includes_values=include_values,
     )
-
-
-# The manifest's tree ------------------------------------------------------------------
-
-
-def encode_tree(value: FrozenValue) -> tuple[Any, list[tuple[str, FrozenTensor]]]:
-    """(tagged JSON tree, tensors) of a frozen value: the manifest's `tree` and its tensor table.
-
-    Every node is a JSON list whose first item is a one-letter tag, so values
-    of every supported type survive JSON unchanged (int beyond 2**53, NaN,
-    -0.0, bytes, tuple vs list):
-
-    - `["n"]` None, `["?", bool]`, `["i", "decimal digits"]`,
-      `["f", "16 hex digits of the big-endian IEEE float64"]`, `["s", str]`,
-      `["b", "base64"]`;
-    - `["t", index]` a tensor: index into the returned tensor list, whose
-      items are `(rendered state path, tensor)` in tree order;
-    - `["m", [[key, node], ...]]` a mapping (its keys sorted, as frozen);
-      `["l", [node, ...]]` a list; `["u", [node, ...]]` a tuple.
-
-    Raises UnsupportedStateError (naming its path) for a value that is not frozen state.
-    """
-    tensors: list[tuple[str, FrozenTensor]] = []
-    return _encode_node(value, (), tensors), tensors
-
-
-def _encode_node(
-    value: FrozenValue, path: StatePath, tensors: list[tuple[str, FrozenTensor]]
-) -> Any:
-    if value is None:
-        return ["n"]
-    if isinstance(value, bool):
-        return ["?", value]
-    if isinstance(value, int):
-        return ["i", str(int(value))]
-    if isinstance(value, float):
-        return ["f", struct.pack(">d", value).hex()]
-    if isinstance(value, str):
-        return ["s", str(value)]
-    if isinstance(value, bytes):
-        return ["b", base64.b64encode(value).decode("ascii")]
-    if isinstance(value, FrozenTensor):
-        tensors.append((render_path(path), value))
-        return ["t", len(tensors) - 1]
-    if isinstance(value, FrozenMapping):
-        return [
-            "m",
-            [[key, _encode_node(item, (*path, key), tensors)] for key, item in value.entries],
-        ]
-    if isinstance(value, FrozenSequence):
-        tag = "l" if value.kind == "list" else "u"
-        return [
-            tag,
-            [_encode_node(item, (*path, index), tensors) for index, item in enumerate(value.items)],
-        ]
-    raise UnsupportedStateError(path, f"{type(value).__module__}.{type(value).__qualname__}")
 
 
 # Reading ------------------------------------------------------------------------------
@@ -472,71 +409,3 @@ def _tensor_leaf(
         digest=digest,
         placement=placement_of_entry(entry),
     )
-
-
-def placement_entry(tensor: FrozenTensor) -> dict[str, Any]:
-    """The tensor table's `placement` key, only for a shard (plain tensors' entries stay as they were)."""
-    return {} if tensor.placement is None else {"placement": tensor.placement.as_json()}
-
-
-def placement_of_entry(entry: dict) -> ShardPlacement | None:
-    """The shard placement a tensor table entry records; SnapshotFileError when malformed."""
-    if "placement" not in entry:
-        return None
-    try:
-        return ShardPlacement.from_json(entry["placement"])
-    except ValueError as error:
-        raise SnapshotFileError(f"tensor {entry.get('name')!r}: {error}") from None
-
-
-def decode_tree(tree: Any, tensors: Sequence[FrozenTensor]) -> FrozenValue:
-    """Inverse of encode_tree: the frozen value of a tagged tree, `["t", i]` resolved to `tensors[i]`.
-
-    The tree may come from an untrusted file. A wrong tag, a value of the
-    wrong JSON type, a negative tensor reference or unsorted mapping keys
-    raise SnapshotFileError; a node of the wrong shape raises the lookup
-    error it meets (IndexError, KeyError, TypeError, ValueError,
-    struct.error, RecursionError for a tree nested too deep), which a reader
-    of a file reports as that file being malformed.
-    """
-    return _decode_node(tree, tensors)
-
-
-def _decode_node(node: Any, tensors: Sequence[FrozenTensor]) -> FrozenValue:
-    tag = node[0]
-    if tag == "n":
-        return None
-    if tag == "?":
-        return _checked(node[1], bool)
-    if tag == "i":
-        return int(_checked(node[1], str))
-    if tag == "f":
-        return struct.unpack(">d", bytes.fromhex(_checked(node[1], str)))[0]
-    if tag == "s":
-        return _checked(node[1], str)
-    if tag == "b":
-        return base64.b64decode(_checked(node[1], str), validate=True)
-    if tag == "t":
-        index = _checked(node[1], int)
-        if index < 0:  # Python would count from the end and alias another tensor
-            raise SnapshotFileError(f"tensor reference {index} in the manifest is negative")
-        return tensors[index]
-    if tag == "m":
-        entries = tuple((_checked(key, str), _decode_node(item, tensors)) for key, item in node[1])
-        keys = [key for key, _ in entries]
-        if any(keys[index] >= keys[index + 1] for index in range(len(keys) - 1)):
-            # The comparison merges both sides' keys in order; unsorted keys would mis-pair them.
-            raise SnapshotFileError("mapping keys in the manifest are not sorted and unique")
-        return FrozenMapping(entries)
-    if tag in ("l", "u"):
-        items = tuple(_decode_node(item, tensors) for item in node[1])
-        return FrozenSequence("list" if tag == "l" else "tuple", items)
-    raise SnapshotFileError(f"unknown node kind {tag!r} in the manifest")
-
-
-def _checked(value: Any, kind: type) -> Any:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise SnapshotFileError(
-            f"expected {kind.__name__} in the manifest, found {type(value).__name__}"
-        )
-    return value

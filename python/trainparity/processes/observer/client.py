@@ -16,7 +16,8 @@ from trainparity.processes.failure_text import log_tail
 from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildSpec
 from trainparity.processes.progress import ProgressReporter
 from trainparity.state.snapshot import Snapshot
-from trainparity.state.snapshot_file import SnapshotFileError, read_snapshot
+from trainparity.state.snapshot_file import read_snapshot
+from trainparity.state.tree_codec import SnapshotFileError
 
 OBSERVER_NAME = "observer"
 # How often the parent looks for a result file while children keep running.

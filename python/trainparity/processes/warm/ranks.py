@@ -1,10 +1,10 @@
 """In a torchrun agent forked warm: fork its ranks warm too, from a zygote made before torchrun runs.
 
-Unless the phase's environment sets TRAINPARITY_WARM_RANKS=0. A forked
-rank does less work than a fresh one (no import of torch): it may end
-within one sample of the rank watcher (its row comes from its measured
-exit, below), and its peak RSS leaves out the pages of torch that only the
-import touched (docs/limitations.md).
+A phase's environment turns this off with TRAINPARITY_WARM_RANKS=0. A forked
+rank does less work than a fresh one (no import of torch): it may end within
+one sample of the rank watcher (so its row comes from its measured exit,
+below), and its peak RSS leaves out the pages of torch that only the import
+touched (docs/limitations.md).
 
 Loaded by server.py from its file (standard library only, nothing of
 trainparity in sys.modules), in an agent child (`python -m

@@ -9,18 +9,18 @@ exists and CUDA is never touched.
 
 Protocol, one JSON line each way per request on one Unix socket (Linux
 abstract namespace) accepted from the server's parent only: "ready" once the
-imports are done, then per request {argv,
-cwd, env, stdout, stderr}; reply {forked: pid} as soon as the child exists,
-then {pid} or {pid, failure: {step, errno, filename}}; or only {error} when no
-child was made. The child is forked twice
-(server → middle → child) and the middle exits at once, so the child is
-reparented to the check, which marks itself a child subreaper for the
-request: the check then waits for it as for any child it spawned (exit
-status, rusage). The child sets up its process exactly as the C core's spawn
-does before exec (own process group, parent-death signal, signals unblocked,
-stdin /dev/null, stdout/stderr to files, cwd, other descriptors closed),
-reports that on a pipe, and becomes `python script.py …` or `python -m …`
-(child.py).
+imports are done, then per request {argv, cwd, env, stdout, stderr}; reply
+{forked: pid} as soon as the child exists, then {pid} or {pid, failure: {step,
+errno, filename}}; or only {error} when no child was made.
+
+The child is forked twice (server → middle → child) and the middle exits at
+once, so the child is reparented to the check, which marks itself a child
+subreaper for the request: the check then waits for it as for any child it
+spawned (exit status, rusage). The child sets up its process exactly as the C
+core's spawn does before exec (own process group, parent-death signal, signals
+unblocked, stdin /dev/null, stdout/stderr to files, cwd, other descriptors
+closed), reports that on a pipe, and becomes `python script.py …` or `python -m
+…` (child.py).
 """
 
 from __future__ import annotations
