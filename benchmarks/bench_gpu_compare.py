@@ -31,9 +31,8 @@ from trainparity.native.cuda import (
     DeviceTensorBytes,
     compare_buffers,
     digest_buffer,
-    kernel_unavailable_reason,
-    kernels_available,
 )
+from trainparity.native.cuda_kernels import kernel_unavailable_reason, kernels_available
 
 GIB = 1 << 30
 RTOL, ATOL = 1e-5, 1e-8

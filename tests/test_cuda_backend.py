@@ -32,10 +32,13 @@ from trainparity.native.cuda import (
     compare_buffers,
     digest_buffer,
     iter_host_blocks,
-    kernel_unavailable_reason,
-    kernels_available,
     summary_buffer,
     write_buffer,
+)
+from trainparity.native.cuda_kernels import (
+    _sources_directory,
+    kernel_unavailable_reason,
+    kernels_available,
 )
 from trainparity.state.freeze import FrozenTensor, freeze
 
@@ -88,6 +91,17 @@ def test_without_cuda_the_backend_says_why_and_streams():
         "float32", DeviceTensorBytes(baseline), DeviceTensorBytes(candidate)
     )
     assert backend == HOST_STREAM_BACKEND
+
+
+def test_the_kernel_sources_are_found_where_this_copy_of_trainparity_has_them():
+    """Installed, setup.py copies csrc/cuda into the package; in a checkout it is at the root.
+
+    A GPU machine builds the kernels from there on first use. The lookup once
+    looked beside native/ instead, so every GPU streamed through the host.
+    """
+    directory = _sources_directory()
+    assert directory is not None
+    assert (directory / "compare.cu").is_file() and (directory / "binding.cpp").is_file()
 
 
 def test_disabling_the_kernels_is_reported():

@@ -65,6 +65,7 @@ LAYERS = {
     "native": NATIVE,
     "_trainparity": NATIVE,
     "environment": FOUNDATION,
+    "environment_leads": FOUNDATION,
     "error_text": FOUNDATION,
     "lazy_names": FOUNDATION,
     "outcomes": FOUNDATION,

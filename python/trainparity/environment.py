@@ -1,4 +1,9 @@
-"""Environment fingerprint: the host, library and flag facts that can explain numeric drift."""
+"""Environment fingerprint: the host, library and flag facts that can explain numeric drift.
+
+Every check, snapshot, recording and trace carries one, taken where the
+training ran; environment_leads.py turns the differences between two of them
+into leads.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,6 @@ import os
 import platform
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,9 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ALLOWED_VARIABLES",
     "FINGERPRINT_VERSION",
-    "EnvironmentLead",
     "environment_fingerprint",
-    "environment_leads",
     "recorded_variables",
     "usable_cores",
 ]
@@ -328,122 +330,3 @@ def _numpy_multiarray_umath() -> Any:
         except ImportError:
             continue
     return None
-
-
-# Leads: which recorded differences can explain numeric drift -------------------------
-
-
-@dataclass(frozen=True)
-class EnvironmentLead:
-    """One fact that differs between two recorded environments: a lead to check, not a cause."""
-
-    key: str
-    category: str
-    baseline: Any
-    candidate: Any
-    note: str
-
-
-_CATEGORY_NOTES = {
-    "simd": "vector instruction sets differ: other kernels run, with another summation order and FMA use",
-    "precision": "precision settings differ (TF32, reduced-precision reductions, default dtype): results are rounded differently",
-    "threads": "thread counts differ: parallel reductions split their work per thread, changing summation order",
-    "determinism": "determinism settings differ: non-deterministic algorithms may be chosen",
-    "library_version": "library versions differ: kernels and their reduction orders can change between releases",
-    "hardware": "hardware differs: other kernels, FMA and reduction strategies",
-    "other": "differs between the two recordings",
-}
-_CATEGORY_ORDER = tuple(_CATEGORY_NOTES)
-# First matching prefix of the dotted fingerprint key decides the category.
-_CATEGORY_PREFIXES = (
-    ("cpu.simd", "simd"),
-    ("cpu.torch_capability", "simd"),
-    ("numpy.simd", "simd"),
-    ("variables.NPY_", "simd"),
-    ("precision.", "precision"),
-    ("variables.NVIDIA_TF32_OVERRIDE", "precision"),
-    ("threads.", "threads"),
-    ("cpu.logical_cores", "threads"),
-    ("variables.OMP_NUM_THREADS", "threads"),
-    ("variables.MKL_NUM_THREADS", "threads"),
-    ("determinism.", "determinism"),
-    ("variables.CUBLAS_WORKSPACE_CONFIG", "determinism"),
-    ("variables.PYTHONHASHSEED", "determinism"),
-    ("torch.", "library_version"),
-    ("numpy.version", "library_version"),
-    ("python.", "library_version"),
-    ("cuda.version", "library_version"),
-    ("cuda.cudnn_version", "library_version"),
-    ("cuda.driver_version", "library_version"),
-    ("platform.libc", "library_version"),
-    ("cpu.model", "hardware"),
-    ("cuda.", "hardware"),
-    ("platform.machine", "hardware"),
-    ("variables.CUDA_VISIBLE_DEVICES", "hardware"),
-)
-
-
-def environment_leads(
-    baseline: Mapping[str, Any] | None, candidate: Mapping[str, Any] | None
-) -> tuple[EnvironmentLead, ...]:
-    """Every differing fact of two fingerprints, most likely explanations of drift first.
-
-    Categories in order: simd, precision, threads, determinism, library_version,
-    hardware, other; keys in code-point order within a category. When a side
-    has no fingerprint, one lead says so.
-    """
-    if baseline is None or candidate is None:
-        missing = "baseline" if baseline is None else "candidate"
-        if baseline is None and candidate is None:
-            missing = "baseline and candidate"
-        return (
-            EnvironmentLead(
-                key="environment",
-                category="other",
-                baseline=None if baseline is None else "recorded",
-                candidate=None if candidate is None else "recorded",
-                note=f"no environment was recorded in the {missing}: no leads can be derived",
-            ),
-        )
-    left, right = _flattened(baseline), _flattened(candidate)
-    leads = []
-    for key in sorted(set(left) | set(right)):
-        before, after = left.get(key), right.get(key)
-        if before == after:
-            continue
-        category = _category(key)
-        leads.append(EnvironmentLead(key, category, before, after, _note(category, before, after)))
-    return tuple(sorted(leads, key=lambda lead: _CATEGORY_ORDER.index(lead.category)))
-
-
-def _flattened(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(_flattened(value, dotted + "."))
-        else:
-            flat[dotted] = value
-    return flat
-
-
-def _category(key: str) -> str:
-    for prefix, category in _CATEGORY_PREFIXES:
-        if key.startswith(prefix):
-            return category
-    return "other"
-
-
-def _note(category: str, before: Any, after: Any) -> str:
-    note = _CATEGORY_NOTES[category]
-    if isinstance(before, list) and isinstance(after, list):
-        only_before = [item for item in before if item not in after]
-        only_after = [item for item in after if item not in before]
-        parts = []
-        if only_before:
-            parts.append("only in baseline: " + ", ".join(map(str, only_before)))
-        if only_after:
-            parts.append("only in candidate: " + ", ".join(map(str, only_after)))
-        if parts:
-            note += " (" + "; ".join(parts) + ")"
-    return note

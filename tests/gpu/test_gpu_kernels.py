@@ -24,10 +24,9 @@ from trainparity.native.cuda import (
     DeviceTensorBytes,
     compare_buffers,
     digest_buffer,
-    kernel_unavailable_reason,
-    kernels_available,
     summary_buffer,
 )
+from trainparity.native.cuda_kernels import kernel_unavailable_reason, kernels_available
 from trainparity.state.freeze import freeze
 from trainparity.state.snapshot_file import read_snapshot, write_snapshot
 from trainparity.testing import assert_parity

@@ -34,7 +34,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
 def run(arguments: argparse.Namespace) -> common.CommandOutput:
     from trainparity.cases.command_case import COMMAND_CASE_PREFIX, CommandCase
     from trainparity.comparison.policies import ToleranceComparison
-    from trainparity.environment import environment_leads
+    from trainparity.environment_leads import environment_leads
     from trainparity.executors.replay import PlanReplay
     from trainparity.resume.check import check_resume
     from trainparity.resume.plan import PLAN_FILE

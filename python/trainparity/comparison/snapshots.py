@@ -19,7 +19,7 @@ from trainparity.comparison.states import (
     checked_policy,
     compare_states_with_records,
 )
-from trainparity.environment import EnvironmentLead, environment_leads
+from trainparity.environment_leads import EnvironmentLead, environment_leads
 from trainparity.outcomes import Outcome
 from trainparity.reports.reported import ReportedResult
 from trainparity.state.snapshot_file import read_snapshot

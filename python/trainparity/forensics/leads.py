@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainparity.environment import EnvironmentLead
+from trainparity.environment_leads import EnvironmentLead
 
 __all__ = ["OP_KINDS", "op_kind", "rank_leads"]
 

@@ -13,7 +13,7 @@ from trainparity.comparison.policies import (
     policy_report_fields,
 )
 from trainparity.comparison.states import checked_policy
-from trainparity.environment import EnvironmentLead, environment_leads
+from trainparity.environment_leads import EnvironmentLead, environment_leads
 from trainparity.forensics.leads import op_kind, rank_leads
 from trainparity.forensics.records import Trace, TraceOp, TraceValue
 from trainparity.forensics.trace_file import read_trace

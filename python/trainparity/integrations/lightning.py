@@ -10,15 +10,16 @@ In the training script::
 
 Outside a check these are no-ops. Under one, the callback saves Lightning's
 own complete checkpoint (`trainer.save_checkpoint`) at the plan's end step
-and stops the run there, without changing `max_steps` or the schedule. It
-saves in `on_train_batch_end`, where `ModelCheckpoint(every_n_train_steps=...)`
-saves. It is
-a `Checkpoint` callback, so Lightning runs it after every other callback's
-`on_train_batch_end`, as it does for `ModelCheckpoint`.
-Under torchrun with `strategy="ddp"` every rank runs the callback and calls
-`save_checkpoint`, as Lightning requires: it writes the file from rank 0
-only and waits for every rank.
-Works with `lightning` (`lightning.pytorch`) or the standalone `pytorch_lightning`.
+and stops the run there, without changing `max_steps` or the schedule.
+
+It saves in `on_train_batch_end`, where `ModelCheckpoint(every_n_train_steps=
+...)` saves. It is a `Checkpoint` callback, so Lightning runs it after every
+other callback's `on_train_batch_end`, as it does for `ModelCheckpoint`. Under
+torchrun with `strategy="ddp"` every rank runs the callback and calls
+`save_checkpoint`, as Lightning requires: it writes the file from rank 0 only
+and waits for every rank. Works with `lightning` (`lightning.pytorch`) or the
+standalone `pytorch_lightning`.
+
 `TrainParityCallback(id_column="id")` also records the sample IDs of every
 batch it trains on (`record_ids`, that field of the batch, the epoch
 Lightning's), so check_resume audits the data across the resume.

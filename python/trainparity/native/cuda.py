@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
-import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from trainparity.native.core import core, tensor_bytes
+from trainparity.native.cuda_kernels import (
+    _kernel_dtypes,
+    _kernels,
+    kernel_unavailable_reason,
+    kernels_available,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -21,14 +24,11 @@ __all__ = [
     "HOST_STREAM_BACKEND",
     "KERNEL_BACKEND",
     "CompareResult",
-    "build_kernels",
     "DeviceTensorBytes",
     "compare_buffers",
     "core_threads",
     "digest_buffer",
     "iter_host_blocks",
-    "kernel_unavailable_reason",
-    "kernels_available",
     "summary_buffer",
     "write_buffer",
 ]
@@ -49,11 +49,6 @@ SummaryState = tuple[int, float, float, float, int, int]
 HOST_BLOCK_BYTES = 32 << 20
 BLOCK_ALIGNMENT = 32768 * 16
 
-# Set to "0" to never build or use the kernels (GPU tensors are then streamed).
-KERNELS_VARIABLE = "TRAINPARITY_CUDA_KERNELS"
-_EXTENSION_NAME = "trainparity_cuda_kernels"
-_SOURCES = ("binding.cpp", "compare.cu", "digest.cu", "summary.cu")
-_HEADERS = ("launchers.h", "compare_rules.cuh", "digest_rules.cuh", "summary_rules.cuh")
 # Below this size a single thread of the native core is faster than starting more.
 _PARALLEL_MIN_BYTES = 8 << 20
 
@@ -160,108 +155,16 @@ def iter_host_blocks(data: Any, block_bytes: int = HOST_BLOCK_BYTES) -> Iterator
         yield view[start : start + block_bytes]
 
 
-# Kernels -------------------------------------------------------------------------------
-
-_kernel_lock = threading.Lock()
-_kernel_module: Any = None
-_kernel_failure: str | None = None
-
-
-def _sources_directory() -> Path | None:
-    """Where the kernel sources are: beside the package when installed, else the source tree."""
-    package = Path(__file__).resolve().parent
-    for candidate in (package / "csrc" / "cuda", package.parents[1] / "csrc" / "cuda"):
-        if all((candidate / name).is_file() for name in _SOURCES + _HEADERS):
-            return candidate
-    return None
-
-
-def _environment_problem() -> str | None:
-    import torch
-
-    if os.environ.get(KERNELS_VARIABLE) == "0":
-        return f"the CUDA kernels are disabled by {KERNELS_VARIABLE}=0"
-    if torch.version.cuda is None:
-        return "this torch build has no CUDA support"
-    if not torch.cuda.is_available():
-        return "CUDA is not available (no GPU or driver)"
-    if _sources_directory() is None:
-        return "the kernel sources (csrc/cuda) are not installed with this copy of trainparity"
-    return None
-
-
-def build_kernels(*, verbose: bool = False) -> Any:
-    """Build (or load from the TORCH_EXTENSIONS_DIR cache) the kernel extension; raise on failure.
-
-    Comparisons call this on their first GPU tensor and fall back to host
-    streaming if it fails; call it with verbose=True to build ahead of time
-    and see the compiler's output.
-    """
-    problem = _environment_problem()
-    if problem is not None:
-        raise RuntimeError(problem)
-    # Imported here, not at module import: importing trainparity never compiles anything.
-    from torch.utils import cpp_extension
-
-    if cpp_extension.CUDA_HOME is None:
-        raise RuntimeError("no CUDA toolkit found (nvcc); set CUDA_HOME to its directory")
-    directory = _sources_directory()
-    assert directory is not None  # checked by _environment_problem
-    return cpp_extension.load(
-        name=_EXTENSION_NAME,
-        sources=[str(directory / name) for name in _SOURCES],
-        extra_include_paths=[str(directory)],
-        extra_cflags=["-O2", "-ffp-contract=off"],
-        # The sums must be rounded exactly as the C core rounds them: no fused
-        # multiply-adds (the kernels also use explicit round-to-nearest intrinsics).
-        extra_cuda_cflags=["-O3", "--fmad=false", "-Xcompiler", "-ffp-contract=off"],
-        verbose=verbose,
-    )
-
-
-def _kernels() -> Any:
-    """The kernel extension, built (or loaded from TORCH_EXTENSIONS_DIR's cache) on first use."""
-    global _kernel_module, _kernel_failure
-    with _kernel_lock:
-        if _kernel_module is None and _kernel_failure is None:
-            _kernel_failure = _environment_problem()
-            if _kernel_failure is None:
-                try:
-                    _kernel_module = build_kernels()
-                except Exception as error:  # any build failure means: stream instead
-                    detail = str(error).strip().splitlines()
-                    _kernel_failure = (
-                        f"building the CUDA kernels failed ({type(error).__name__}: "
-                        f"{detail[0] if detail else 'no message'})"
-                    )
-                    warnings.warn(
-                        f"trainparity: {_kernel_failure}; GPU tensors are compared by "
-                        "streaming them to the host",
-                        RuntimeWarning,
-                        stacklevel=3,
-                    )
-        return _kernel_module
-
-
-def kernels_available() -> bool:
-    """Whether GPU tensors are compared by the CUDA kernels (builds them on the first call)."""
-    return _kernels() is not None
-
-
-def kernel_unavailable_reason() -> str | None:
-    """Why GPU tensors are streamed to the host instead, or None when the kernels are used."""
-    _kernels()
-    return _kernel_failure
+# Comparison and digests ----------------------------------------------------------------
 
 
 def _required_kernels() -> Any:
     module = _kernels()
     if module is None:
-        raise RuntimeError(f"the {KERNEL_BACKEND} backend is unavailable: {_kernel_failure}")
+        raise RuntimeError(
+            f"the {KERNEL_BACKEND} backend is unavailable: {kernel_unavailable_reason()}"
+        )
     return module
-
-
-# Comparison and digests ----------------------------------------------------------------
 
 
 def compare_buffers(
@@ -329,16 +232,6 @@ def _choose_backend(dtype_name: str, baseline: Any, candidate: Any, backend: str
 
 def _same_cuda_device(baseline: DeviceTensorBytes, candidate: DeviceTensorBytes) -> bool:
     return baseline.device.type == "cuda" and baseline.device == candidate.device
-
-
-_kernel_dtype_names: frozenset[str] | None = None
-
-
-def _kernel_dtypes(module: Any) -> frozenset[str]:
-    global _kernel_dtype_names
-    if _kernel_dtype_names is None:
-        _kernel_dtype_names = frozenset(module.dtypes())
-    return _kernel_dtype_names
 
 
 def _check_block_bytes(block_bytes: int) -> None:

@@ -14,7 +14,7 @@ from trainparity.comparison.policies import (
     policy_report_fields,
 )
 from trainparity.comparison.windows import ValueWindow
-from trainparity.environment import EnvironmentLead, environment_leads
+from trainparity.environment_leads import EnvironmentLead, environment_leads
 from trainparity.outcomes import Outcome
 from trainparity.recording.frames import FRAME_VERSION
 from trainparity.recording.reader import RecordedStep, Recording, read_recording

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainparity.comparison.windows import ValueWindow
-from trainparity.environment import EnvironmentLead
+from trainparity.environment_leads import EnvironmentLead
 from trainparity.processes.check_result import PhaseCheckResult
 
 __all__ = ["ProcessResumeResult"]

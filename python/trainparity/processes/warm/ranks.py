@@ -28,13 +28,12 @@ starts it. Per rank, as `python -u` would: its own session, stdout and
 stderr the files torchrun opened for it (passed over the socket), other
 descriptors closed, standard streams unbuffered.
 
-A forked rank is reaped with wait4, and what the kernel measured (CPU
-time, peak RSS, exit status) is appended to the phase's rank exits file
-(TRAINPARITY_RANK_EXITS_FILE; the format is in
-trainparity/distributed/rank_processes.py): its row then does not depend on
-sampling a rank that may end within one sample. A rank started as torchrun
-starts it is sampled, as in a fresh agent: wait4's peak RSS of a process
-that exec'd counts the memory of the one it replaced (here the agent).
+A forked rank is reaped with wait4, and what the kernel measured (CPU time,
+peak RSS, exit status) is appended to the phase's rank exits file
+(TRAINPARITY_RANK_EXITS_FILE; its format is in distributed/rank_processes.py):
+its row then does not depend on sampling a rank that may end within one
+sample. A rank started as torchrun starts it is sampled, as in a fresh agent:
+wait4's peak RSS of a process that exec'd counts the memory of the one it replaced (here the agent).
 """
 
 from __future__ import annotations
