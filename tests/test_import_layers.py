@@ -274,9 +274,17 @@ def test_workers_never_import_their_orchestrators():
     assert "trainparity.accumulation.rank_orchestration" not in reachable(
         "trainparity.accumulation.worker"
     )
-    assert "trainparity.processes.observer.client" not in reachable(
-        "trainparity.processes.observer"
+    # The observer worker is launched as `python -m trainparity.processes.observer`: the package
+    # (importing nothing), then its __main__, which runs the worker.
+    assert graph["trainparity.processes.observer"] == set()
+    assert "trainparity.processes.observer.worker" in reachable(
+        "trainparity.processes.observer.__main__"
     )
+    for start in (
+        "trainparity.processes.observer.__main__",
+        "trainparity.processes.observer.worker",
+    ):
+        assert "trainparity.processes.observer.client" not in reachable(start)
     # The package the worker is launched from hands out the check's names only on first use,
     # through a helper that imports nothing of trainparity's.
     assert graph["trainparity.accumulation"] == {"trainparity.lazy_names"}
