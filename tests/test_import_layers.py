@@ -21,10 +21,11 @@ import pytest
 import trainparity
 
 PACKAGE_ROOT = Path(trainparity.__file__).resolve().parent
-SOURCE_ROOT = Path(__file__).resolve().parents[1] / "python" / "trainparity"
+REPOSITORY = Path(__file__).resolve().parents[1]
+SOURCE_ROOT = REPOSITORY / "python" / "trainparity"
 # The sources when the checkout is at hand, else the installed copy (same files).
 ROOT = SOURCE_ROOT if SOURCE_ROOT.is_dir() else PACKAGE_ROOT
-DESIGN_DOC = Path(__file__).resolve().parents[1] / "docs" / "design.md"
+DESIGN_DOC = REPOSITORY / "docs" / "design.md"
 
 SURFACE, CHECKS, PROCESSES, CASES, STATE, REPORTS, NATIVE, FOUNDATION = range(8)
 LAYER_NAMES = (
@@ -202,7 +203,8 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_every_import_runs_down_the_layers():
-    assert upward_imports(import_graph()) == [], "\n".join(upward_imports(import_graph()))
+    upward = upward_imports(import_graph())
+    assert upward == [], "\n".join(upward)
 
 
 def test_an_upward_import_is_caught():
@@ -349,18 +351,13 @@ def test_the_design_doc_draws_every_room_in_its_declared_layer():
         if path.name.startswith(("_", ".")) and path.name not in ("__init__.py", "__main__.py"):
             continue
         if path.is_dir() and (path / "__init__.py").exists():
-            name, component = f"{path.name}/", path.name
+            # A package is placed by LAYERS even where its __init__ is a face (trainparity.state).
+            name, layer = f"{path.name}/", LAYERS[path.name]
         elif path.suffix == ".py":
-            name, component = path.stem, path.stem
+            module = "trainparity" if path.stem == "__init__" else f"trainparity.{path.stem}"
+            name, layer = path.stem, layer_of(module)
         else:
             continue
-        # A package is placed by LAYERS even where its __init__ is a face (trainparity.state).
-        if path.is_dir():
-            layer = LAYERS[component]
-        else:
-            layer = layer_of(
-                "trainparity" if component == "__init__" else f"trainparity.{component}"
-            )
         if name not in drawn:
             problems.append(f"{name}: not in docs/design.md's layer block")
             continue
@@ -393,7 +390,7 @@ def test_every_declared_layer_entry_exists(component):
 def test_setup_ships_every_package():
     """setup.py lists its packages by name: a new subpackage left out would be missing from an
     installed trainparity (CI tests the installed copy)."""
-    setup_text = (Path(__file__).resolve().parents[1] / "setup.py").read_text(encoding="utf-8")
+    setup_text = (REPOSITORY / "setup.py").read_text(encoding="utf-8")
     listed = set(re.findall(r'"(trainparity(?:\.[a-z_]+)*)"', setup_text))
     packages = {
         ".".join(("trainparity", *path.parent.relative_to(SOURCE_ROOT).parts))

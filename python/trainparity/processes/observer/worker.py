@@ -4,8 +4,9 @@ Launched by check_resume as `python -m trainparity.processes.observer --case SPE
 --requests FIFO`. It loads the case once, then serves one request per line
 read from the FIFO: call `observe_checkpoint`, normalise, freeze and write
 the snapshot file, then publish a small JSON result next to it atomically
-(the parent waits for that file). The user's training processes never see it, so one observer
-can serve every phase of a check while the training children stay fresh.
+(the parent waits for that file). The user's training processes never see
+it, so one observer can serve every phase of a check while the training
+children stay fresh.
 """
 
 from __future__ import annotations

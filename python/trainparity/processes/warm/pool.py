@@ -22,7 +22,8 @@ started it ends, and a check may run in a thread that ends before the next
 check (a ThreadPoolExecutor's), which would kill the servers it gave back.
 
 This module knows servers only as objects with `pid`, `alive()` and
-`close()`: starter.py makes them and imports this module, never the reverse.
+`close()` (server_handle.py's WarmServer): starter.py makes them and imports
+this module, never the reverse.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ peak RSS, exit status) is appended to the phase's rank exits file
 (TRAINPARITY_RANK_EXITS_FILE; its format is in distributed/rank_processes.py):
 its row then does not depend on sampling a rank that may end within one
 sample. A rank started as torchrun starts it is sampled, as in a fresh agent:
-wait4's peak RSS of a process that exec'd counts the memory of the one it replaced (here the agent).
+wait4's peak RSS of a process that exec'd counts the memory of the one it
+replaced (here the agent).
 """
 
 from __future__ import annotations
