@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from trainparity.accumulation.check import check_accumulation as check_accumulation
     from trainparity.cases.command_case import CommandCase as CommandCase
     from trainparity.comparison.policies import ExactComparison as ExactComparison
+    from trainparity.comparison.noise import NoiseComparison as NoiseComparison
     from trainparity.comparison.policies import ToleranceComparison as ToleranceComparison
     from trainparity.comparison.states import compare_states as compare_states
     from trainparity.coverage.audit import AtLeastOnce as AtLeastOnce
@@ -46,6 +47,7 @@ _DEFINED_IN = {
     "ExactComparison": "trainparity.comparison.policies",
     "Outcome": "trainparity.outcomes",
     "ToleranceComparison": "trainparity.comparison.policies",
+    "NoiseComparison": "trainparity.comparison.noise",
     "check_resume": "trainparity.resume.check",
     "check_runs": "trainparity.runs.check",
     "CommandCase": "trainparity.cases.command_case",

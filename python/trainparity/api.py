@@ -9,6 +9,7 @@ from trainparity.comparison.policies import (
     ExactComparison,
     ToleranceComparison,
 )
+from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.snapshots import SnapshotDiff, diff_snapshots
 from trainparity.comparison.states import StateComparison, TensorStatistics, compare_states
 from trainparity.coverage.audit import (
@@ -75,6 +76,7 @@ __all__ = [
     "StateComparison",
     "TensorStatistics",
     "ToleranceComparison",
+    "NoiseComparison",
     "check_resume",
     "check_runs",
     "CommandCase",

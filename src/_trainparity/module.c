@@ -20,6 +20,8 @@ static int trainparity_exec(PyObject *module)
         return -1;
     if (add_part(module, tp_summary_methods, tp_summary_init) < 0)
         return -1;
+    if (add_part(module, tp_distance_methods, tp_distance_init) < 0)
+        return -1;
     return 0;
 }
 
@@ -31,7 +33,7 @@ static PyModuleDef_Slot trainparity_slots[] = {
 static struct PyModuleDef trainparity_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_trainparity",
-    .m_doc = "trainparity native core: compare, digest, spawn, coverage, summary.",
+    .m_doc = "trainparity native core: compare, digest, spawn, coverage, summary, distance.",
     .m_size = 0,
     .m_slots = trainparity_slots,
 };

@@ -170,6 +170,9 @@ def policy_report_fields(policy: object) -> dict[str, Any]:
             "comparison_atol": policy.atol,
             "comparison_equal_nan": policy.equal_nan,
         }
+    noise_name = getattr(policy, "name", None)
+    if noise_name == "noise_envelope":  # NoiseComparison: its settings are under noise_envelope
+        return {"comparison_policy": noise_name}
     return {"comparison_policy": "exact"}
 
 

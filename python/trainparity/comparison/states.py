@@ -104,13 +104,30 @@ def compare_states_with_records(
     return result, records
 
 
-def checked_policy(comparison: object) -> ComparisonPolicy:
-    """The comparison policy a diff was given: exact when None, TypeError when not a policy."""
+def checked_policy(comparison: object, *, noise_allowed: bool = False) -> ComparisonPolicy:
+    """The comparison policy a diff or check was given: exact when None, TypeError when not a policy.
+
+    NoiseComparison needs several uninterrupted runs, so only a check that
+    runs them (`noise_allowed`) takes it; a diff of two states cannot.
+    """
     if comparison is None:
         return ExactComparison()
     if isinstance(comparison, (ExactComparison, ToleranceComparison)):
         return comparison
-    raise TypeError("comparison must be explicit ExactComparison or ToleranceComparison")
+    from trainparity.comparison.noise import NoiseComparison
+
+    if isinstance(comparison, NoiseComparison):
+        if noise_allowed:
+            return comparison  # type: ignore[return-value]
+        raise TypeError(
+            "NoiseComparison measures the noise of several uninterrupted runs: a diff of two "
+            "states has only one pair; use it with check_resume, check_runs, "
+            "check_accumulation or `trainparity diff --noise`"
+        )
+    raise TypeError(
+        "comparison must be explicit ExactComparison or ToleranceComparison "
+        "(or NoiseComparison, for a check)"
+    )
 
 
 def _prepare(state: object) -> object:

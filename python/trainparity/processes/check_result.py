@@ -56,3 +56,8 @@ class PhaseCheckResult(CheckResult):
     # Only when the case's processes call record() (docs/trajectories.md):
     trajectory: dict[str, Any] | None = None
     final_state_differences: tuple[Difference, ...] | None = None
+    # Only under NoiseComparison (docs/resume.md): the declared relation, per step the
+    # noise, excursion and limit per component, the closest approach and the sensitivity.
+    noise_envelope: dict[str, Any] | None = field(
+        default=None, metadata={"omitted_when_none": True}
+    )

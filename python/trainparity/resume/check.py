@@ -19,6 +19,7 @@ from typing import Any
 from trainparity.cases.command_case import CommandCase, case_names, resolved_case
 from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, load_process_case
 from trainparity.cases.setup_failure import setup_failure
+from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.policies import (
     ExactComparison,
     ToleranceComparison,
@@ -33,7 +34,7 @@ from trainparity.processes.progress import ProgressCallback
 from trainparity.processes.run_directory import PROCESS_RESUME_PREFIX
 from trainparity.protocols import ProcessResumeCase
 from trainparity.resume.chain import CandidatePhase, candidate_chain
-from trainparity.resume.execution import CONCURRENT_CHILDREN, ResumeExecution
+from trainparity.resume.execution import ResumeExecution, concurrent_children
 from trainparity.resume.result import ProcessResumeResult
 
 __all__ = ["ProcessResumeRunner", "check_resume", "resume_case_setup"]
@@ -42,7 +43,7 @@ __all__ = ["ProcessResumeRunner", "check_resume", "resume_case_setup"]
 def check_resume(
     case: str | CommandCase,
     *,
-    comparison: ExactComparison | ToleranceComparison | None = None,
+    comparison: ExactComparison | ToleranceComparison | NoiseComparison | None = None,
     cwd: Path | None = None,
     work_dir: Path | None = None,
     report_path: Path | None = None,
@@ -141,7 +142,7 @@ class ProcessResumeRunner(CheckRunner):
             command_dir=command_dir,
             environment=child_environment,
             device=getattr(loaded, "device", "cpu"),
-            concurrent_children=CONCURRENT_CHILDREN,
+            concurrent_children=concurrent_children(self.policy),
         ) as settings:
             # The children's allow-listed variables (CUBLAS_WORKSPACE_CONFIG, ...) are what mattered.
             fields["environment"] = settings.environment_report()

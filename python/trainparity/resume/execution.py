@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
 from trainparity.comparison.windows import ValueWindow, differences_with_windows
 from trainparity.coverage.resume_boundary import BoundaryDifference
@@ -25,6 +26,7 @@ from trainparity.processes.children import (
 )
 from trainparity.processes.observer.client import ObservationFailure
 from trainparity.protocols import ProcessResumeCase
+from trainparity.recording.resume_envelope import ResumeEnvelope
 from trainparity.recording.resume import (
     ResumeTrajectories,
     TrajectoryError,
@@ -32,12 +34,20 @@ from trainparity.recording.resume import (
     recording_directory,
 )
 from trainparity.resume.chain import CandidatePhase, chain_report
+from trainparity.resume.noise_decision import (
+    baseline_names,
+    event_verdict,
+    final_state_envelope,
+    pass_message,
+    split_differs_message,
+)
 from trainparity.resume.result import ProcessResumeResult
+from trainparity.state.snapshot import Snapshot
 
-__all__ = ["CONCURRENT_CHILDREN", "ResumeExecution", "resume_phases"]
+__all__ = ["CONCURRENT_CHILDREN", "ResumeExecution", "concurrent_children", "resume_phases"]
 
-_CONCURRENT_PHASES = ("baseline_a", "baseline_b", "candidate_split")
-CONCURRENT_CHILDREN = len(_CONCURRENT_PHASES)  # what each phase's threads are shared over
+# What each phase's threads are shared over: baseline_a, baseline_b and candidate_split.
+CONCURRENT_CHILDREN = 3
 # Where each phase's wall time goes in the report's timing section.
 _TIMING_KEYS = {
     "candidate_split": "candidate_save_exit",
@@ -46,18 +56,27 @@ _TIMING_KEYS = {
 
 
 def resume_phases(
-    case: ProcessResumeCase, chain: Sequence[CandidatePhase]
+    case: ProcessResumeCase,
+    chain: Sequence[CandidatePhase],
+    baselines: Sequence[str] = ("baseline_a", "baseline_b"),
 ) -> list[tuple[str, int, int | None]]:
     """Each phase of a resume check, in order: (name, the step it trains to, its rank count).
 
-    The baselines are the uninterrupted run at the rank count that saved first.
+    The baselines are the uninterrupted run at the rank count that saved first
+    (two, or NoiseComparison's `baselines`).
     """
     baseline_size = chain[0].world_size
     return [
-        ("baseline_a", case.total_step, baseline_size),
-        ("baseline_b", case.total_step, baseline_size),
+        *((name, case.total_step, baseline_size) for name in baselines),
         *((phase.name, phase.end_step, phase.world_size) for phase in chain),
     ]
+
+
+def concurrent_children(policy: object) -> int:
+    """How many children a resume check starts at once: its baselines and candidate_split."""
+    if isinstance(policy, NoiseComparison):
+        return policy.baselines + 1
+    return CONCURRENT_CHILDREN
 
 
 class ResumeExecution:
@@ -68,7 +87,7 @@ class ResumeExecution:
         *,
         case_spec: str,
         case: ProcessResumeCase,
-        policy: ExactComparison | ToleranceComparison,
+        policy: ExactComparison | ToleranceComparison | NoiseComparison,
         settings: RunSettings,
         staged_checkpoint_hook: Callable[[Path], None] | None,
         chain: tuple[CandidatePhase, ...],
@@ -80,7 +99,10 @@ class ResumeExecution:
         self.staged_checkpoint_hook = staged_checkpoint_hook
         self.chain = chain
         root = settings.run_root
-        phases = resume_phases(case, chain)
+        self.baselines = baseline_names(
+            policy.baselines if isinstance(policy, NoiseComparison) else 2
+        )
+        phases = resume_phases(case, chain, self.baselines)
         split_steps = [phase.from_step for phase in chain[1:]]
         self.timings: dict[str, float] = {}
         self.children = PhaseChildren(
@@ -108,8 +130,11 @@ class ResumeExecution:
         with self.children.running():
             try:
                 if self.settings.parallel:
-                    self.children.start_concurrently(_CONCURRENT_PHASES)
-                result = self._decide(fields)
+                    self.children.start_concurrently((*self.baselines, self.chain[0].name))
+                if isinstance(self.policy, NoiseComparison):
+                    result = self._decide_noise(fields, self.policy)
+                else:
+                    result = self._decide(fields)
             except (PhaseError, ObservationFailure) as failure:
                 result = self._result(fields, failure.outcome, failure.message)
         timing = dict(self.timings)
@@ -164,17 +189,7 @@ class ResumeExecution:
                 value_windows=_windows(parted, baseline_windows),
                 **trajectories.report_fields(baseline_differences),
             )
-        # Each resume loads the checkpoint the phase before it saved, in a fresh process.
-        checkpoint = self.children.trained(self.chain[0].name)
-        for phase in self.chain[1:]:
-            self.children.phases[phase.name].resume_from = self._stage(checkpoint, phase.name)
-            checkpoint = self.children.trained(phase.name)
-        pids = [self.children.phases[phase.name].result.pid for phase in self.chain]
-        if len(set(pids)) != len(pids):
-            raise PhaseError(
-                Outcome.ERROR, "save/exit and load/resume did not prove distinct process IDs"
-            )
-        snapshot_resume = self.children.observed("candidate_resume", checkpoint)
+        snapshot_resume = self._run_chain()
         parted = _recorded(trajectories.candidates_part)
         began = time.perf_counter()
         final_differences, final_windows = differences_with_windows(
@@ -202,6 +217,22 @@ class ResumeExecution:
             )
         )
         recorded = trajectories.report_fields(differences)
+        split = self.chain[0]
+        if parted is not None and parted.candidate_phase == split.name:
+            # Up to its save candidate_split is a third uninterrupted run: this is nondeterminism.
+            return self._result(
+                fields,
+                Outcome.ABSTAIN,
+                split_differs_message(
+                    split.name, "baseline_a", parted.step, parted.differences[0].path, split.end_step
+                ),
+                first_divergent_step=parted.step,
+                primary_difference=parted.differences[0],
+                all_differences=parted.differences,
+                nondeterminism_hints=nondeterminism_hints(self.settings.environment),
+                value_windows=parted.comparison.value_windows,
+                **recorded,
+            )
         step, first_differences = _first_divergence(parted, total, coverage, final_differences)
         if first_differences:
             return self._result(
@@ -225,6 +256,101 @@ class ResumeExecution:
             Outcome.PASS,
             f"final states are {wording} at step {total}",
             fresh_resume_processes_distinct=True,
+            **recorded,
+        )
+
+    def _run_chain(self) -> Snapshot:
+        """Run every candidate phase, each resume loading the checkpoint the phase before it saved
+        in a fresh process; the final resumed state."""
+        checkpoint = self.children.trained(self.chain[0].name)
+        for phase in self.chain[1:]:
+            self.children.phases[phase.name].resume_from = self._stage(checkpoint, phase.name)
+            checkpoint = self.children.trained(phase.name)
+        pids = [self.children.phases[phase.name].result.pid for phase in self.chain]
+        if len(set(pids)) != len(pids):
+            raise PhaseError(
+                Outcome.ERROR, "save/exit and load/resume did not prove distinct process IDs"
+            )
+        return self.children.observed("candidate_resume", checkpoint)
+
+    def _decide_noise(self, fields: dict[str, Any], policy: NoiseComparison) -> ProcessResumeResult:
+        """The decision sequence under NoiseComparison (resume/noise_decision.py words it)."""
+        finals = [(name, self.children.observed(name)) for name in self.baselines]
+        self.timings["baseline_self_consistency"] = sum(
+            self.timings.get(key, 0.0)
+            for name in self.baselines
+            for key in (name, f"snapshot_{name}")
+        )
+        envelope = ResumeEnvelope(
+            self.settings.run_root,
+            policy,
+            self.baselines,
+            tuple(
+                (phase.name, phase.from_step, phase.world_size != self.chain[0].world_size)
+                for phase in self.chain
+            ),
+        )
+        snapshot_resume = self._run_chain()
+        began = time.perf_counter()
+        event = _recorded(envelope.judge)
+        if envelope.recorded:
+            report = envelope.report()
+        else:
+            event, report = final_state_envelope(
+                policy, finals, ("candidate_resume", snapshot_resume), self.case.total_step
+            )
+        root = self.settings.run_root
+        coverage = resume_chain_differences(
+            ids_path(root / self.baselines[0]),
+            [(phase.name, ids_path(root / phase.name)) for phase in self.chain],
+        )
+        self.timings["comparison"] = time.perf_counter() - began
+        envelope_fields = {"noise_envelope": {**policy.settings(), **report}}
+        recorded = envelope.report_fields(()) if envelope.recorded else {}
+        split = self.chain[0]
+        placed = sorted(coverage, key=lambda item: math.inf if item.step is None else item.step)
+        if placed and (event is None or event.kind == "candidate_left") and (
+            event is None or placed[0].step is None or placed[0].step <= event.step
+        ):
+            step = placed[0].step if placed[0].step is not None else self.case.total_step
+            ordered = tuple(item.difference for item in placed)
+            return self._result(
+                fields,
+                Outcome.FAIL,
+                f"first observed divergence at step {step}: {ordered[0].path}",
+                first_divergent_step=step,
+                primary_difference=ordered[0],
+                all_differences=ordered,
+                fresh_resume_processes_distinct=True,
+                **envelope_fields,
+                **recorded,
+            )
+        if event is not None:
+            outcome, message = event_verdict(
+                event, policy, self.baselines[0], split.name, split.end_step
+            )
+            extra: dict[str, Any] = {}
+            if outcome is Outcome.ABSTAIN:
+                extra["nondeterminism_hints"] = nondeterminism_hints(self.settings.environment)
+            else:
+                extra["fresh_resume_processes_distinct"] = True
+            return self._result(
+                fields,
+                outcome,
+                message,
+                first_divergent_step=event.step,
+                primary_difference=event.differences[0],
+                all_differences=event.differences,
+                **extra,
+                **envelope_fields,
+                **recorded,
+            )
+        return self._result(
+            fields,
+            Outcome.PASS,
+            pass_message(report["closest_approach"], report["judged_on"]),
+            fresh_resume_processes_distinct=True,
+            **envelope_fields,
             **recorded,
         )
 

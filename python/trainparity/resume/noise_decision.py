@@ -1,0 +1,136 @@
+"""check_resume's verdict under NoiseComparison: the messages, and the final states when nothing was recorded.
+
+The decision order is the exact check's: samples that disagree where they
+must not (or noise above `max_noise`) abstain, then a candidate outside the
+envelope fails at its first step, else the check passes and says how close
+the candidate came. resume/execution.py runs the phases and calls these.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from trainparity.comparison.noise import NoiseComparison
+from trainparity.outcomes import Outcome
+from trainparity.recording.envelope_steps import (
+    EnvelopeEvent,
+    EnvelopeWalk,
+    Position,
+    closest_approach,
+    sensitivity_line,
+)
+from trainparity.state.snapshot import Snapshot
+
+__all__ = [
+    "baseline_names",
+    "event_verdict",
+    "final_state_envelope",
+    "pass_message",
+]
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def baseline_names(count: int) -> tuple[str, ...]:
+    """baseline_a, baseline_b, baseline_c, … : the uninterrupted runs of a check."""
+    return tuple(f"baseline_{letter}" for letter in _LETTERS[:count])
+
+
+class _Final:
+    """A final-state snapshot standing in for a record in an envelope walk."""
+
+    def __init__(self, snapshot: Snapshot, step: int) -> None:
+        self._snapshot = snapshot
+        self.step = step
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+
+def final_state_envelope(
+    policy: NoiseComparison,
+    baselines: Sequence[tuple[str, Snapshot]],
+    candidate: tuple[str, Snapshot],
+    total_step: int,
+) -> tuple[EnvelopeEvent | None, dict[str, Any]]:
+    """The envelope judgment of the final states (a case that does not call record())."""
+    walk = EnvelopeWalk(policy, 0)
+    position = Position(
+        total_step,
+        tuple((name, _Final(snapshot, total_step)) for name, snapshot in baselines),  # type: ignore[misc]
+        ((candidate[0], _Final(candidate[1], total_step), False),),  # type: ignore[arg-type]
+    )
+    event = walk.run([position])
+    report = {
+        "judged_on": "final states",
+        "samples": [name for name, _ in baselines],
+        "steps": [row.to_dict(1) for row in walk.rows],
+        "closest_approach": closest_approach(walk.rows, 1),
+        "sensitivity": sensitivity_line(walk.rows, total_step),
+    }
+    return event, report
+
+
+def event_verdict(
+    event: EnvelopeEvent, policy: NoiseComparison, reference: str, split_phase: str, split_step: int
+) -> tuple[Outcome, str]:
+    """The outcome and message of the event that decided."""
+    path = event.differences[0].path if event.differences else "$"
+    if event.kind == "samples_differ":
+        if event.phase == split_phase:
+            return Outcome.ABSTAIN, split_differs_message(
+                split_phase, reference, event.step, path, split_step
+            )
+        return Outcome.ABSTAIN, (
+            f"baseline self-consistency failed at step {event.step}: {event.phase} differs from "
+            f"{reference} at {path}, which NoiseComparison holds exact (not a floating-point "
+            "value); resume attribution is unsafe"
+        )
+    if event.kind == "too_noisy":
+        entry = event.entry
+        assert entry is not None
+        return Outcome.ABSTAIN, (
+            f"the run-to-run noise at step {event.step} is {_g(entry.noise)} (relative L2, at "
+            f"{entry.path}), above max_noise={_g(policy.max_noise)}: a fault that moves the "
+            "state by less than that at that step cannot be seen"
+        )
+    entry = event.entry
+    message = f"first observed divergence at step {event.step}: {path}"
+    if entry is not None and not entry.exact and entry.excursion is not None:
+        ratio = entry.ratio if entry.ratio is not None else math.inf
+        message += (
+            f" left the noise envelope (excursion {_g(entry.excursion)} is {_g(ratio)}× the "
+            f"noise {_g(entry.noise)}; declared limit {_g(policy.factor)}×"
+            + (" plus the floor" if policy.has_floor else "")
+            + ")"
+        )
+    return Outcome.FAIL, message
+
+
+def split_differs_message(
+    split_phase: str, reference: str, step: int, path: str, split_step: int
+) -> str:
+    """Why a difference of candidate_split before its save is nondeterminism, not the resume's fault."""
+    return (
+        f"{split_phase} differs from {reference} at step {step} ({path}), before its save at "
+        f"step {split_step}: up to the split it is one more uninterrupted run, so training is "
+        "not deterministic there and resume attribution is unsafe"
+    )
+
+
+def pass_message(closest: dict[str, Any] | None, judged_on: str) -> str:
+    where = "every recorded step" if judged_on == "recorded steps" else "the final state"
+    if closest is None:
+        return f"the candidate matched the baselines bit for bit at {where}"
+    return (
+        f"the candidate stayed inside the noise envelope at {where}; closest approach: "
+        f"{_g(closest['ratio'])}× the noise at step {closest['step']}, {closest['path']}"
+    )
+
+
+def _g(value: float | None) -> str:
+    if value is None:
+        return "none"
+    return "inf" if math.isinf(value) else f"{value:.3g}"

@@ -1,0 +1,455 @@
+/* distance part of the native core: L2 norms of k same-shaped buffers and of
+ * every pairwise difference, in one deterministic pass that reads each buffer once.
+ *
+ * This is what a noise envelope needs at one step and one tensor path: the
+ * spread of k uninterrupted runs and a candidate's distance to each of them.
+ * Comparing the pairs one by one would read every buffer k-1 times. */
+#include "tp.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "distance.c reads elements as little-endian bytes and assumes a little-endian host"
+#endif
+
+/* As in compare.c: fixed chunks combined in chunk order make every result
+ * independent of the thread count; LANES interleaved partial sums let the
+ * compiler vectorise without reassociating additions; no contraction. */
+#define CHUNK_ELEMENTS 4096
+#define LANES 16
+#define MAX_BUFFERS 32
+#define SCALE_EXPONENT 600
+
+/* Hot loops get an AVX2 clone chosen at load time, as in compare.c; with
+ * contraction off both clones give bit-identical sums. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define HOT_LOOP __attribute__((target_clones("avx2", "default")))
+#else
+#define HOT_LOOP
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math", "fp-contract=off")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* Each loader widens `count` elements to double and returns how many were not finite. */
+typedef uint64_t (*chunk_loader)(const unsigned char *, double *, size_t);
+
+HOT_LOOP static uint64_t load_float32(const unsigned char *source, double *x, size_t count)
+{
+    uint64_t bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        float value;
+        memcpy(&value, source + 4 * i, sizeof value);
+        x[i] = (double)value;
+        bad += !isfinite(value);
+    }
+    return bad;
+}
+
+HOT_LOOP static uint64_t load_float64(const unsigned char *source, double *x, size_t count)
+{
+    uint64_t bad = 0;
+    memcpy(x, source, count * sizeof *x);
+    for (size_t i = 0; i < count; i++)
+        bad += !isfinite(x[i]);
+    return bad;
+}
+
+HOT_LOOP static uint64_t load_bfloat16(const unsigned char *source, double *x, size_t count)
+{
+    uint64_t bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint16_t half;
+        memcpy(&half, source + 2 * i, sizeof half);
+        uint32_t bits = (uint32_t)half << 16;
+        float value;
+        memcpy(&value, &bits, sizeof value);
+        x[i] = (double)value;
+        bad += !isfinite(value);
+    }
+    return bad;
+}
+
+static double float16_value(const unsigned char *p)
+{
+    uint16_t half = (uint16_t)(p[0] | p[1] << 8);
+    int exponent = (half >> 10) & 0x1f;
+    int mantissa = half & 0x3ff;
+    double magnitude;
+    if (exponent == 0)
+        magnitude = ldexp((double)mantissa, -24);
+    else if (exponent == 31)
+        magnitude = mantissa ? NAN : INFINITY;
+    else
+        magnitude = ldexp((double)(mantissa | 0x400), exponent - 25);
+    return (half & 0x8000) ? -magnitude : magnitude;
+}
+
+static uint64_t load_float16(const unsigned char *source, double *x, size_t count)
+{
+    uint64_t bad = 0;
+    for (size_t i = 0; i < count; i++) {
+        x[i] = float16_value(source + 2 * i);
+        bad += !isfinite(x[i]);
+    }
+    return bad;
+}
+
+typedef struct {
+    const char *name;
+    size_t itemsize;
+    chunk_loader load;
+} distance_dtype;
+
+static const distance_dtype distance_dtypes[] = {
+    {"float32", 4, load_float32},
+    {"float64", 8, load_float64},
+    {"bfloat16", 2, load_bfloat16},
+    {"float16", 2, load_float16},
+};
+#define DISTANCE_DTYPE_COUNT (sizeof distance_dtypes / sizeof distance_dtypes[0])
+
+/* A sum of squares; level 1 means it is the sum of (x * 2^-SCALE_EXPONENT)^2. */
+typedef struct {
+    double value;
+    int level;
+} scaled;
+
+typedef struct {
+    const distance_dtype *dtype;
+    size_t buffer_count;
+    size_t pair_count;
+    const unsigned char *buffers[MAX_BUFFERS];
+    size_t element_count;
+    /* per chunk: buffer_count norms, then pair_count distances */
+    scaled *sums;
+    /* per chunk: buffer_count non-finite counts; pair_count "bytes differ" flags */
+    uint64_t *nonfinite;
+    unsigned char *differ;
+} distance_pass;
+
+typedef struct {
+    const distance_pass *pass;
+    size_t first_chunk;
+    size_t end_chunk;
+    double *values; /* buffer_count * CHUNK_ELEMENTS scratch */
+} distance_worker;
+
+static double lane_total(const double *lanes)
+{
+    double total = 0.0;
+    for (int j = 0; j < LANES; j++)
+        total += lanes[j];
+    return total;
+}
+
+HOT_LOOP static double sum_squares(const double *x, size_t count, double scale)
+{
+    double lanes[LANES] = {0};
+    for (size_t i = 0; i < count; i++) {
+        double v = x[i] * scale;
+        lanes[i % LANES] += v * v;
+    }
+    return lane_total(lanes);
+}
+
+HOT_LOOP static double sum_squared_differences(const double *x, const double *y, size_t count,
+                                      double scale)
+{
+    double lanes[LANES] = {0};
+    for (size_t i = 0; i < count; i++) {
+        double d = x[i] * scale - y[i] * scale;
+        lanes[i % LANES] += d * d;
+    }
+    return lane_total(lanes);
+}
+
+/* Squares overflow only for float64 values above ~1e154: such a sum is taken again scaled. */
+static scaled measured(double unscaled, const double *x, const double *y, size_t count)
+{
+    if (!isinf(unscaled))
+        return (scaled){unscaled, 0};
+    double scale = ldexp(1.0, -SCALE_EXPONENT);
+    double value = y == NULL ? sum_squares(x, count, scale)
+                             : sum_squared_differences(x, y, count, scale);
+    return (scaled){value, 1};
+}
+
+static void measure_chunk(const distance_pass *pass, size_t chunk, double *values)
+{
+    size_t start = chunk * CHUNK_ELEMENTS;
+    size_t count = pass->element_count - start < CHUNK_ELEMENTS ? pass->element_count - start
+                                                                 : CHUNK_ELEMENTS;
+    size_t itemsize = pass->dtype->itemsize;
+    size_t k = pass->buffer_count;
+    scaled *sums = &pass->sums[chunk * (k + pass->pair_count)];
+    uint64_t *nonfinite = &pass->nonfinite[chunk * k];
+    unsigned char *differ = &pass->differ[chunk * pass->pair_count];
+    for (size_t b = 0; b < k; b++) {
+        const unsigned char *source = pass->buffers[b] + start * itemsize;
+        double *x = &values[b * CHUNK_ELEMENTS];
+        nonfinite[b] = pass->dtype->load(source, x, count);
+        sums[b] = measured(sum_squares(x, count, 1.0), x, NULL, count);
+    }
+    size_t pair = 0;
+    for (size_t a = 0; a < k; a++) {
+        for (size_t b = a + 1; b < k; b++, pair++) {
+            const double *x = &values[a * CHUNK_ELEMENTS], *y = &values[b * CHUNK_ELEMENTS];
+            differ[pair] = memcmp(pass->buffers[a] + start * itemsize,
+                                  pass->buffers[b] + start * itemsize, count * itemsize) != 0;
+            sums[k + pair] = differ[pair] ? measured(sum_squared_differences(x, y, count, 1.0),
+                                                     x, y, count)
+                                          : (scaled){0.0, 0};
+        }
+    }
+}
+
+static void *run_worker(void *arg)
+{
+    distance_worker *w = arg;
+    for (size_t chunk = w->first_chunk; chunk < w->end_chunk; chunk++)
+        measure_chunk(w->pass, chunk, w->values);
+    return NULL;
+}
+
+static void add_scaled(scaled *total, scaled term)
+{
+    const double factor = ldexp(1.0, -SCALE_EXPONENT);
+    if (term.level > total->level) {
+        total->value = total->value * factor * factor;
+        total->level = 1;
+    } else if (term.level < total->level) {
+        term.value = term.value * factor * factor;
+    }
+    double sum = total->value + term.value;
+    if (isinf(sum) && total->level == 0) {
+        sum = total->value * factor * factor + term.value * factor * factor;
+        total->level = 1;
+    }
+    total->value = sum;
+}
+
+static double norm_of(scaled sum)
+{
+    return ldexp(sqrt(sum.value), SCALE_EXPONENT * sum.level);
+}
+
+/* Runs the pass on `threads` threads (the caller's thread takes the first
+ * range); returns 0 or an errno value with `failed_call` set. */
+static int run_pass(const distance_pass *pass, size_t chunk_count, size_t threads,
+                    double *scratch, const char **failed_call)
+{
+    distance_worker workers[16];
+    pthread_t ids[16];
+    size_t per_worker = chunk_count / threads, remainder = chunk_count % threads;
+    for (size_t t = 0, next = 0; t < threads; t++) {
+        workers[t].pass = pass;
+        workers[t].first_chunk = next;
+        next += per_worker + (t < remainder ? 1 : 0);
+        workers[t].end_chunk = next;
+        workers[t].values = &scratch[t * pass->buffer_count * CHUNK_ELEMENTS];
+    }
+    int error = 0;
+    size_t started = 1;
+    for (; started < threads; started++) {
+        error = pthread_create(&ids[started], NULL, run_worker, &workers[started]);
+        if (error != 0) {
+            *failed_call = "pthread_create";
+            break;
+        }
+    }
+    if (error == 0)
+        run_worker(&workers[0]);
+    for (size_t t = 1; t < started; t++) {
+        int join_error = pthread_join(ids[t], NULL);
+        if (join_error != 0 && error == 0) {
+            error = join_error;
+            *failed_call = "pthread_join";
+        }
+    }
+    return error;
+}
+
+static const distance_dtype *find_distance_dtype(const char *name)
+{
+    for (size_t i = 0; i < DISTANCE_DTYPE_COUNT; i++)
+        if (strcmp(distance_dtypes[i].name, name) == 0)
+            return &distance_dtypes[i];
+    return NULL;
+}
+
+static void release_buffers(Py_buffer *views, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        PyBuffer_Release(&views[i]);
+}
+
+static PyObject *result_tuple(const distance_pass *pass, size_t chunk_count)
+{
+    size_t k = pass->buffer_count, pairs = pass->pair_count;
+    PyObject *norms = PyTuple_New((Py_ssize_t)k);
+    PyObject *distances = PyTuple_New((Py_ssize_t)pairs);
+    PyObject *identical = PyTuple_New((Py_ssize_t)pairs);
+    PyObject *nonfinite = PyTuple_New((Py_ssize_t)k);
+    if (norms == NULL || distances == NULL || identical == NULL || nonfinite == NULL)
+        goto failed;
+    for (size_t i = 0; i < k + pairs; i++) {
+        scaled total = {0.0, 0};
+        for (size_t c = 0; c < chunk_count; c++)
+            add_scaled(&total, pass->sums[c * (k + pairs) + i]);
+        PyObject *value = PyFloat_FromDouble(norm_of(total));
+        if (value == NULL)
+            goto failed;
+        if (i < k)
+            PyTuple_SET_ITEM(norms, (Py_ssize_t)i, value);
+        else
+            PyTuple_SET_ITEM(distances, (Py_ssize_t)(i - k), value);
+    }
+    for (size_t p = 0; p < pairs; p++) {
+        int differ = 0;
+        for (size_t c = 0; c < chunk_count && !differ; c++)
+            differ = pass->differ[c * pairs + p];
+        PyObject *flag = differ ? Py_False : Py_True;
+        Py_INCREF(flag);
+        PyTuple_SET_ITEM(identical, (Py_ssize_t)p, flag);
+    }
+    for (size_t b = 0; b < k; b++) {
+        uint64_t bad = 0;
+        for (size_t c = 0; c < chunk_count; c++)
+            bad += pass->nonfinite[c * k + b];
+        PyObject *value = PyLong_FromUnsignedLongLong((unsigned long long)bad);
+        if (value == NULL)
+            goto failed;
+        PyTuple_SET_ITEM(nonfinite, (Py_ssize_t)b, value);
+    }
+    return Py_BuildValue("(NNNN)", norms, distances, identical, nonfinite);
+failed:
+    Py_XDECREF(norms);
+    Py_XDECREF(distances);
+    Py_XDECREF(identical);
+    Py_XDECREF(nonfinite);
+    return NULL;
+}
+
+static PyObject *distances(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *keywords[] = {"dtype", "buffers", "threads", NULL};
+    const char *dtype_name;
+    PyObject *buffers_object;
+    Py_ssize_t threads = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "sO|$n:distances", keywords, &dtype_name,
+                                     &buffers_object, &threads))
+        return NULL;
+    const distance_dtype *dtype = find_distance_dtype(dtype_name);
+    if (dtype == NULL) {
+        PyErr_Format(PyExc_ValueError,
+                     "distances supports float32, float64, bfloat16 and float16, not '%s'",
+                     dtype_name);
+        return NULL;
+    }
+    if (threads < 1 || threads > 16) {
+        PyErr_Format(PyExc_ValueError, "threads must be between 1 and 16, got %zd", threads);
+        return NULL;
+    }
+    PyObject *sequence = PySequence_Fast(buffers_object, "buffers must be a sequence of buffers");
+    if (sequence == NULL)
+        return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(sequence);
+    if (k < 1 || k > MAX_BUFFERS) {
+        Py_DECREF(sequence);
+        PyErr_Format(PyExc_ValueError, "give between 1 and %d buffers, got %zd", MAX_BUFFERS, k);
+        return NULL;
+    }
+    Py_buffer views[MAX_BUFFERS];
+    size_t exported = 0;
+    for (; exported < (size_t)k; exported++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(sequence, (Py_ssize_t)exported);
+        if (PyObject_GetBuffer(item, &views[exported], PyBUF_SIMPLE) < 0)
+            break;
+        if (views[exported].len != views[0].len) {
+            PyErr_Format(PyExc_ValueError,
+                         "every buffer must have the same byte length: buffer %zu has %zd "
+                         "bytes, buffer 0 has %zd",
+                         exported, views[exported].len, views[0].len);
+            exported++;
+            break;
+        }
+    }
+    Py_DECREF(sequence);
+    if (PyErr_Occurred()) {
+        release_buffers(views, exported);
+        return NULL;
+    }
+    if ((size_t)views[0].len % dtype->itemsize != 0) {
+        release_buffers(views, exported);
+        PyErr_Format(PyExc_ValueError, "byte length %zd is not a multiple of the %s size %zu",
+                     views[0].len, dtype->name, dtype->itemsize);
+        return NULL;
+    }
+    distance_pass pass = {.dtype = dtype,
+                          .buffer_count = (size_t)k,
+                          .pair_count = (size_t)k * ((size_t)k - 1) / 2,
+                          .element_count = (size_t)views[0].len / dtype->itemsize};
+    for (size_t b = 0; b < (size_t)k; b++)
+        pass.buffers[b] = views[b].buf;
+    size_t chunk_count = (pass.element_count + CHUNK_ELEMENTS - 1) / CHUNK_ELEMENTS;
+    size_t chunks = chunk_count > 0 ? chunk_count : 1;
+    size_t workers = (size_t)threads < chunks ? (size_t)threads : chunks;
+    pass.sums = PyMem_RawMalloc(chunks * (pass.buffer_count + pass.pair_count) * sizeof(scaled));
+    pass.nonfinite = PyMem_RawMalloc(chunks * pass.buffer_count * sizeof(uint64_t));
+    pass.differ = PyMem_RawMalloc(chunks * (pass.pair_count > 0 ? pass.pair_count : 1));
+    double *scratch = PyMem_RawMalloc(workers * pass.buffer_count * CHUNK_ELEMENTS *
+                                      sizeof(double));
+    PyObject *result = NULL;
+    if (pass.sums == NULL || pass.nonfinite == NULL || pass.differ == NULL || scratch == NULL) {
+        PyErr_NoMemory();
+    } else {
+        const char *failed_call = NULL;
+        int error;
+        Py_BEGIN_ALLOW_THREADS
+        error = run_pass(&pass, chunk_count, workers, scratch, &failed_call);
+        Py_END_ALLOW_THREADS
+        if (error != 0) {
+            errno = error;
+            PyErr_Format(PyExc_OSError, "%s failed: %s", failed_call, strerror(error));
+        } else {
+            result = result_tuple(&pass, chunk_count);
+        }
+    }
+    PyMem_RawFree(pass.sums);
+    PyMem_RawFree(pass.nonfinite);
+    PyMem_RawFree(pass.differ);
+    PyMem_RawFree(scratch);
+    release_buffers(views, (size_t)k);
+    return result;
+}
+
+PyMethodDef tp_distance_methods[] = {
+    {"distances", (PyCFunction)(void (*)(void))distances, METH_VARARGS | METH_KEYWORDS,
+     "distances(dtype, buffers, *, threads=1)\n"
+     "--\n\n"
+     "L2 norms of k same-length buffers of little-endian `dtype` elements (float32,\n"
+     "float64, bfloat16, float16) and of every pairwise difference, in one pass.\n\n"
+     "Returns (norms, distances, identical, nonfinite): norms[i] = ||x_i||_2;\n"
+     "distances and identical list the pairs (0,1), (0,2), ..., (1,2), ...:\n"
+     "||x_i - x_j||_2 and whether their bytes are equal; nonfinite[i] counts the\n"
+     "NaN and infinite elements of x_i (a sum that meets one is not finite).\n"
+     "Sums run in double over fixed chunks in chunk order: results do not\n"
+     "depend on `threads`."},
+    {NULL, NULL, 0, NULL},
+};
+
+int tp_distance_init(PyObject *module)
+{
+    (void)module;
+    return 0;
+}
