@@ -15,8 +15,8 @@ from trainparity.version import PACKAGE_VERSION as _PACKAGE_VERSION
 if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads them
     from trainparity.accumulation.check import check_accumulation as check_accumulation
     from trainparity.cases.command_case import CommandCase as CommandCase
-    from trainparity.comparison.policies import ExactComparison as ExactComparison
     from trainparity.comparison.noise import NoiseComparison as NoiseComparison
+    from trainparity.comparison.policies import ExactComparison as ExactComparison
     from trainparity.comparison.policies import ToleranceComparison as ToleranceComparison
     from trainparity.comparison.states import compare_states as compare_states
     from trainparity.coverage.audit import AtLeastOnce as AtLeastOnce

@@ -3,13 +3,13 @@
 from trainparity.accumulation.check import AccumulationExecutionPlan, check_accumulation
 from trainparity.accumulation.result import AccumulationResult
 from trainparity.cases.command_case import CommandCase
+from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.policies import (
     ComparisonPolicy,
     Difference,
     ExactComparison,
     ToleranceComparison,
 )
-from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.snapshots import SnapshotDiff, diff_snapshots
 from trainparity.comparison.states import StateComparison, TensorStatistics, compare_states
 from trainparity.coverage.audit import (

@@ -7,6 +7,7 @@
 #include "tp.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -17,11 +18,13 @@
 #endif
 
 /* As in compare.c: fixed chunks combined in chunk order make every result
- * independent of the thread count; LANES interleaved partial sums let the
- * compiler vectorise without reassociating additions; no contraction. */
+ * independent of the thread count; LANES interleaved partial sums (element i
+ * of a chunk goes to lane i % LANES) let the compiler vectorise without
+ * reassociating additions; no contraction. */
 #define CHUNK_ELEMENTS 4096
 #define LANES 16
 #define MAX_BUFFERS 32
+#define MAX_PAIRS (MAX_BUFFERS * (MAX_BUFFERS - 1) / 2)
 #define SCALE_EXPONENT 600
 
 /* Hot loops get an AVX2 clone chosen at load time, as in compare.c; with
@@ -32,6 +35,7 @@
 #else
 #define HOT_LOOP
 #endif
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("no-trapping-math", "fp-contract=off")
@@ -39,81 +43,175 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* Each loader widens `count` elements to double and returns how many were not finite. */
-typedef uint64_t (*chunk_loader)(const unsigned char *, double *, size_t);
+/* ---- element loaders: exact widening of one little-endian element to double ---- */
 
-HOT_LOOP static uint64_t load_float32(const unsigned char *source, double *x, size_t count)
+static ALWAYS_INLINE float float_from_bits(uint32_t bits)
 {
-    uint64_t bad = 0;
-    for (size_t i = 0; i < count; i++) {
-        float value;
-        memcpy(&value, source + 4 * i, sizeof value);
-        x[i] = (double)value;
-        bad += !isfinite(value);
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+static ALWAYS_INLINE uint32_t bits_of_float(float value)
+{
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    return bits;
+}
+
+static ALWAYS_INLINE uint16_t load_u16(const unsigned char *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static ALWAYS_INLINE double load_float32(const unsigned char *p)
+{
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static ALWAYS_INLINE double load_float64(const unsigned char *p)
+{
+    double v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* bfloat16 is the upper half of a binary32. */
+static ALWAYS_INLINE double load_bfloat16(const unsigned char *p)
+{
+    return float_from_bits((uint32_t)load_u16(p) << 16);
+}
+
+/* IEEE binary16, branch-free (as compare.c): normal numbers rebiased to
+ * binary32, exponent 31 (Inf/NaN) to 255 keeping the payload, subnormals
+ * mantissa * 2^-24 (exact in binary32). */
+static ALWAYS_INLINE double load_float16(const unsigned char *p)
+{
+    uint16_t half = load_u16(p);
+    uint32_t sign = (uint32_t)(half >> 15) << 31;
+    uint32_t exponent = (half >> 10) & 0x1fu;
+    uint32_t mantissa = half & 0x3ffu;
+    uint32_t normal = ((exponent + (127u - 15u)) << 23) | (mantissa << 13);
+    uint32_t special = 0x7f800000u | (mantissa << 13);
+    uint32_t subnormal = bits_of_float((float)(int32_t)mantissa * 0x1p-24f);
+    uint32_t magnitude = exponent == 0 ? subnormal : (exponent == 31 ? special : normal);
+    return float_from_bits(sign | magnitude);
+}
+
+/* Not inlined: the element loaders for the rare rescaled sums. */
+static double load_float32_element(const unsigned char *p) { return load_float32(p); }
+static double load_float64_element(const unsigned char *p) { return load_float64(p); }
+static double load_bfloat16_element(const unsigned char *p) { return load_bfloat16(p); }
+static double load_float16_element(const unsigned char *p) { return load_float16(p); }
+
+static ALWAYS_INLINE int is_finite(double x)
+{
+    return fabs(x) <= DBL_MAX; /* false for Inf and NaN; a plain compare vectorises */
+}
+
+/* ---- one chunk: every norm and every pair whose bytes differ, fused ---- */
+
+/* Per-lane accumulators of one chunk, and the chunk's pairs whose bytes differ
+ * (only those are summed: a pair with equal bytes has distance 0). One per worker. */
+typedef struct {
+    double x[MAX_BUFFERS][LANES]; /* one block of LANES elements of every buffer */
+    double norm[MAX_BUFFERS][LANES];
+    uint64_t bad[MAX_BUFFERS][LANES];
+    double pair[MAX_PAIRS][LANES]; /* by position in `first`/`second`, not pair index */
+    unsigned char first[MAX_PAIRS];
+    unsigned char second[MAX_PAIRS];
+} chunk_state;
+
+/* Reads one chunk of `count` elements (the chunk starts at `sources[b]`) and
+ * accumulates: norm lanes and non-finite counts of each of the k buffers,
+ * and squared-difference lanes of the `active` pairs listed in `s`. */
+static ALWAYS_INLINE void fused_chunk(const unsigned char *const *sources, size_t k, size_t count,
+                                      size_t active, chunk_state *s, size_t size,
+                                      double (*load)(const unsigned char *))
+{
+    for (size_t b = 0; b < k; b++) {
+        for (int j = 0; j < LANES; j++) {
+            s->norm[b][j] = 0.0;
+            s->bad[b][j] = 0;
+        }
     }
-    return bad;
-}
-
-HOT_LOOP static uint64_t load_float64(const unsigned char *source, double *x, size_t count)
-{
-    uint64_t bad = 0;
-    memcpy(x, source, count * sizeof *x);
-    for (size_t i = 0; i < count; i++)
-        bad += !isfinite(x[i]);
-    return bad;
-}
-
-HOT_LOOP static uint64_t load_bfloat16(const unsigned char *source, double *x, size_t count)
-{
-    uint64_t bad = 0;
-    for (size_t i = 0; i < count; i++) {
-        uint16_t half;
-        memcpy(&half, source + 2 * i, sizeof half);
-        uint32_t bits = (uint32_t)half << 16;
-        float value;
-        memcpy(&value, &bits, sizeof value);
-        x[i] = (double)value;
-        bad += !isfinite(value);
+    for (size_t q = 0; q < active; q++)
+        for (int j = 0; j < LANES; j++)
+            s->pair[q][j] = 0.0;
+    size_t i = 0;
+    for (; i + LANES <= count; i += LANES) {
+        for (size_t b = 0; b < k; b++) {
+            const unsigned char *p = sources[b] + i * size;
+            double *restrict x = s->x[b];
+            double *restrict norm = s->norm[b];
+            uint64_t *restrict bad = s->bad[b];
+            for (int j = 0; j < LANES; j++) {
+                double v = load(p + (size_t)j * size);
+                x[j] = v;
+                norm[j] += v * v;
+                bad[j] += (uint64_t)!is_finite(v);
+            }
+        }
+        for (size_t q = 0; q < active; q++) {
+            const double *restrict x = s->x[s->first[q]];
+            const double *restrict y = s->x[s->second[q]];
+            double *restrict sum = s->pair[q];
+            for (int j = 0; j < LANES; j++) {
+                double d = x[j] - y[j];
+                sum[j] += d * d;
+            }
+        }
     }
-    return bad;
-}
-
-static double float16_value(const unsigned char *p)
-{
-    uint16_t half = (uint16_t)(p[0] | p[1] << 8);
-    int exponent = (half >> 10) & 0x1f;
-    int mantissa = half & 0x3ff;
-    double magnitude;
-    if (exponent == 0)
-        magnitude = ldexp((double)mantissa, -24);
-    else if (exponent == 31)
-        magnitude = mantissa ? NAN : INFINITY;
-    else
-        magnitude = ldexp((double)(mantissa | 0x400), exponent - 25);
-    return (half & 0x8000) ? -magnitude : magnitude;
-}
-
-static uint64_t load_float16(const unsigned char *source, double *x, size_t count)
-{
-    uint64_t bad = 0;
-    for (size_t i = 0; i < count; i++) {
-        x[i] = float16_value(source + 2 * i);
-        bad += !isfinite(x[i]);
+    size_t rest = count - i;
+    if (rest > 0) {
+        for (size_t b = 0; b < k; b++) {
+            const unsigned char *p = sources[b] + i * size;
+            for (size_t j = 0; j < rest; j++) {
+                double v = load(p + j * size);
+                s->x[b][j] = v;
+                s->norm[b][j] += v * v;
+                s->bad[b][j] += (uint64_t)!is_finite(v);
+            }
+        }
+        for (size_t q = 0; q < active; q++) {
+            for (size_t j = 0; j < rest; j++) {
+                double d = s->x[s->first[q]][j] - s->x[s->second[q]][j];
+                s->pair[q][j] += d * d;
+            }
+        }
     }
-    return bad;
 }
+
+typedef void (*chunk_kernel)(const unsigned char *const *, size_t, size_t, size_t, chunk_state *);
+
+#define DEFINE_CHUNK_KERNEL(NAME, SIZE, LOAD)                                                  \
+    HOT_LOOP static void NAME(const unsigned char *const *sources, size_t k, size_t count,    \
+                              size_t active, chunk_state *s)                                   \
+    {                                                                                          \
+        fused_chunk(sources, k, count, active, s, SIZE, LOAD);                                 \
+    }
+
+DEFINE_CHUNK_KERNEL(float32_chunk, 4, load_float32)
+DEFINE_CHUNK_KERNEL(float64_chunk, 8, load_float64)
+DEFINE_CHUNK_KERNEL(bfloat16_chunk, 2, load_bfloat16)
+DEFINE_CHUNK_KERNEL(float16_chunk, 2, load_float16)
 
 typedef struct {
     const char *name;
     size_t itemsize;
-    chunk_loader load;
+    chunk_kernel chunk;
+    double (*load)(const unsigned char *);
 } distance_dtype;
 
 static const distance_dtype distance_dtypes[] = {
-    {"float32", 4, load_float32},
-    {"float64", 8, load_float64},
-    {"bfloat16", 2, load_bfloat16},
-    {"float16", 2, load_float16},
+    {"float32", 4, float32_chunk, load_float32_element},
+    {"float64", 8, float64_chunk, load_float64_element},
+    {"bfloat16", 2, bfloat16_chunk, load_bfloat16_element},
+    {"float16", 2, float16_chunk, load_float16_element},
 };
 #define DISTANCE_DTYPE_COUNT (sizeof distance_dtypes / sizeof distance_dtypes[0])
 
@@ -140,9 +238,10 @@ typedef struct {
     const distance_pass *pass;
     size_t first_chunk;
     size_t end_chunk;
-    double *values; /* buffer_count * CHUNK_ELEMENTS scratch */
+    chunk_state *state;
 } distance_worker;
 
+/* The lanes in lane order (the order every sum of this file is finished in). */
 static double lane_total(const double *lanes)
 {
     double total = 0.0;
@@ -151,39 +250,25 @@ static double lane_total(const double *lanes)
     return total;
 }
 
-HOT_LOOP static double sum_squares(const double *x, size_t count, double scale)
-{
-    double lanes[LANES] = {0};
-    for (size_t i = 0; i < count; i++) {
-        double v = x[i] * scale;
-        lanes[i % LANES] += v * v;
-    }
-    return lane_total(lanes);
-}
-
-HOT_LOOP static double sum_squared_differences(const double *x, const double *y, size_t count,
-                                      double scale)
-{
-    double lanes[LANES] = {0};
-    for (size_t i = 0; i < count; i++) {
-        double d = x[i] * scale - y[i] * scale;
-        lanes[i % LANES] += d * d;
-    }
-    return lane_total(lanes);
-}
-
-/* Squares overflow only for float64 values above ~1e154: such a sum is taken again scaled. */
-static scaled measured(double unscaled, const double *x, const double *y, size_t count)
+/* A chunk sum that overflowed (float64 values above ~1e154) is taken again with
+ * every value scaled by 2^-SCALE_EXPONENT, in the same lanes. `y` NULL: a norm. */
+static scaled rescaled(double unscaled, const distance_dtype *dtype, const unsigned char *x,
+                       const unsigned char *y, size_t count)
 {
     if (!isinf(unscaled))
         return (scaled){unscaled, 0};
-    double scale = ldexp(1.0, -SCALE_EXPONENT);
-    double value = y == NULL ? sum_squares(x, count, scale)
-                             : sum_squared_differences(x, y, count, scale);
-    return (scaled){value, 1};
+    const double scale = ldexp(1.0, -SCALE_EXPONENT);
+    double lanes[LANES] = {0};
+    for (size_t i = 0; i < count; i++) {
+        double v = dtype->load(x + i * dtype->itemsize) * scale;
+        if (y != NULL)
+            v = v - dtype->load(y + i * dtype->itemsize) * scale;
+        lanes[i % LANES] += v * v;
+    }
+    return (scaled){lane_total(lanes), 1};
 }
 
-static void measure_chunk(const distance_pass *pass, size_t chunk, double *values)
+static void measure_chunk(const distance_pass *pass, size_t chunk, chunk_state *s)
 {
     size_t start = chunk * CHUNK_ELEMENTS;
     size_t count = pass->element_count - start < CHUNK_ELEMENTS ? pass->element_count - start
@@ -193,21 +278,38 @@ static void measure_chunk(const distance_pass *pass, size_t chunk, double *value
     scaled *sums = &pass->sums[chunk * (k + pass->pair_count)];
     uint64_t *nonfinite = &pass->nonfinite[chunk * k];
     unsigned char *differ = &pass->differ[chunk * pass->pair_count];
-    for (size_t b = 0; b < k; b++) {
-        const unsigned char *source = pass->buffers[b] + start * itemsize;
-        double *x = &values[b * CHUNK_ELEMENTS];
-        nonfinite[b] = pass->dtype->load(source, x, count);
-        sums[b] = measured(sum_squares(x, count, 1.0), x, NULL, count);
-    }
-    size_t pair = 0;
-    for (size_t a = 0; a < k; a++) {
+    const unsigned char *sources[MAX_BUFFERS] = {NULL};
+    for (size_t b = 0; b < k; b++)
+        sources[b] = pass->buffers[b] + start * itemsize;
+    /* Pairs with equal bytes need no sum; memcmp stops at the first difference. */
+    size_t active = 0;
+    for (size_t a = 0, pair = 0; a < k; a++) {
         for (size_t b = a + 1; b < k; b++, pair++) {
-            const double *x = &values[a * CHUNK_ELEMENTS], *y = &values[b * CHUNK_ELEMENTS];
-            differ[pair] = memcmp(pass->buffers[a] + start * itemsize,
-                                  pass->buffers[b] + start * itemsize, count * itemsize) != 0;
-            sums[k + pair] = differ[pair] ? measured(sum_squared_differences(x, y, count, 1.0),
-                                                     x, y, count)
-                                          : (scaled){0.0, 0};
+            differ[pair] = memcmp(sources[a], sources[b], count * itemsize) != 0;
+            if (differ[pair]) {
+                s->first[active] = (unsigned char)a;
+                s->second[active] = (unsigned char)b;
+                active++;
+            }
+        }
+    }
+    pass->dtype->chunk(sources, k, count, active, s);
+    for (size_t b = 0; b < k; b++) {
+        uint64_t bad = 0;
+        for (int j = 0; j < LANES; j++)
+            bad += s->bad[b][j];
+        nonfinite[b] = bad;
+        sums[b] = rescaled(lane_total(s->norm[b]), pass->dtype, sources[b], NULL, count);
+    }
+    for (size_t a = 0, pair = 0, q = 0; a < k; a++) {
+        for (size_t b = a + 1; b < k; b++, pair++) {
+            if (!differ[pair]) {
+                sums[k + pair] = (scaled){0.0, 0};
+                continue;
+            }
+            sums[k + pair] =
+                rescaled(lane_total(s->pair[q]), pass->dtype, sources[a], sources[b], count);
+            q++;
         }
     }
 }
@@ -216,7 +318,7 @@ static void *run_worker(void *arg)
 {
     distance_worker *w = arg;
     for (size_t chunk = w->first_chunk; chunk < w->end_chunk; chunk++)
-        measure_chunk(w->pass, chunk, w->values);
+        measure_chunk(w->pass, chunk, w->state);
     return NULL;
 }
 
@@ -245,7 +347,7 @@ static double norm_of(scaled sum)
 /* Runs the pass on `threads` threads (the caller's thread takes the first
  * range); returns 0 or an errno value with `failed_call` set. */
 static int run_pass(const distance_pass *pass, size_t chunk_count, size_t threads,
-                    double *scratch, const char **failed_call)
+                    chunk_state *states, const char **failed_call)
 {
     distance_worker workers[16];
     pthread_t ids[16];
@@ -255,7 +357,7 @@ static int run_pass(const distance_pass *pass, size_t chunk_count, size_t thread
         workers[t].first_chunk = next;
         next += per_worker + (t < remainder ? 1 : 0);
         workers[t].end_chunk = next;
-        workers[t].values = &scratch[t * pass->buffer_count * CHUNK_ELEMENTS];
+        workers[t].state = &states[t];
     }
     int error = 0;
     size_t started = 1;
@@ -407,16 +509,15 @@ static PyObject *distances(PyObject *self, PyObject *args, PyObject *kwargs)
     pass.sums = PyMem_RawMalloc(chunks * (pass.buffer_count + pass.pair_count) * sizeof(scaled));
     pass.nonfinite = PyMem_RawMalloc(chunks * pass.buffer_count * sizeof(uint64_t));
     pass.differ = PyMem_RawMalloc(chunks * (pass.pair_count > 0 ? pass.pair_count : 1));
-    double *scratch = PyMem_RawMalloc(workers * pass.buffer_count * CHUNK_ELEMENTS *
-                                      sizeof(double));
+    chunk_state *states = PyMem_RawMalloc(workers * sizeof(chunk_state));
     PyObject *result = NULL;
-    if (pass.sums == NULL || pass.nonfinite == NULL || pass.differ == NULL || scratch == NULL) {
+    if (pass.sums == NULL || pass.nonfinite == NULL || pass.differ == NULL || states == NULL) {
         PyErr_NoMemory();
     } else {
         const char *failed_call = NULL;
         int error;
         Py_BEGIN_ALLOW_THREADS
-        error = run_pass(&pass, chunk_count, workers, scratch, &failed_call);
+        error = run_pass(&pass, chunk_count, workers, states, &failed_call);
         Py_END_ALLOW_THREADS
         if (error != 0) {
             errno = error;
@@ -428,7 +529,7 @@ static PyObject *distances(PyObject *self, PyObject *args, PyObject *kwargs)
     PyMem_RawFree(pass.sums);
     PyMem_RawFree(pass.nonfinite);
     PyMem_RawFree(pass.differ);
-    PyMem_RawFree(scratch);
+    PyMem_RawFree(states);
     release_buffers(views, (size_t)k);
     return result;
 }

@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     run = Run()
     if arguments.resume is not None:
-        saved = torch.load(arguments.resume, map_location="cuda", weights_only=False)
+        saved = torch.load(arguments.resume, map_location="cpu", weights_only=False)
         with torch.no_grad():
             run.embedding.copy_(saved["embedding"] * (1.0 + arguments.lossy_restore))
         run.head.load_state_dict(saved["head"])

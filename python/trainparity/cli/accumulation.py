@@ -67,6 +67,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         help="seed of every child: 0 to 2**32-1, the range NumPy accepts too (default: 23)",
     )
     common.add_tolerance_options(parser)
+    common.add_noise_options(parser)
     common.add_run_options(parser, kept="every child's logs, result and observation file")
 
 

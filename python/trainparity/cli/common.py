@@ -123,8 +123,42 @@ def add_tolerance_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--equal-nan", action="store_true", help="under a tolerance, NaN equals NaN")
 
 
+def add_noise_options(parser: argparse.ArgumentParser, *, baselines: bool = True) -> None:
+    """--noise-factor and its companions: judge against measured run-to-run noise."""
+    group = parser.add_argument_group(
+        "noise envelope (NoiseComparison: for training that is not bitwise deterministic)"
+    )
+    group.add_argument(
+        "--noise-factor",
+        type=float,
+        metavar="K",
+        help="the candidate may differ from uninterrupted training by K times what repeating "
+        "it produces (docs/resume.md, 'Training that is not bitwise deterministic')",
+    )
+    if baselines:
+        group.add_argument(
+            "--baselines",
+            type=int,
+            metavar="N",
+            help="uninterrupted runs that measure the noise (default 3, at least 2)",
+        )
+    group.add_argument(
+        "--max-noise",
+        type=float,
+        metavar="X",
+        help="abstain where the noise (relative L2) exceeds X: smaller faults cannot be seen",
+    )
+
+
 def comparison_from(arguments: argparse.Namespace) -> ComparisonPolicy | None:
-    """ToleranceComparison from --rtol/--atol/--equal-nan, or None (exact)."""
+    """ToleranceComparison from --rtol/--atol/--equal-nan, NoiseComparison from --noise-factor, or None (exact)."""
+    noise = noise_comparison_from(arguments)
+    if noise is not None:
+        if arguments.rtol is not None or arguments.atol is not None:
+            raise UsageError(
+                "--noise-factor and --rtol/--atol are two comparisons: give one of them"
+            )
+        return noise  # type: ignore[return-value]
     if arguments.rtol is None and arguments.atol is None:
         if arguments.equal_nan:
             raise UsageError("--equal-nan needs a tolerance: give --rtol and --atol too")
@@ -139,6 +173,38 @@ def comparison_from(arguments: argparse.Namespace) -> ComparisonPolicy | None:
         raise UsageError(
             f"{error} (got --rtol {arguments.rtol}, --atol {arguments.atol})"
         ) from None
+
+
+def noise_comparison_from(arguments: argparse.Namespace) -> Any:
+    """NoiseComparison from --noise-factor/--baselines/--max-noise; None without --noise-factor."""
+    factor = getattr(arguments, "noise_factor", None)
+    baselines = getattr(arguments, "baselines", None)
+    max_noise = getattr(arguments, "max_noise", None)
+    if factor is None:
+        for option, value in (("--baselines", baselines), ("--max-noise", max_noise)):
+            if value is not None:
+                raise UsageError(f"{option} needs --noise-factor K (the noise envelope)")
+        return None
+    from trainparity.comparison.noise import NoiseComparison
+
+    if not factor > 0 or factor == float("inf"):
+        raise UsageError(f"--noise-factor must be a finite number > 0, got {factor}")
+    if baselines is not None and baselines < 2:
+        raise UsageError(
+            f"--baselines must be at least 2 (the noise is the spread of several "
+            f"uninterrupted runs), got {baselines}"
+        )
+    if max_noise is not None and (not max_noise > 0 or max_noise == float("inf")):
+        raise UsageError(f"--max-noise must be a finite number > 0, got {max_noise}")
+    try:
+        return NoiseComparison(
+            factor=factor,
+            **({"baselines": baselines} if baselines is not None else {}),
+            max_noise=max_noise,
+        )
+    except ValueError as error:
+        option = "--baselines" if "baselines" in str(error) else "--noise-factor"
+        raise UsageError(f"{option}: {error}") from None
 
 
 def add_run_options(parser: argparse.ArgumentParser, *, kept: str) -> None:

@@ -41,6 +41,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         "whose command() reads plan.world_size; check_resume(world_sizes=...)",
     )
     common.add_tolerance_options(parser)
+    common.add_noise_options(parser)
     common.add_executor_option(parser)
     parser.add_argument(
         "--plan-only",

@@ -40,6 +40,14 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         help="an environment variable for one variant's runs (repeatable)",
     )
     common.add_tolerance_options(parser)
+    common.add_noise_options(parser, baselines=False)
+    parser.add_argument(
+        "--noise",
+        nargs=2,
+        metavar=("VARIANT_A", "VARIANT_B"),
+        help="with --noise-factor: the two variants whose difference is accepted as noise "
+        "(two repeats of one variant, or 1 vs 2 threads); default: the reference's two runs",
+    )
     common.add_executor_option(parser)
     common.add_run_options(parser, kept="every run's logs, checkpoints and snapshot files")
 
@@ -72,12 +80,15 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
     from trainparity.runs.check import check_runs
 
     comparison = common.comparison_from(arguments)
+    if arguments.noise is not None and getattr(comparison, "name", None) != "noise_envelope":
+        raise common.UsageError("--noise VARIANT_A VARIANT_B needs --noise-factor K")
     variants = variants_from(arguments)
     report_path = common.writes_json_report(arguments)
     result = check_runs(
         common.case_from(arguments, resume=False),
         variants,
         comparison=comparison,
+        **({"noise": tuple(arguments.noise)} if arguments.noise is not None else {}),
         report_path=report_path,
         executor=common.executor_from(arguments),
         **common.run_keywords(arguments),

@@ -12,9 +12,16 @@ reads each buffer once) and judged:
   candidate's ‖c − s_i‖₂ to the nearest sample; both are reported relative
   to the largest sample norm;
 - a path whose samples are byte-identical (noise exactly 0) stays exact,
-  unless a floor is declared;
+  unless a floor is declared, or the step is noisy: when some other
+  floating-point path's samples differ at the same step, nondeterminism is
+  at work and a few samples can agree on a small tensor by chance (a sum of
+  12 terms has few possible roundings), so the path's noise is taken as one
+  rounding unit of its dtype (its machine epsilon, relative);
 - the candidate leaves the envelope when excursion > factor × noise +
   floor_rtol × norm + floor_atol.
+
+A step at which every sample agrees bit for bit is judged exactly: on a
+deterministic job NoiseComparison gives the exact comparison's verdicts.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ class PathEnvelope:
     limit: float
     nearest: int | None  # the sample the candidate came closest to
     exact: bool  # the samples are byte-identical and no floor is declared: judged bit for bit
+    rounding_unit: float = 0.0  # the noise assumed where samples agree at a noisy step
 
     @property
     def ratio(self) -> float | None:
@@ -60,7 +68,8 @@ class PathEnvelope:
             return None
         if self.excursion == 0:
             return 0.0
-        return self.excursion / self.noise if self.noise > 0 else math.inf
+        noise = max(self.noise, self.rounding_unit)
+        return self.excursion / noise if noise > 0 else math.inf
 
     @property
     def outside(self) -> bool:
@@ -73,6 +82,7 @@ class PathEnvelope:
             "excursion": self.excursion,
             "limit": self.limit,
             "ratio": self.ratio,
+            **({"rounding_unit": self.rounding_unit} if self.rounding_unit else {}),
         }
 
 
@@ -110,9 +120,19 @@ class StepEnvelope:
 
 
 def judge_step(
-    policy: NoiseComparison, samples: Sequence[object], candidate: object | None = None
+    policy: NoiseComparison,
+    samples: Sequence[object],
+    candidate: object | None = None,
+    noise_so_far: dict[str, float] | None = None,
 ) -> StepEnvelope:
-    """Judge `candidate` against the envelope of `samples` (frozen trees or Snapshots) at one step."""
+    """Judge `candidate` against the envelope of `samples` (frozen trees or Snapshots) at one step.
+
+    `noise_so_far` (path → relative noise) carries the envelope across the
+    steps of one trajectory: drift from reordered sums does not shrink, so a
+    path's noise is the largest measured at this step or before, which keeps
+    a few samples that happen to lie close together at one step from
+    narrowing the envelope there. It is updated with this step's noise.
+    """
     if not samples:
         raise ValueError("judge_step needs at least one sample")
     leaves: dict[str, list[Any]] = {}
@@ -131,7 +151,7 @@ def judge_step(
         walk = _SettingAside(leaves, 0)
         walk.run(samples[0], samples[0])
         order = walk.order
-    paths: list[PathEnvelope] = []
+    judged: list[tuple[str, list[Any], Any, PathEnvelope]] = []
     unmeasured: list[str] = []
     for path in sorted(order, key=order.__getitem__):
         found = leaves.get(path, {})
@@ -141,7 +161,8 @@ def judge_step(
         candidate_leaf = found.get(candidate_index) if candidate is not None else None
         if candidate is not None and candidate_index not in found:
             continue  # a structure difference of the candidate, reported as such
-        entry = _judge_path(policy, path, sample_leaves, candidate_leaf)
+        before = noise_so_far.get(path, 0.0) if noise_so_far is not None else 0.0
+        entry = _judge_path(policy, path, sample_leaves, candidate_leaf, before)
         if entry is None:
             unmeasured.append(path)
             if candidate_leaf is not None and not _same_digest(sample_leaves[0], candidate_leaf):
@@ -149,6 +170,13 @@ def judge_step(
                     (order[path], _exit_difference(path, sample_leaves, candidate_leaf, None))
                 )
             continue
+        judged.append((path, sample_leaves, candidate_leaf, entry))
+    noisy_step = any(entry.noise > 0 for _, _, _, entry in judged)
+    if noise_so_far is not None:
+        noise_so_far.update((path, entry.noise) for path, _, _, entry in judged if entry.noise > 0)
+    paths: list[PathEnvelope] = []
+    for path, sample_leaves, candidate_leaf, found in judged:
+        entry = _with_rounding_unit(policy, found, sample_leaves[0]) if noisy_step else found
         if entry.noise > 0 or (entry.excursion or 0) > 0:
             paths.append(entry)
         if entry.outside:
@@ -223,7 +251,11 @@ class _SettingAside(_Traversal):
 
 
 def _judge_path(
-    policy: NoiseComparison, path: str, samples: list[Any], candidate: Any | None
+    policy: NoiseComparison,
+    path: str,
+    samples: list[Any],
+    candidate: Any | None,
+    noise_before: float = 0.0,
 ) -> PathEnvelope | None:
     leaves = [*samples, *([candidate] if candidate is not None else [])]
     measured = _measure(leaves)
@@ -239,8 +271,10 @@ def _judge_path(
         noise_abs = 0.0 if identical_samples else math.inf
     else:
         noise_abs = max((measured.distance(i, j) for i, j in sample_pairs), default=0.0)
+    if noise_before > 0 and scale > 0 and math.isfinite(noise_abs):
+        noise_abs = max(noise_abs, noise_before * scale)
     floor_abs = policy.floor_rtol * scale + policy.floor_atol
-    exact = identical_samples and not policy.has_floor
+    exact = noise_abs == 0 and not policy.has_floor
     limit_abs = 0.0 if exact else policy.factor * noise_abs + floor_abs
     excursion_abs: float | None = None
     nearest: int | None = None
@@ -263,6 +297,36 @@ def _judge_path(
         limit=_relative(limit_abs, scale),
         nearest=nearest,
         exact=exact,
+    )
+
+
+# Machine epsilon (relative rounding unit) of each floating dtype; Python floats are float64.
+_EPSILON = {
+    "float64": 2.0**-52,
+    "float32": 2.0**-23,
+    "bfloat16": 2.0**-7,
+    "float16": 2.0**-10,
+    "complex128": 2.0**-52,
+    "complex64": 2.0**-23,
+    "complex32": 2.0**-10,
+}
+
+
+def _with_rounding_unit(policy: NoiseComparison, entry: PathEnvelope, leaf: Any) -> PathEnvelope:
+    """At a noisy step, a path whose samples agree is given one rounding unit of noise."""
+    if entry.noise > 0:
+        return entry
+    dtype = leaf.dtype if isinstance(leaf, FrozenTensor) else "float64"
+    unit = _EPSILON.get(dtype, 2.0**-2)  # float8 formats: a quarter is their rounding scale
+    limit = max(entry.limit, policy.factor * unit)
+    return PathEnvelope(
+        entry.path,
+        entry.noise,
+        entry.excursion,
+        limit,
+        entry.nearest,
+        exact=False,
+        rounding_unit=unit,
     )
 
 

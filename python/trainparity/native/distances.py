@@ -40,13 +40,18 @@ class Distances:
 
 
 def buffer_distances(dtype_name: str, buffers: Sequence[Any]) -> Distances:
-    """Norms and pairwise distances of same-length element buffers (host or DeviceTensorBytes)."""
+    """Norms and pairwise distances of same-length element buffers (host or DeviceTensorBytes).
+
+    `dtype_name`: the dtype as FrozenTensor.dtype gives it ("torch.float32") or bare ("float32").
+    """
     if not buffers:
         raise ValueError("buffer_distances needs at least one buffer")
+    # FrozenTensor.dtype is torch's text ("torch.float32"); the core takes the bare name.
+    name = dtype_name.removeprefix("torch.")
     on_device = any(isinstance(buffer, DeviceTensorBytes) for buffer in buffers)
-    if dtype_name in NATIVE_DISTANCE_DTYPES and not on_device:
+    if name in NATIVE_DISTANCE_DTYPES and not on_device:
         norms, distances, identical, nonfinite = core.distances(
-            dtype_name, list(buffers), threads=min(16, core_threads(len(buffers[0])))
+            name, list(buffers), threads=min(16, core_threads(len(buffers[0])))
         )
         pairs = dict(
             zip(
@@ -65,7 +70,7 @@ def _torch_distances(dtype_name: str, buffers: Sequence[Any]) -> Distances:
 
     from trainparity.native.dtypes import info_for_text
 
-    entry = info_for_text(dtype_name)
+    entry = info_for_text(f"torch.{dtype_name.removeprefix('torch.')}")
     values = []
     for buffer in buffers:
         if isinstance(buffer, DeviceTensorBytes):

@@ -143,7 +143,9 @@ class CheckRunner:
         executor: PhaseExecutor | None = None,
         start: str | None = None,
     ) -> None:
-        self.policy = checked_policy(comparison, noise_allowed=True)  # first, as the contract's accumulation tests ask
+        self.policy = checked_policy(
+            comparison, noise_allowed=True
+        )  # first, as the contract's accumulation tests ask
         self.timeout = checked_timeout(timeout)
         self.start = checked_start(start)
         self.parallel = checked_parallel(parallel)

@@ -27,9 +27,11 @@ from trainparity.comparison.policies import MISSING, Difference
 from trainparity.recording.reader import RecordedStep
 from trainparity.recording.trajectory import component_of
 from trainparity.state.paths import path_under
+from trainparity.state.snapshot import Snapshot
 
 __all__ = [
     "EnvelopeEvent",
+    "final_state_envelope",
     "EnvelopeWalk",
     "Position",
     "StepRow",
@@ -114,6 +116,7 @@ class EnvelopeWalk:
         self.rank = rank
         self.rows: list[StepRow] = []
         self.event: EnvelopeEvent | None = None
+        self.noise_so_far: dict[str, float] = {}
 
     def run(self, positions: Iterable[Position]) -> EnvelopeEvent | None:
         for position in positions:
@@ -154,7 +157,7 @@ class EnvelopeWalk:
         samples = [record.snapshot() for _, record in present]
         names = [name for name, _ in present]
         if not position.candidates:
-            judged = judge_step(self.policy, samples)
+            judged = judge_step(self.policy, samples, noise_so_far=self.noise_so_far)
             event = self._samples_event(position, judged, names)
             self._row(position.step, None, judged)
             return event
@@ -168,7 +171,9 @@ class EnvelopeWalk:
                     (Difference("step", "missing_candidate", repr(position.step), MISSING),),
                     round_trip=round_trip,
                 )
-            judged = judge_step(self.policy, samples, record.snapshot())
+            judged = judge_step(
+                self.policy, samples, record.snapshot(), noise_so_far=self.noise_so_far
+            )
             event = self._samples_event(position, judged, names)
             self._row(position.step, name, judged)
             if event is not None:
@@ -277,3 +282,38 @@ def sensitivity_line(rows: Sequence[StepRow], step: int | None) -> str | None:
 
 def _number(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.2g}"
+
+
+class _Final:
+    """A final-state snapshot standing in for a record in an envelope walk."""
+
+    def __init__(self, snapshot: Snapshot, step: int) -> None:
+        self._snapshot = snapshot
+        self.step = step
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+
+def final_state_envelope(
+    policy: NoiseComparison,
+    samples: Sequence[tuple[str, Snapshot]],
+    candidates: Sequence[tuple[str, Snapshot]],
+    total_step: int,
+) -> tuple[EnvelopeEvent | None, dict[str, Any]]:
+    """The envelope judgment of final states (runs that do not call record()): event and report."""
+    walk = EnvelopeWalk(policy, 0)
+    position = Position(
+        total_step,
+        tuple((name, _Final(snapshot, total_step)) for name, snapshot in samples),  # type: ignore[misc]
+        tuple((name, _Final(snapshot, total_step), False) for name, snapshot in candidates),  # type: ignore[misc]
+    )
+    event = walk.run([position])
+    report = {
+        "judged_on": "final states",
+        "samples": [name for name, _ in samples],
+        "steps": [row.to_dict(1) for row in walk.rows],
+        "closest_approach": closest_approach(walk.rows, 1),
+        "sensitivity": sensitivity_line(walk.rows, total_step),
+    }
+    return event, report

@@ -1,19 +1,27 @@
 """A report as a self-contained HTML fragment, for notebooks and the HTML page.
 
 The fragment carries its own style and no script: an outcome badge, the
-message, the drift curve and each section as a table. Results use it as their
-`_repr_html_`, and reports/html.py wraps it in a whole page.
+message, the drift curve, the noise envelope (under NoiseComparison) and each
+section as a table. Results use it as their `_repr_html_`, and reports/html.py
+wraps it in a whole page.
 """
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainparity.reports.figures import drift_svg, error_growth_svg
+from trainparity.reports.figures import drift_svg, error_growth_svg, noise_envelope_svg
 from trainparity.reports.sections.cells import Section
 from trainparity.reports.sections.differences import drift_points
+from trainparity.reports.sections.noise import (
+    envelope_points,
+    exit_step_of,
+    noise_envelope,
+    noise_envelope_section,
+)
 from trainparity.reports.sections.report import report_sections
 from trainparity.reports.text_views import headline, message_detail
 
@@ -64,6 +72,7 @@ def html_fragment(
     if detail:
         parts.append(f"<pre class='tp-detail'>{_escape(newline.join(detail))}</pre>")
     drift = drift_points(report)
+    noise = _noise_block(report)
     for section in report_sections(
         report, max_rows=max_rows, include_environment=include_environment
     ):
@@ -72,13 +81,40 @@ def html_fragment(
         if drift and section.title != "Diagnosis":
             parts.append(_drift_figure(report, drift))
             drift = ()
+        # The envelope right after the summary: the verdict was judged against it, so it
+        # comes before the tables of what differed.
+        if noise and section.title not in ("Diagnosis", "Summary"):
+            parts.append(noise)
+            noise = ""
         parts.append(html_section(section))
         if section.title == "First divergence" and "error_growth" in report:
             parts.append(error_growth_svg(report))
+    if noise:  # no section came after the summary
+        parts.append(noise)
     if "error_growth" in report and not isinstance(report.get("first_divergence"), Mapping):
         parts.append(error_growth_svg(report))
     parts.append("</div>")
     return "".join(parts)
+
+
+def _noise_block(report: Mapping[str, Any]) -> str:
+    """The noise envelope's table and figure, or "" when the check was not judged against noise."""
+    section = noise_envelope_section(report)
+    envelope = noise_envelope(report)
+    if section is None or envelope is None:
+        return ""
+    table = html_section(section)
+    points = envelope_points(envelope)
+    if not points:  # nothing was judged step by step: the table says all there is
+        return table
+    factor = envelope.get("factor")
+    figure = noise_envelope_svg(
+        points,
+        float(factor) if isinstance(factor, (int, float)) else math.nan,
+        exit_step_of(report),
+    )
+    # The figure inside the section, so the section's slug covers both.
+    return table.removesuffix("</section>") + figure + "</section>"
 
 
 def _drift_figure(report: Mapping[str, Any], drift: Sequence[Mapping[str, Any]]) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainparity.reports.sections.cells import Section
+from trainparity.reports.sections.noise import noise_summary_lines
 from trainparity.reports.sections.report import report_sections
 from trainparity.reports.terminal_text import printable
 
@@ -46,6 +47,9 @@ def text_report(
     # Quoted with "| ": the detail holds the user's text (paths, a child's stderr), and a
     # newline in it must not start a line that reads like a verdict.
     lines.extend("  | " + printable(line) for line in message_detail(report))
+    # Under NoiseComparison a verdict is only as strong as the envelope: what size of fault
+    # could have been seen, and (on PASS) how close the candidate came, belong beside it.
+    lines.extend("  " + printable(line) for line in noise_summary_lines(report))
     for section in report_sections(
         report, max_rows=max_rows, include_environment=include_environment
     ):

@@ -26,18 +26,18 @@ from trainparity.processes.children import (
 )
 from trainparity.processes.observer.client import ObservationFailure
 from trainparity.protocols import ProcessResumeCase
-from trainparity.recording.resume_envelope import ResumeEnvelope
+from trainparity.recording.envelope_steps import final_state_envelope
 from trainparity.recording.resume import (
     ResumeTrajectories,
     TrajectoryError,
     phase_recording_environment,
     recording_directory,
 )
+from trainparity.recording.resume_envelope import ResumeEnvelope
 from trainparity.resume.chain import CandidatePhase, chain_report
 from trainparity.resume.noise_decision import (
     baseline_names,
     event_verdict,
-    final_state_envelope,
     pass_message,
     split_differs_message,
 )
@@ -224,7 +224,11 @@ class ResumeExecution:
                 fields,
                 Outcome.ABSTAIN,
                 split_differs_message(
-                    split.name, "baseline_a", parted.step, parted.differences[0].path, split.end_step
+                    split.name,
+                    "baseline_a",
+                    parted.step,
+                    parted.differences[0].path,
+                    split.end_step,
                 ),
                 first_divergent_step=parted.step,
                 primary_difference=parted.differences[0],
@@ -297,7 +301,7 @@ class ResumeExecution:
             report = envelope.report()
         else:
             event, report = final_state_envelope(
-                policy, finals, ("candidate_resume", snapshot_resume), self.case.total_step
+                policy, finals, [("candidate_resume", snapshot_resume)], self.case.total_step
             )
         root = self.settings.run_root
         coverage = resume_chain_differences(
@@ -309,8 +313,10 @@ class ResumeExecution:
         recorded = envelope.report_fields(()) if envelope.recorded else {}
         split = self.chain[0]
         placed = sorted(coverage, key=lambda item: math.inf if item.step is None else item.step)
-        if placed and (event is None or event.kind == "candidate_left") and (
-            event is None or placed[0].step is None or placed[0].step <= event.step
+        if (
+            placed
+            and (event is None or event.kind == "candidate_left")
+            and (event is None or placed[0].step is None or placed[0].step <= event.step)
         ):
             step = placed[0].step if placed[0].step is not None else self.case.total_step
             ordered = tuple(item.difference for item in placed)

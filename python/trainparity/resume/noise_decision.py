@@ -9,26 +9,13 @@ the candidate came. resume/execution.py runs the phases and calls these.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from trainparity.comparison.noise import NoiseComparison
 from trainparity.outcomes import Outcome
-from trainparity.recording.envelope_steps import (
-    EnvelopeEvent,
-    EnvelopeWalk,
-    Position,
-    closest_approach,
-    sensitivity_line,
-)
-from trainparity.state.snapshot import Snapshot
+from trainparity.recording.envelope_steps import EnvelopeEvent
 
-__all__ = [
-    "baseline_names",
-    "event_verdict",
-    "final_state_envelope",
-    "pass_message",
-]
+__all__ = ["baseline_names", "event_verdict", "pass_message", "split_differs_message"]
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -36,41 +23,6 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 def baseline_names(count: int) -> tuple[str, ...]:
     """baseline_a, baseline_b, baseline_c, … : the uninterrupted runs of a check."""
     return tuple(f"baseline_{letter}" for letter in _LETTERS[:count])
-
-
-class _Final:
-    """A final-state snapshot standing in for a record in an envelope walk."""
-
-    def __init__(self, snapshot: Snapshot, step: int) -> None:
-        self._snapshot = snapshot
-        self.step = step
-
-    def snapshot(self) -> Snapshot:
-        return self._snapshot
-
-
-def final_state_envelope(
-    policy: NoiseComparison,
-    baselines: Sequence[tuple[str, Snapshot]],
-    candidate: tuple[str, Snapshot],
-    total_step: int,
-) -> tuple[EnvelopeEvent | None, dict[str, Any]]:
-    """The envelope judgment of the final states (a case that does not call record())."""
-    walk = EnvelopeWalk(policy, 0)
-    position = Position(
-        total_step,
-        tuple((name, _Final(snapshot, total_step)) for name, snapshot in baselines),  # type: ignore[misc]
-        ((candidate[0], _Final(candidate[1], total_step), False),),  # type: ignore[arg-type]
-    )
-    event = walk.run([position])
-    report = {
-        "judged_on": "final states",
-        "samples": [name for name, _ in baselines],
-        "steps": [row.to_dict(1) for row in walk.rows],
-        "closest_approach": closest_approach(walk.rows, 1),
-        "sensitivity": sensitivity_line(walk.rows, total_step),
-    }
-    return event, report
 
 
 def event_verdict(

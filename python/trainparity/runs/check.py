@@ -21,6 +21,7 @@ from typing import Any
 from trainparity.cases.command_case import CommandCase, case_names, resolved_case
 from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, load_runs_case
 from trainparity.cases.setup_failure import setup_failure
+from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.policies import (
     ExactComparison,
     ToleranceComparison,
@@ -45,7 +46,8 @@ def check_runs(
     case: str | CommandCase,
     variants: Mapping[str, RunVariant | Mapping[str, Any]] | None = None,
     *,
-    comparison: ExactComparison | ToleranceComparison | None = None,
+    comparison: ExactComparison | ToleranceComparison | NoiseComparison | None = None,
+    noise: tuple[str, str] | None = None,
     cwd: Path | None = None,
     work_dir: Path | None = None,
     report_path: Path | None = None,
@@ -69,6 +71,10 @@ def check_runs(
     that differs and its first path, ABSTAIN when a variant disagrees with
     itself, ERROR when something could not run or be observed. `executor`
     runs the training runs elsewhere, as check_resume's does.
+    Under `comparison=NoiseComparison(...)`, `noise=("ref", "ref_repeat")`
+    names two variants whose difference is accepted as noise (default: the
+    reference's own two runs); their runs measure the envelope and every other
+    variant is judged against it (docs/runs.md).
     `start="warm"` forks each `python script.py`/`python -m` child from a
     server that imported torch once (docs/limitations.md says what differs);
     None takes $TRAINPARITY_START, else "fresh": a new interpreter per child.
@@ -85,6 +91,7 @@ def check_runs(
     return runner.run(
         case,
         variants,
+        noise=noise,
         cwd=cwd,
         work_dir=work_dir,
         report_path=report_path,
@@ -100,6 +107,7 @@ class _RunsRunner(CheckRunner):
         case: str | CommandCase,
         variants: Mapping[str, Any] | None,
         *,
+        noise: tuple[str, str] | None = None,
         cwd: Path | None,
         work_dir: Path | None,
         report_path: Path | None,
@@ -117,6 +125,7 @@ class _RunsRunner(CheckRunner):
         try:
             loaded, module_spec = resolved_case(case, load_runs_case)
             declared = _declared_variants(loaded, variants)
+            noise_pair = _noise_pair(self.policy, noise, declared)
             environment_for_children = child_environment(module_spec, environment)
         except Exception as error:  # importing runs the user's module: anything can fail
             failure = setup_failure("runs ", error, command_dir=command_dir)
@@ -149,6 +158,7 @@ class _RunsRunner(CheckRunner):
                 variants=declared,
                 policy=self.policy,
                 settings=settings,
+                noise_pair=noise_pair,
             )
             result = execution.run(fields, started)
         return self.finished(result, report_path)
@@ -185,6 +195,47 @@ def _declared_variants(case: RunsCase, variants: Mapping[str, Any] | None) -> di
     if not case.name:
         raise CaseSetupError("case name must be non-empty", field="name")
     return declared
+
+
+def _noise_pair(
+    policy: object, noise: object, declared: Mapping[str, RunVariant]
+) -> tuple[str, str] | None:
+    """The variants whose runs measure the noise (NoiseComparison only); usage errors name `noise`."""
+    if not isinstance(policy, NoiseComparison):
+        if noise is not None:
+            raise CaseSetupError(
+                "noise=(A, B) names the variants that measure the noise of a NoiseComparison: "
+                "give comparison=NoiseComparison(...) too",
+                field="noise",
+            )
+        return None
+    if noise is None:
+        reference = next(iter(declared))
+        pair = (reference, reference)
+    else:
+        if (
+            isinstance(noise, str)
+            or not isinstance(noise, (tuple, list))
+            or len(noise) != 2
+            or not all(isinstance(name, str) for name in noise)
+        ):
+            raise CaseSetupTypeError(
+                f"noise must be a pair of variant names, got {noise!r}", field="noise"
+            )
+        pair = (noise[0], noise[1])
+        unknown = [name for name in pair if name not in declared]
+        if unknown:
+            raise CaseSetupError(
+                f"noise names {unknown[0]!r}, which is not a variant (declared: "
+                f"{', '.join(declared)})",
+                field="noise",
+            )
+    if not [name for name in declared if name not in pair]:
+        raise CaseSetupError(
+            "every variant is in the noise pair: declare at least one more variant to judge",
+            field="noise",
+        )
+    return pair
 
 
 def _variant(name: str, variant: object) -> RunVariant:

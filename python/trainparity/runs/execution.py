@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
 from trainparity.outcomes import Outcome
 from trainparity.processes.check_runner import RunSettings
@@ -27,12 +28,14 @@ from trainparity.processes.children import (
 )
 from trainparity.processes.observer.client import ObservationFailure
 from trainparity.protocols import RunsCase
+from trainparity.recording.envelope_steps import final_state_envelope
 from trainparity.recording.phase_recordings import (
     TrajectoryError,
     recording_directory,
     recording_environment,
 )
 from trainparity.recording.runs import RunsTrajectories
+from trainparity.recording.runs_envelope import RunsEnvelope
 from trainparity.recording.trajectory import StepDivergence
 from trainparity.runs.plan import REPEATS, RunVariant
 from trainparity.runs.result import RunsResult, VariantComparison
@@ -50,10 +53,12 @@ class RunsExecution:
         case_spec: str,
         case: RunsCase,
         variants: dict[str, RunVariant],
-        policy: ExactComparison | ToleranceComparison,
+        policy: ExactComparison | ToleranceComparison | NoiseComparison,
         settings: RunSettings,
+        noise_pair: tuple[str, str] | None = None,
     ) -> None:
         self.case = case
+        self.noise_pair = noise_pair
         self.variants = variants
         self.policy = policy
         self.settings = settings
@@ -81,14 +86,17 @@ class RunsExecution:
             timings=self.timings,
             case_kind="runs",
         )
-        self.trajectories = RunsTrajectories(root, policy)
+        self.trajectories = RunsTrajectories(root, policy)  # type: ignore[arg-type]
 
     def run(self, fields: dict[str, Any], started: float) -> RunsResult:
         with self.children.running():
             try:
                 if self.settings.parallel:
                     self.children.start_concurrently(self.children.phases)
-                result = self._decide(fields)
+                if isinstance(self.policy, NoiseComparison) and self.noise_pair is not None:
+                    result = self._decide_noise(fields, self.policy, self.noise_pair)
+                else:
+                    result = self._decide(fields)
             except (PhaseError, ObservationFailure) as failure:
                 result = self._result(fields, failure.outcome, failure.message)
         timing = dict(self.timings)
@@ -162,6 +170,109 @@ class RunsExecution:
             **self.trajectories.report_fields(()),
         )
 
+    def _decide_noise(
+        self, fields: dict[str, Any], policy: NoiseComparison, pair: tuple[str, str]
+    ) -> RunsResult:
+        """Every variant outside the noise pair judged against the envelope of the pair's runs."""
+        samples = list(
+            dict.fromkeys(f"{variant}_{repeat}" for variant in pair for repeat in REPEATS)
+        )
+        finals = {name: self.children.observed(name) for name in self.children.phases}
+        envelope = RunsEnvelope(self.settings.run_root, policy, samples)
+        noise_text = " and ".join(dict.fromkeys(pair))
+        comparisons: list[VariantComparison] = []
+        reports: list[dict[str, Any]] = []
+        failing: tuple[str, Any] | None = None
+        began = time.perf_counter()
+        for variant in self.variants:
+            if variant in pair:
+                continue
+            runs = [f"{variant}_{repeat}" for repeat in REPEATS]
+            event = _recorded(lambda runs=runs: envelope.judge(runs))  # type: ignore[misc]
+            if not envelope.recorded:
+                event, report = final_state_envelope(
+                    policy,
+                    [(name, finals[name]) for name in samples],
+                    [(name, finals[name]) for name in runs],
+                    self.case.total_step,
+                )
+                reports.append(report)
+            if event is not None and event.kind != "candidate_left":
+                self.timings["comparison"] = time.perf_counter() - began
+                return self._result(
+                    fields,
+                    Outcome.ABSTAIN,
+                    _noise_abstain_message(event, policy, noise_text),
+                    first_divergent_step=event.step,
+                    primary_difference=event.differences[0],
+                    all_differences=event.differences,
+                    variant_comparisons=tuple(comparisons),
+                    nondeterminism_hints=nondeterminism_hints(self.settings.environment),
+                    noise_envelope=self._noise_report(policy, envelope, reports, pair),
+                    **(envelope.report_fields(()) if envelope.recorded else {}),
+                )
+            differences = event.differences if event is not None else ()
+            comparisons.append(_comparison(variant, f"noise of {noise_text}", differences))
+            if event is not None and failing is None:
+                failing = (variant, event)
+        self.timings["comparison"] = time.perf_counter() - began
+        envelope_fields = {
+            "noise_envelope": self._noise_report(policy, envelope, reports, pair),
+            **(envelope.report_fields(()) if envelope.recorded else {}),
+        }
+        if failing is not None:
+            variant, event = failing
+            return self._result(
+                fields,
+                Outcome.FAIL,
+                f"variant {variant} leaves the noise of {noise_text} at "
+                f"{_where(event.step, event.differences)}{_exit_detail(event, policy)}",
+                first_divergent_step=event.step,
+                divergent_variant=variant,
+                primary_difference=event.differences[0],
+                all_differences=event.differences,
+                variant_comparisons=tuple(comparisons),
+                **envelope_fields,
+            )
+        closest = envelope_fields["noise_envelope"]["closest_approach"]
+        approach = (
+            "; they match the noise pair bit for bit"
+            if closest is None
+            else f"; closest approach: {closest['ratio']:.3g}× the noise at step "
+            f"{closest['step']}, {closest['path']} ({closest['candidate']})"
+        )
+        judged = len(self.variants) - len(set(pair))
+        return self._result(
+            fields,
+            Outcome.PASS,
+            f"all {judged} variant{'s' if judged != 1 else ''} stay inside the noise of "
+            f"{noise_text} up to step {self.case.total_step}{approach}",
+            variant_comparisons=tuple(comparisons),
+            **envelope_fields,
+        )
+
+    @staticmethod
+    def _noise_report(
+        policy: NoiseComparison,
+        envelope: RunsEnvelope,
+        reports: list[dict[str, Any]],
+        pair: tuple[str, str],
+    ) -> dict[str, Any]:
+        if envelope.recorded:
+            report = envelope.report()
+        elif reports:
+            report = dict(reports[0])
+            report["steps"] = [row for found in reports for row in found["steps"]]
+            approaches = [
+                found["closest_approach"] for found in reports if found["closest_approach"]
+            ]
+            report["closest_approach"] = max(
+                approaches, key=lambda item: item["ratio"], default=None
+            )
+        else:
+            report = {"judged_on": "final states", "steps": [], "closest_approach": None}
+        return {**policy.settings(), "noise_pair": list(pair), **report}
+
     def _parted(
         self,
         baseline_variant: str,
@@ -202,6 +313,32 @@ class RunsExecution:
             **fields,
             **extra,
         )
+
+
+def _noise_abstain_message(event: Any, policy: NoiseComparison, noise_text: str) -> str:
+    path = event.differences[0].path
+    if event.kind == "too_noisy":
+        return (
+            f"the noise of {noise_text} at step {event.step} is {event.entry.noise:.3g} "
+            f"(relative L2, at {event.entry.path}), above max_noise={policy.max_noise:.3g}: a "
+            "difference smaller than that at that step cannot be seen"
+        )
+    return (
+        f"the noise pair is not a measure of noise: {event.phase} differs from the other runs "
+        f"of {noise_text} at step {event.step}: {path}, which NoiseComparison holds exact "
+        "(not a floating-point value); agreement between variants cannot be judged"
+    )
+
+
+def _exit_detail(event: Any, policy: NoiseComparison) -> str:
+    entry = event.entry
+    if entry is None or entry.exact or entry.excursion is None:
+        return ""
+    ratio = entry.ratio if entry.ratio is not None else float("inf")
+    return (
+        f" (excursion {entry.excursion:.3g} is {ratio:.3g}× the noise {entry.noise:.3g}; "
+        f"declared limit {policy.factor:g}×)"
+    )
 
 
 def _where(step: int, differences: Sequence[Difference]) -> str:
