@@ -11,6 +11,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -19,10 +20,13 @@
 
 /* As in compare.c: fixed chunks combined in chunk order make every result
  * independent of the thread count; LANES interleaved partial sums (element i
- * of a chunk goes to lane i % LANES) let the compiler vectorise without
- * reassociating additions; no contraction. */
+ * of a chunk goes to lane i % LANES, each lane adds in element order, lanes
+ * are added in lane order) are vectorised without reassociating additions;
+ * no contraction. */
 #define CHUNK_ELEMENTS 4096
 #define LANES 16
+#define WIDTH 4 /* doubles per vector */
+#define VECTORS (LANES / WIDTH)
 #define MAX_BUFFERS 32
 #define MAX_PAIRS (MAX_BUFFERS * (MAX_BUFFERS - 1) / 2)
 #define SCALE_EXPONENT 600
@@ -43,7 +47,14 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* ---- element loaders: exact widening of one little-endian element to double ---- */
+/* Lanes as GCC/clang vectors (plain SSE2 pairs in the default clone): the
+ * element-wise operations are the scalar ones, in the same order. */
+typedef double vdouble __attribute__((vector_size(WIDTH * sizeof(double))));
+typedef float vfloat __attribute__((vector_size(WIDTH * sizeof(float))));
+typedef uint16_t vhalf __attribute__((vector_size(WIDTH * sizeof(uint16_t))));
+typedef uint32_t vword __attribute__((vector_size(WIDTH * sizeof(uint32_t))));
+
+/* ---- element loaders: exact widening of little-endian elements to double ---- */
 
 static ALWAYS_INLINE float float_from_bits(uint32_t bits)
 {
@@ -66,32 +77,11 @@ static ALWAYS_INLINE uint16_t load_u16(const unsigned char *p)
     return v;
 }
 
-static ALWAYS_INLINE double load_float32(const unsigned char *p)
-{
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static ALWAYS_INLINE double load_float64(const unsigned char *p)
-{
-    double v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-/* bfloat16 is the upper half of a binary32. */
-static ALWAYS_INLINE double load_bfloat16(const unsigned char *p)
-{
-    return float_from_bits((uint32_t)load_u16(p) << 16);
-}
-
 /* IEEE binary16, branch-free (as compare.c): normal numbers rebiased to
  * binary32, exponent 31 (Inf/NaN) to 255 keeping the payload, subnormals
  * mantissa * 2^-24 (exact in binary32). */
-static ALWAYS_INLINE double load_float16(const unsigned char *p)
+static ALWAYS_INLINE float half_to_float(uint16_t half)
 {
-    uint16_t half = load_u16(p);
     uint32_t sign = (uint32_t)(half >> 15) << 31;
     uint32_t exponent = (half >> 10) & 0x1fu;
     uint32_t mantissa = half & 0x3ffu;
@@ -102,103 +92,203 @@ static ALWAYS_INLINE double load_float16(const unsigned char *p)
     return float_from_bits(sign | magnitude);
 }
 
-/* Not inlined: the element loaders for the rare rescaled sums. */
-static double load_float32_element(const unsigned char *p) { return load_float32(p); }
-static double load_float64_element(const unsigned char *p) { return load_float64(p); }
-static double load_bfloat16_element(const unsigned char *p) { return load_bfloat16(p); }
-static double load_float16_element(const unsigned char *p) { return load_float16(p); }
-
-static ALWAYS_INLINE int is_finite(double x)
+/* One element (for the rare passes: non-finite counts, rescaled sums). */
+static double load_float32(const unsigned char *p)
 {
-    return fabs(x) <= DBL_MAX; /* false for Inf and NaN; a plain compare vectorises */
+    float v;
+    memcpy(&v, p, sizeof v);
+    return v;
 }
 
-/* ---- one chunk: every norm and every pair whose bytes differ, fused ---- */
+static double load_float64(const unsigned char *p)
+{
+    double v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
 
-/* Per-lane accumulators of one chunk, and the chunk's pairs whose bytes differ
- * (only those are summed: a pair with equal bytes has distance 0). One per worker. */
+/* bfloat16 is the upper half of a binary32. */
+static double load_bfloat16(const unsigned char *p)
+{
+    return float_from_bits((uint32_t)load_u16(p) << 16);
+}
+
+static double load_float16(const unsigned char *p)
+{
+    return half_to_float(load_u16(p));
+}
+
+/* WIDTH consecutive elements, widened to double. */
+static ALWAYS_INLINE void widen_float32(const unsigned char *p, vdouble *out)
+{
+    vfloat f;
+    memcpy(&f, p, sizeof f);
+    *out = __builtin_convertvector(f, vdouble);
+}
+
+static ALWAYS_INLINE void widen_float64(const unsigned char *p, vdouble *out)
+{
+    memcpy(out, p, sizeof *out);
+}
+
+static ALWAYS_INLINE void widen_bfloat16(const unsigned char *p, vdouble *out)
+{
+    vhalf h;
+    memcpy(&h, p, sizeof h);
+    vword bits = __builtin_convertvector(h, vword) << 16;
+    vfloat f;
+    memcpy(&f, &bits, sizeof f);
+    *out = __builtin_convertvector(f, vdouble);
+}
+
+static ALWAYS_INLINE void widen_float16(const unsigned char *p, vdouble *out)
+{
+    vfloat f;
+    for (int j = 0; j < WIDTH; j++)
+        f[j] = half_to_float(load_u16(p + 2 * j));
+    *out = __builtin_convertvector(f, vdouble);
+}
+
+/* ---- one chunk: every norm, and every pair whose bytes differ, in one read ---- */
+
+/* The lanes of one chunk (one per worker, 64-byte aligned): norm[b] holds the
+ * squares of buffer b, pair[q] the squared differences of the q-th pair whose
+ * bytes differ in this chunk (buffers first[q] and second[q]). */
 typedef struct {
-    double x[MAX_BUFFERS][LANES]; /* one block of LANES elements of every buffer */
-    double norm[MAX_BUFFERS][LANES];
-    uint64_t bad[MAX_BUFFERS][LANES];
-    double pair[MAX_PAIRS][LANES]; /* by position in `first`/`second`, not pair index */
+    vdouble x[MAX_BUFFERS][VECTORS]; /* one block of LANES elements of every buffer */
+    vdouble norm[MAX_BUFFERS][VECTORS];
+    vdouble pair[MAX_PAIRS][VECTORS];
     unsigned char first[MAX_PAIRS];
     unsigned char second[MAX_PAIRS];
 } chunk_state;
 
-/* Reads one chunk of `count` elements (the chunk starts at `sources[b]`) and
- * accumulates: norm lanes and non-finite counts of each of the k buffers,
- * and squared-difference lanes of the `active` pairs listed in `s`. */
-static ALWAYS_INLINE void fused_chunk(const unsigned char *const *sources, size_t k, size_t count,
-                                      size_t active, chunk_state *s, size_t size,
-                                      double (*load)(const unsigned char *))
+typedef void (*widener)(const unsigned char *, vdouble *);
+
+/* One block of LANES elements of each buffer (block_b = sources[b] + offset). */
+static ALWAYS_INLINE void add_block(const unsigned char *const *sources, size_t offset,
+                                    size_t k, size_t active, chunk_state *s, size_t size,
+                                    widener widen)
 {
     for (size_t b = 0; b < k; b++) {
-        for (int j = 0; j < LANES; j++) {
-            s->norm[b][j] = 0.0;
-            s->bad[b][j] = 0;
+        for (int m = 0; m < VECTORS; m++) {
+            widen(sources[b] + offset + (size_t)(m * WIDTH) * size, &s->x[b][m]);
+            s->norm[b][m] += s->x[b][m] * s->x[b][m];
         }
     }
+    for (size_t q = 0; q < active; q++) {
+        for (int m = 0; m < VECTORS; m++) {
+            vdouble d = s->x[s->first[q]][m] - s->x[s->second[q]][m];
+            s->pair[q][m] += d * d;
+        }
+    }
+}
+
+/* The same sums for K buffers (2, 3 or 4) whose pairs all differ, the common
+ * case of a noise envelope: a constant K lets the lanes live in registers
+ * (locals that no element load can alias) instead of in `s`. */
+static ALWAYS_INLINE void all_pairs_block(const unsigned char *const *sources, size_t offset,
+                                          const size_t K, vdouble norm[4][VECTORS],
+                                          vdouble pair[6][VECTORS], size_t size, widener widen)
+{
+    vdouble x[4][VECTORS];
+    for (size_t b = 0; b < K; b++) {
+        for (int m = 0; m < VECTORS; m++) {
+            widen(sources[b] + offset + (size_t)(m * WIDTH) * size, &x[b][m]);
+            norm[b][m] += x[b][m] * x[b][m];
+        }
+    }
+    for (size_t a = 0, q = 0; a < K; a++) {
+        for (size_t b = a + 1; b < K; b++, q++) {
+            for (int m = 0; m < VECTORS; m++) {
+                vdouble d = x[a][m] - x[b][m];
+                pair[q][m] += d * d;
+            }
+        }
+    }
+}
+
+static ALWAYS_INLINE void all_pairs_chunk(const unsigned char *const *sources, const size_t K,
+                                          size_t count, chunk_state *s, size_t size,
+                                          widener widen)
+{
+    vdouble norm[4][VECTORS] = {{{0}}};
+    vdouble pair[6][VECTORS] = {{{0}}};
+    size_t whole = count - count % LANES;
+    for (size_t i = 0; i < whole; i += LANES)
+        all_pairs_block(sources, i * size, K, norm, pair, size, widen);
+    if (whole < count) {
+        unsigned char padded[4][LANES * sizeof(double)];
+        const unsigned char *blocks[4];
+        for (size_t b = 0; b < K; b++) {
+            memset(padded[b], 0, sizeof padded[b]);
+            memcpy(padded[b], sources[b] + whole * size, (count - whole) * size);
+            blocks[b] = padded[b];
+        }
+        all_pairs_block(blocks, 0, K, norm, pair, size, widen);
+    }
+    for (size_t b = 0; b < K; b++)
+        for (int m = 0; m < VECTORS; m++)
+            s->norm[b][m] = norm[b][m];
+    for (size_t q = 0; q < K * (K - 1) / 2; q++)
+        for (int m = 0; m < VECTORS; m++)
+            s->pair[q][m] = pair[q][m];
+}
+
+/* The lanes of one chunk of `count` elements. The last partial block is read
+ * zero-padded: a zero adds +0.0 to sums that start at +0.0, which changes none. */
+static ALWAYS_INLINE void fused_chunk(const unsigned char *const *sources, size_t k, size_t count,
+                                      size_t active, chunk_state *s, size_t size, widener widen)
+{
+    if (active == k * (k - 1) / 2) { /* the pairs in `s` are then in pair order */
+        switch (k) {
+        case 2:
+            all_pairs_chunk(sources, 2, count, s, size, widen);
+            return;
+        case 3:
+            all_pairs_chunk(sources, 3, count, s, size, widen);
+            return;
+        case 4:
+            all_pairs_chunk(sources, 4, count, s, size, widen);
+            return;
+        default:
+            break;
+        }
+    }
+    const vdouble zero = {0};
+    for (size_t b = 0; b < k; b++)
+        for (int m = 0; m < VECTORS; m++)
+            s->norm[b][m] = zero;
     for (size_t q = 0; q < active; q++)
-        for (int j = 0; j < LANES; j++)
-            s->pair[q][j] = 0.0;
-    size_t i = 0;
-    for (; i + LANES <= count; i += LANES) {
+        for (int m = 0; m < VECTORS; m++)
+            s->pair[q][m] = zero;
+    size_t whole = count - count % LANES;
+    for (size_t i = 0; i < whole; i += LANES)
+        add_block(sources, i * size, k, active, s, size, widen);
+    if (whole < count) {
+        unsigned char padded[MAX_BUFFERS][LANES * sizeof(double)];
+        const unsigned char *blocks[MAX_BUFFERS];
         for (size_t b = 0; b < k; b++) {
-            const unsigned char *p = sources[b] + i * size;
-            double *restrict x = s->x[b];
-            double *restrict norm = s->norm[b];
-            uint64_t *restrict bad = s->bad[b];
-            for (int j = 0; j < LANES; j++) {
-                double v = load(p + (size_t)j * size);
-                x[j] = v;
-                norm[j] += v * v;
-                bad[j] += (uint64_t)!is_finite(v);
-            }
+            memset(padded[b], 0, sizeof padded[b]);
+            memcpy(padded[b], sources[b] + whole * size, (count - whole) * size);
+            blocks[b] = padded[b];
         }
-        for (size_t q = 0; q < active; q++) {
-            const double *restrict x = s->x[s->first[q]];
-            const double *restrict y = s->x[s->second[q]];
-            double *restrict sum = s->pair[q];
-            for (int j = 0; j < LANES; j++) {
-                double d = x[j] - y[j];
-                sum[j] += d * d;
-            }
-        }
-    }
-    size_t rest = count - i;
-    if (rest > 0) {
-        for (size_t b = 0; b < k; b++) {
-            const unsigned char *p = sources[b] + i * size;
-            for (size_t j = 0; j < rest; j++) {
-                double v = load(p + j * size);
-                s->x[b][j] = v;
-                s->norm[b][j] += v * v;
-                s->bad[b][j] += (uint64_t)!is_finite(v);
-            }
-        }
-        for (size_t q = 0; q < active; q++) {
-            for (size_t j = 0; j < rest; j++) {
-                double d = s->x[s->first[q]][j] - s->x[s->second[q]][j];
-                s->pair[q][j] += d * d;
-            }
-        }
+        add_block(blocks, 0, k, active, s, size, widen);
     }
 }
 
 typedef void (*chunk_kernel)(const unsigned char *const *, size_t, size_t, size_t, chunk_state *);
 
-#define DEFINE_CHUNK_KERNEL(NAME, SIZE, LOAD)                                                  \
+#define DEFINE_CHUNK_KERNEL(NAME, SIZE, WIDEN)                                                 \
     HOT_LOOP static void NAME(const unsigned char *const *sources, size_t k, size_t count,    \
                               size_t active, chunk_state *s)                                   \
     {                                                                                          \
-        fused_chunk(sources, k, count, active, s, SIZE, LOAD);                                 \
+        fused_chunk(sources, k, count, active, s, SIZE, WIDEN);                                \
     }
 
-DEFINE_CHUNK_KERNEL(float32_chunk, 4, load_float32)
-DEFINE_CHUNK_KERNEL(float64_chunk, 8, load_float64)
-DEFINE_CHUNK_KERNEL(bfloat16_chunk, 2, load_bfloat16)
-DEFINE_CHUNK_KERNEL(float16_chunk, 2, load_float16)
+DEFINE_CHUNK_KERNEL(float32_chunk, 4, widen_float32)
+DEFINE_CHUNK_KERNEL(float64_chunk, 8, widen_float64)
+DEFINE_CHUNK_KERNEL(bfloat16_chunk, 2, widen_bfloat16)
+DEFINE_CHUNK_KERNEL(float16_chunk, 2, widen_float16)
 
 typedef struct {
     const char *name;
@@ -208,10 +298,10 @@ typedef struct {
 } distance_dtype;
 
 static const distance_dtype distance_dtypes[] = {
-    {"float32", 4, float32_chunk, load_float32_element},
-    {"float64", 8, float64_chunk, load_float64_element},
-    {"bfloat16", 2, bfloat16_chunk, load_bfloat16_element},
-    {"float16", 2, float16_chunk, load_float16_element},
+    {"float32", 4, float32_chunk, load_float32},
+    {"float64", 8, float64_chunk, load_float64},
+    {"bfloat16", 2, bfloat16_chunk, load_bfloat16},
+    {"float16", 2, float16_chunk, load_float16},
 };
 #define DISTANCE_DTYPE_COUNT (sizeof distance_dtypes / sizeof distance_dtypes[0])
 
@@ -242,11 +332,11 @@ typedef struct {
 } distance_worker;
 
 /* The lanes in lane order (the order every sum of this file is finished in). */
-static double lane_total(const double *lanes)
+static double lane_total(const vdouble *lanes)
 {
     double total = 0.0;
     for (int j = 0; j < LANES; j++)
-        total += lanes[j];
+        total += lanes[j / WIDTH][j % WIDTH];
     return total;
 }
 
@@ -265,7 +355,23 @@ static scaled rescaled(double unscaled, const distance_dtype *dtype, const unsig
             v = v - dtype->load(y + i * dtype->itemsize) * scale;
         lanes[i % LANES] += v * v;
     }
-    return (scaled){lane_total(lanes), 1};
+    double total = 0.0;
+    for (int j = 0; j < LANES; j++)
+        total += lanes[j];
+    return (scaled){total, 1};
+}
+
+/* NaN and infinite elements of one buffer's chunk. Counted only where the
+ * chunk's sum of squares is not finite: a NaN or an infinity makes it so. */
+static uint64_t nonfinite_count(double sum, const distance_dtype *dtype,
+                                const unsigned char *x, size_t count)
+{
+    if (isfinite(sum))
+        return 0;
+    uint64_t bad = 0;
+    for (size_t i = 0; i < count; i++)
+        bad += !isfinite(dtype->load(x + i * dtype->itemsize));
+    return bad;
 }
 
 static void measure_chunk(const distance_pass *pass, size_t chunk, chunk_state *s)
@@ -295,11 +401,9 @@ static void measure_chunk(const distance_pass *pass, size_t chunk, chunk_state *
     }
     pass->dtype->chunk(sources, k, count, active, s);
     for (size_t b = 0; b < k; b++) {
-        uint64_t bad = 0;
-        for (int j = 0; j < LANES; j++)
-            bad += s->bad[b][j];
-        nonfinite[b] = bad;
-        sums[b] = rescaled(lane_total(s->norm[b]), pass->dtype, sources[b], NULL, count);
+        double total = lane_total(s->norm[b]);
+        nonfinite[b] = nonfinite_count(total, pass->dtype, sources[b], count);
+        sums[b] = rescaled(total, pass->dtype, sources[b], NULL, count);
     }
     for (size_t a = 0, pair = 0, q = 0; a < k; a++) {
         for (size_t b = a + 1; b < k; b++, pair++) {
@@ -509,7 +613,10 @@ static PyObject *distances(PyObject *self, PyObject *args, PyObject *kwargs)
     pass.sums = PyMem_RawMalloc(chunks * (pass.buffer_count + pass.pair_count) * sizeof(scaled));
     pass.nonfinite = PyMem_RawMalloc(chunks * pass.buffer_count * sizeof(uint64_t));
     pass.differ = PyMem_RawMalloc(chunks * (pass.pair_count > 0 ? pass.pair_count : 1));
-    chunk_state *states = PyMem_RawMalloc(workers * sizeof(chunk_state));
+    /* posix_memalign: the lanes are vectors, which want their own alignment. */
+    chunk_state *states = NULL;
+    if (posix_memalign((void **)&states, 64, workers * sizeof(chunk_state)) != 0)
+        states = NULL;
     PyObject *result = NULL;
     if (pass.sums == NULL || pass.nonfinite == NULL || pass.differ == NULL || states == NULL) {
         PyErr_NoMemory();
@@ -529,7 +636,7 @@ static PyObject *distances(PyObject *self, PyObject *args, PyObject *kwargs)
     PyMem_RawFree(pass.sums);
     PyMem_RawFree(pass.nonfinite);
     PyMem_RawFree(pass.differ);
-    PyMem_RawFree(states);
+    free(states);
     release_buffers(views, (size_t)k);
     return result;
 }

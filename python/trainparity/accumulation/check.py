@@ -32,6 +32,7 @@ from trainparity.accumulation.result import AccumulationResult
 from trainparity.accumulation.user_step import check_own_step_plan, has_train_step
 from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, load_accumulation_case
 from trainparity.cases.setup_failure import setup_failure
+from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.policies import ComparisonPolicy, ExactComparison, ToleranceComparison
 from trainparity.outcomes import Outcome
 from trainparity.processes.check_runner import CheckRunner
@@ -61,7 +62,7 @@ def check_accumulation(
     case: str,
     *,
     candidate: AccumulationExecutionPlan,
-    comparison: ExactComparison | ToleranceComparison | None = None,
+    comparison: ExactComparison | ToleranceComparison | NoiseComparison | None = None,
     device: str = "cpu",
     seed: int = 23,
     cwd: Path | None = None,
@@ -153,6 +154,12 @@ class AccumulationRunner(CheckRunner):
                 check_own_step_plan(candidate)
         except Exception as error:  # importing runs the user's module: anything can fail
             return self.finished(_setup_error(case, policy_name, error, command_dir), report_path)
+        # The full-batch baselines (more under NoiseComparison), then the candidate.
+        baseline_count = self.policy.baselines if isinstance(self.policy, NoiseComparison) else 2
+        plans = {
+            **{f"baseline_{chr(ord('a') + index)}": baseline for index in range(baseline_count)},
+            "candidate": candidate,
+        }
         # The children's complete environment: ours, with the caller's variables on top.
         child_environment = {**os.environ, **dict(environment or {})}
         with self.run_settings(
@@ -161,13 +168,13 @@ class AccumulationRunner(CheckRunner):
             command_dir=command_dir,
             environment=child_environment,
             device=device,
-            concurrent_children=len(CHILD_NAMES),  # a multi-rank candidate shares its child's
+            concurrent_children=len(plans),  # a multi-rank candidate shares its child's
         ) as settings:
             # Before the workers: a warm check's torch facts arrive with their observations.
             environment_report = settings.environment_report()
             execution = AccumulationExecution(
                 case_spec=case,
-                plans={"baseline_a": baseline, "baseline_b": baseline, "candidate": candidate},
+                plans=plans,
                 device=device,
                 seed=seed,
                 settings=settings,

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainparity.accumulation.noise_verdict import judge_noise_observations
 from trainparity.accumulation.plan import INITIAL_KEY, PHASES, RANKS_KEY, AccumulationExecutionPlan
 from trainparity.accumulation.rank_orchestration import rank_names, rank_specs
 from trainparity.accumulation.verdict import Verdict, judge_observations
+from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.policies import ExactComparison, ToleranceComparison
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
@@ -25,7 +27,7 @@ from trainparity.state.tree_codec import SnapshotFileError
 
 __all__ = ["CHILD_NAMES", "AccumulationExecution"]
 
-CHILD_NAMES = ("baseline_a", "baseline_b", "candidate")
+CHILD_NAMES = ("baseline_a", "baseline_b", "candidate")  # under NoiseComparison: more baselines
 RESULT_FILE = "result.json"
 OBSERVATIONS_FILE = "observations.safetensors"
 
@@ -68,11 +70,12 @@ class AccumulationExecution:
         device: str,
         seed: int,
         settings: RunSettings,
-        policy: ExactComparison | ToleranceComparison,
+        policy: ExactComparison | ToleranceComparison | NoiseComparison,
         own_step: bool = False,
     ) -> None:
         self.case_spec = case_spec
         self.plans = plans
+        self.child_names = tuple(plans)  # the baselines, then "candidate"
         self.device = device
         self.seed = seed
         self.settings = settings
@@ -91,9 +94,9 @@ class AccumulationExecution:
         with self.group:
             try:
                 if self.settings.parallel:
-                    for name in CHILD_NAMES:
+                    for name in self.child_names:
                         self._start(name)
-                reports = [self._report(name) for name in CHILD_NAMES]
+                reports = [self._report(name) for name in self.child_names]
             except Verdict as verdict:
                 return {"process_ids": tuple(self.process_ids), **verdict.fields}
         captured = all(report.loss_normalization_captured for report in reports)
@@ -315,20 +318,38 @@ class AccumulationExecution:
             raise Verdict(Outcome.ERROR, "fresh executions did not have distinct process IDs")
         self.settings.progress.event("comparison", "start")
         began = time.perf_counter()
+        views = [_phase_views(report) for report in reports]
+        rank_views = [_phase_views(report) for report in self.rank_reports]
+        envelope: dict[str, Any] = {}
         try:
-            compared_on = judge_observations(
-                self.policy,
-                [_phase_views(report) for report in reports],
-                [_phase_views(report) for report in self.rank_reports],
-                own_step=bool(self.own_step_children),
-            )
+            if isinstance(self.policy, NoiseComparison):
+                compared_on, report = judge_noise_observations(
+                    self.policy,
+                    views[:-1],
+                    views[-1],
+                    rank_views,
+                    own_step=bool(self.own_step_children),
+                )
+                envelope["noise_envelope"] = report
+            else:
+                compared_on = judge_observations(
+                    self.policy, views, rank_views, own_step=bool(self.own_step_children)
+                )
         finally:
             self.settings.progress.event("comparison", "end", time.perf_counter() - began)
+        message = _PASS_MESSAGE
+        closest = envelope.get("noise_envelope", {}).get("closest_approach")
+        if closest is not None:
+            message += (
+                f"; inside the noise envelope, closest approach {closest['ratio']:.3g}× the "
+                f"noise in {closest['phase']}, {closest['path']}"
+            )
         return {
             "outcome": Outcome.PASS,
-            "message": _PASS_MESSAGE,
+            "message": message,
             "verified_equal_initial_state": True,
             **({"compared_on": compared_on} if compared_on is not None else {}),
+            **envelope,
         }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainparity.processes.check_result import CheckResult
 
@@ -22,3 +23,7 @@ class AccumulationResult(CheckResult):
     persisted_artifact_bytes: int = 0
     # Set when the candidate's ranks held shards (FSDP2): how it was compared, and what was not.
     compared_on: str | None = field(default=None, metadata={"omitted_when_none": True})
+    # Under NoiseComparison: the declared relation and, per phase, noise, excursion and limit.
+    noise_envelope: dict[str, Any] | None = field(
+        default=None, metadata={"omitted_when_none": True}
+    )

@@ -54,6 +54,15 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         "(only for files whose provenance you vouch for; the report says so)",
     )
     common.add_tolerance_options(parser)
+    common.add_noise_options(parser, baselines=False)
+    parser.add_argument(
+        "--noise",
+        nargs=2,
+        type=Path,
+        metavar=("NOISE_A", "NOISE_B"),
+        help="for recordings, with --noise-factor: two recordings whose difference is accepted "
+        "as noise (1 vs 2 threads, two repeats); the candidate is judged against it",
+    )
 
 
 def run(arguments: argparse.Namespace) -> common.CommandOutput:
@@ -62,8 +71,20 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
     from trainparity.forensics.trace_file import is_trace_file
 
     comparison = common.comparison_from(arguments)
+    noise_given = getattr(comparison, "name", None) == "noise_envelope"
+    if arguments.noise is not None and not noise_given:
+        raise common.UsageError("--noise NOISE_A NOISE_B needs --noise-factor K")
+    if noise_given and arguments.noise is None:
+        raise common.UsageError(
+            "--noise-factor needs --noise NOISE_A NOISE_B: two recordings that measure the noise"
+        )
     if arguments.baseline.is_dir() or arguments.candidate.is_dir():
         return _diff_recordings(arguments, comparison)
+    if noise_given:
+        raise common.UsageError(
+            "--noise-factor judges recordings (directories): snapshots and traces hold one "
+            "state each, with no steps to measure noise on"
+        )
     traces = [is_trace_file(path) for path in (arguments.baseline, arguments.candidate)]
     if traces[0] != traces[1]:
         trace, other = (
@@ -88,9 +109,9 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
 def _diff_recordings(arguments: argparse.Namespace, comparison: Any) -> common.CommandOutput:
     from trainparity.recording.diff import diff_recordings
 
-    for path in (arguments.baseline, arguments.candidate):
+    for path in (arguments.baseline, arguments.candidate, *(arguments.noise or ())):
         if not path.is_dir():
-            raise common.UsageError(f"{path} is not a recording directory: give two of them")
+            raise common.UsageError(f"{path} is not a recording directory: give only recordings")
     # A damaged or unreadable recording raises: main() reports it as ERROR.
     result = diff_recordings(
         arguments.baseline,
@@ -99,5 +120,6 @@ def _diff_recordings(arguments: argparse.Namespace, comparison: Any) -> common.C
         rank=arguments.rank,
         trust_digests=arguments.trust_digests,
         common_steps_only=arguments.common_steps_only,
+        **({"noise": tuple(arguments.noise)} if arguments.noise is not None else {}),
     )
     return common.result_output(result, report_written=False)

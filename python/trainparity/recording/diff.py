@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.policies import (
     ComparisonPolicy,
     Difference,
@@ -16,6 +17,13 @@ from trainparity.comparison.policies import (
 from trainparity.comparison.windows import ValueWindow
 from trainparity.environment_leads import EnvironmentLead, environment_leads
 from trainparity.outcomes import Outcome
+from trainparity.recording.envelope_steps import (
+    EnvelopeWalk,
+    Position,
+    closest_approach,
+    first_noisy_step,
+    sensitivity_line,
+)
 from trainparity.recording.frames import FRAME_VERSION
 from trainparity.recording.reader import RecordedStep, Recording, read_recording
 from trainparity.recording.trajectory import compare_records, drift_point
@@ -78,6 +86,10 @@ class RecordingDiff(ReportedResult):
     first_step_beyond_tolerance: int | None = None
     drift: tuple[dict[str, Any], ...] = ()
     environment_leads: tuple[EnvironmentLead, ...] = ()
+    # Under NoiseComparison (`noise=`): the envelope of the baseline and the noise pair.
+    noise_envelope: dict[str, Any] | None = field(
+        default=None, metadata={"omitted_when_none": True}
+    )
 
 
 def diff_recordings(
@@ -88,6 +100,7 @@ def diff_recordings(
     rank: int | None = None,
     trust_digests: bool = False,
     common_steps_only: bool = False,
+    noise: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
 ) -> RecordingDiff:
     """Compare two recordings (directories or rank files) step by step; see RecordingDiff.
 
@@ -97,11 +110,13 @@ def diff_recordings(
     ABSTAIN, not PASS; `common_steps_only=True` asks for the common steps
     alone (a resumed run, which starts at its split step, against its
     baseline).
+
+    With `comparison=NoiseComparison(...)`, `noise=(A, B)` names two more
+    recordings whose difference is accepted as noise (1 and 2 threads, two
+    repeats): the baseline and the pair measure the envelope, step by step on
+    the steps all four recorded, and the candidate is judged against it.
     """
-    if comparison is not None and not isinstance(
-        comparison, (ExactComparison, ToleranceComparison)
-    ):
-        raise TypeError("comparison must be ExactComparison, ToleranceComparison or None")
+    noise_policy = _noise_policy(comparison, noise)
     left = read_recording(baseline, rank=rank, trust_digests=trust_digests)
     right = read_recording(candidate, rank=rank, trust_digests=trust_digests)
     left_steps, right_steps = _by_step(left.steps), _by_step(right.steps)
@@ -118,14 +133,23 @@ def diff_recordings(
             first_step, primary = step, result.differences[0]
             windows = result.value_windows
         if result.differences and beyond is None:
-            if comparison is None or isinstance(comparison, ExactComparison):
-                beyond = step
+            if not isinstance(comparison, ToleranceComparison):
+                beyond = step  # exact; under NoiseComparison the envelope decides below
             elif compare_records(comparison, left_steps[step], right_steps[step]).differences:
                 beyond = step
         drift.append(drift_point(step, left_steps[step], result.relative_rms_errors))
     only_left = tuple(sorted(set(left_steps) - set(right_steps)))
     only_right = tuple(sorted(set(right_steps) - set(left_steps)))
-    outcome, message = _verdict(first_step, beyond, primary, compared, comparison)
+    envelope_report = None
+    if noise_policy is not None:
+        assert noise is not None
+        outcome, message, envelope_report = _noise_verdict(
+            noise_policy, (baseline, *noise), left, right, compared, rank, trust_digests
+        )
+        # The first step beyond the declared relation is the envelope's first exit.
+        beyond = envelope_report.get("first_exit_step")
+    else:
+        outcome, message = _verdict(first_step, beyond, primary, compared, comparison)
     outcome, message = _unmatched(outcome, message, only_left, only_right, common_steps_only)
     message += "".join(
         _file_notes(side, recording)
@@ -151,7 +175,124 @@ def diff_recordings(
         first_step_beyond_tolerance=beyond,
         drift=tuple(drift),
         environment_leads=environment_leads(left.environment, right.environment),
+        noise_envelope=envelope_report,
         **policy,
+    )
+
+
+def _noise_policy(comparison: object, noise: object) -> NoiseComparison | None:
+    """The NoiseComparison and its pair, checked; None for the exact and tolerance comparisons."""
+    if comparison is not None and not isinstance(
+        comparison, (ExactComparison, ToleranceComparison, NoiseComparison)
+    ):
+        raise TypeError(
+            "comparison must be ExactComparison, ToleranceComparison, NoiseComparison or None"
+        )
+    if not isinstance(comparison, NoiseComparison):
+        if noise is not None:
+            raise TypeError("noise=(A, B) needs comparison=NoiseComparison(...)")
+        return None
+    if noise is None or isinstance(noise, (str, bytes)) or len(noise) != 2:  # type: ignore[arg-type]
+        raise TypeError(
+            "NoiseComparison needs noise=(A, B): two recordings whose difference is accepted "
+            "as noise (e.g. the baseline's run with 1 and with 2 threads)"
+        )
+    return comparison
+
+
+def _noise_verdict(
+    policy: NoiseComparison,
+    sample_paths: tuple[Any, ...],
+    left: Recording,
+    right: Recording,
+    compared: list[int],
+    rank: int | None,
+    trust_digests: bool,
+) -> tuple[Outcome, str, dict[str, Any]]:
+    """The candidate judged against the envelope of the baseline and the noise pair."""
+    samples: dict[str, Recording] = {"baseline": left}
+    for label, path in zip(("noise_a", "noise_b"), sample_paths[1:], strict=True):
+        found = read_recording(path, rank=rank, trust_digests=trust_digests)
+        if any(os.path.samefile(found.path, other.path) for other in samples.values()):
+            continue  # the same file twice measures nothing
+        samples[label] = found
+    if len(samples) < 2:
+        raise ValueError("the noise pair must hold a recording other than the baseline")
+    by_step = {label: _by_step(recording.steps) for label, recording in samples.items()}
+    steps = [step for step in compared if all(step in found for found in by_step.values())]
+    candidate = _by_step(right.steps)
+    walk = EnvelopeWalk(policy, left.rank)
+    event = walk.run(
+        Position(
+            step,
+            tuple((label, found[step]) for label, found in by_step.items()),
+            (("candidate", candidate[step], False),),
+        )
+        for step in steps
+    )
+    first = first_noisy_step(walk.rows)
+    report = {
+        **policy.settings(),
+        "judged_on": "recorded steps",
+        "samples": [str(recording.path) for recording in samples.values()],
+        "steps": [row.to_dict(1) for row in walk.rows],
+        "closest_approach": closest_approach(walk.rows, 1),
+        "sensitivity": sensitivity_line(walk.rows, first),
+    }
+    report["first_exit_step"] = (
+        event.step if event is not None and event.kind == "candidate_left" else None
+    )
+    if not steps:
+        return Outcome.ERROR, "the four recordings have no step in common", report
+    if event is None:
+        closest = report["closest_approach"]
+        tail = (
+            "it matches them bit for bit"
+            if closest is None
+            else f"closest approach {closest['ratio']:.3g}× the noise at step "
+            f"{closest['step']}, {closest['path']}"
+        )
+        return (
+            Outcome.PASS,
+            (
+                f"the candidate stays inside the noise of the baseline and the noise pair at "
+                f"{len(steps)} steps; {tail}"
+            ),
+            report,
+        )
+    path = event.differences[0].path
+    if event.kind == "samples_differ":
+        return (
+            Outcome.ABSTAIN,
+            (
+                f"the noise samples disagree at step {event.step} on {path} ({event.phase}), which "
+                "NoiseComparison holds exact: they do not measure noise"
+            ),
+            report,
+        )
+    if event.kind == "too_noisy":
+        return (
+            Outcome.ABSTAIN,
+            (
+                f"the noise at step {event.step} exceeds max_noise at {path}: smaller differences "
+                "cannot be seen"
+            ),
+            report,
+        )
+    detail = ""
+    entry = event.entry
+    if entry is not None and not entry.exact and entry.ratio is not None:
+        detail = (
+            f" (excursion {entry.excursion:.3g} is {entry.ratio:.3g}× the noise "
+            f"{entry.noise:.3g}; declared limit {policy.factor:g}×)"
+        )
+    return (
+        Outcome.FAIL,
+        (
+            f"the runs part beyond the noise at step {event.step}: {path}{detail}: more than "
+            "reordering alone produces"
+        ),
+        report,
     )
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "EnvelopeEvent",
     "final_state_envelope",
     "EnvelopeWalk",
+    "first_noisy_step",
     "Position",
     "StepRow",
 ]
@@ -253,6 +254,15 @@ def closest_approach(rows: Iterable[StepRow], ranks: int) -> dict[str, Any] | No
         "excursion": best.worst.excursion,
         "noise": best.worst.noise,
     }
+
+
+def first_noisy_step(rows: Sequence[StepRow]) -> int | None:
+    """The first step a candidate was judged at where the samples differed (else the first judged)."""
+    judged = [row for row in rows if row.phase is not None]
+    noisy = [row.step for row in judged if any(value > 0 for value in row.noise.values())]
+    if noisy:
+        return min(noisy)
+    return min((row.step for row in judged), default=None)
 
 
 def sensitivity_line(rows: Sequence[StepRow], step: int | None) -> str | None:

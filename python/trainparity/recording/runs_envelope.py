@@ -20,6 +20,7 @@ from trainparity.recording.envelope_steps import (
     StepRow,
     closest_approach,
     earliest,
+    first_noisy_step,
     sensitivity_line,
 )
 from trainparity.recording.phase_recordings import PhaseRecordings, TrajectoryError
@@ -100,15 +101,12 @@ class RunsEnvelope(PhaseRecordings):
         return positions
 
     def report(self) -> dict[str, Any]:
-        first_candidate_step = min(
-            (row.step for row in self.rows if row.phase is not None), default=None
-        )
         return {
             "judged_on": "recorded steps",
             "samples": list(self.samples),
             "steps": [row.to_dict(self.rank_count) for row in self.rows],
             "closest_approach": closest_approach(self.rows, self.rank_count),
-            "sensitivity": sensitivity_line(self.rows, first_candidate_step),
+            "sensitivity": sensitivity_line(self.rows, first_noisy_step(self.rows)),
         }
 
 
