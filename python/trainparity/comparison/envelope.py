@@ -15,8 +15,9 @@ reads each buffer once) and judged:
   unless a floor is declared, or the step is noisy: when some other
   floating-point path's samples differ at the same step, nondeterminism is
   at work and a few samples can agree on a small tensor by chance (a sum of
-  12 terms has few possible roundings), so the path's noise is taken as one
-  rounding unit of its dtype (its machine epsilon, relative);
+  12 terms has few possible roundings), so the tensor's noise is taken as
+  one rounding unit of its dtype (its machine epsilon, relative); a Python
+  float they agree on (a learning rate) stays exact;
 - the candidate leaves the envelope when excursion > factor × noise +
   floor_rtol × norm + floor_atol.
 
@@ -314,10 +315,9 @@ _EPSILON = {
 
 def _with_rounding_unit(policy: NoiseComparison, entry: PathEnvelope, leaf: Any) -> PathEnvelope:
     """At a noisy step, a path whose samples agree is given one rounding unit of noise."""
-    if entry.noise > 0:
-        return entry
-    dtype = leaf.dtype if isinstance(leaf, FrozenTensor) else "float64"
-    unit = _EPSILON.get(dtype, 2.0**-2)  # float8 formats: a quarter is their rounding scale
+    if entry.noise > 0 or not isinstance(leaf, FrozenTensor):
+        return entry  # a Python float the samples agree on (a learning rate) stays exact
+    unit = _EPSILON.get(info_for_text(leaf.dtype).name, 2.0**-2)  # float8 formats: a quarter is their rounding scale
     limit = max(entry.limit, policy.factor * unit)
     return PathEnvelope(
         entry.path,

@@ -1,0 +1,196 @@
+"""NoiseComparison and one step judged against the envelope (comparison/envelope.py), in process."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import trainparity
+from trainparity import ExactComparison, NoiseComparison
+from trainparity.comparison.envelope import EXIT_REASON, judge_step
+from trainparity.state.freeze import freeze
+
+torch.manual_seed(0)
+WEIGHT = torch.randn(4000)
+
+
+def state(jitter: float = 0.0, *, step: int = 3, lr: float = 0.1, shift: float = 0.0, seed=None):
+    """A training state whose weight differs from WEIGHT by rounding-sized noise (`jitter`)."""
+    generator = torch.Generator().manual_seed(seed if seed is not None else 0)
+    noise = jitter * torch.randn(WEIGHT.shape, generator=generator)
+    return freeze(
+        {
+            "model": {"weight": WEIGHT * (1 + noise) + shift, "frozen": torch.ones(3)},
+            "optimizer": {"lr": lr, "step": step},
+            "rng": torch.arange(5, dtype=torch.uint8),
+        }
+    )
+
+
+def samples(count: int = 3, jitter: float = 1e-7):
+    return [state(jitter, seed=index) for index in range(count)]
+
+
+class TestPolicy:
+    def test_defaults_and_settings(self):
+        policy = NoiseComparison()
+        assert (policy.factor, policy.baselines, policy.max_noise) == (8.0, 3, None)
+        assert policy.settings()["factor"] == 8.0
+        assert policy == NoiseComparison(factor=8, baselines=3)
+        assert hash(policy) == hash(NoiseComparison())
+        assert "NoiseComparison(factor=8.0" in repr(policy)
+
+    @pytest.mark.parametrize(
+        ("arguments", "named"),
+        [
+            ({"factor": 0}, "factor"),
+            ({"factor": -1.0}, "factor"),
+            ({"factor": math.inf}, "factor"),
+            ({"baselines": 1}, "baselines"),
+            ({"baselines": 2.5}, "baselines"),
+            ({"baselines": True}, "baselines"),
+            ({"floor_rtol": -1e-9}, "floor_rtol"),
+            ({"floor_atol": math.nan}, "floor_atol"),
+            ({"max_noise": 0.0}, "max_noise"),
+        ],
+    )
+    def test_bad_settings_name_what_is_wrong(self, arguments, named):
+        with pytest.raises(ValueError, match=named):
+            NoiseComparison(**arguments)
+
+    def test_public_names(self):
+        assert trainparity.NoiseComparison is NoiseComparison
+        assert trainparity.api.NoiseComparison is NoiseComparison
+
+    def test_a_diff_of_two_states_refuses_it(self):
+        with pytest.raises(TypeError, match="several uninterrupted runs"):
+            trainparity.compare_states({"a": 1}, {"a": 1}, comparison=NoiseComparison())
+
+
+class TestJudgeStep:
+    def test_candidate_inside_the_noise_passes(self):
+        judged = judge_step(NoiseComparison(), samples(), state(1e-7, seed=9))
+        assert judged.differences == ()
+        assert judged.sample_differences == ()
+        (entry,) = judged.paths
+        assert entry.path == "model.weight"
+        assert 0 < entry.ratio < 8
+        assert 1e-7 < entry.noise < 4e-7  # the largest of three pairs, each about √2 · jitter
+
+    def test_candidate_past_factor_times_the_noise_fails_on_that_path(self):
+        judged = judge_step(NoiseComparison(), samples(), state(1e-5, seed=9))
+        (difference,) = judged.differences
+        assert (difference.path, difference.reason) == ("model.weight", EXIT_REASON)
+        entry = judged.paths[0]
+        assert entry.outside and entry.ratio > 8
+        assert difference.max_rel_error == entry.excursion
+
+    def test_the_factor_moves_the_limit(self):
+        candidate = state(3e-6, seed=9)
+        assert judge_step(NoiseComparison(factor=8), samples(), candidate).differences
+        assert not judge_step(NoiseComparison(factor=100), samples(), candidate).differences
+
+    def test_exact_paths_stay_exact(self):
+        judged = judge_step(NoiseComparison(), samples(), state(1e-7, seed=9, lr=0.1000001))
+        assert [(d.path, d.reason) for d in judged.differences] == [("optimizer.lr", "value")]
+        judged = judge_step(NoiseComparison(), samples(), state(1e-7, seed=9, step=4))
+        assert [d.path for d in judged.differences] == ["optimizer.step"]
+
+    def test_a_step_where_every_sample_agrees_is_judged_bit_for_bit(self):
+        identical = [state() for _ in range(3)]
+        nudged = freeze(
+            {
+                "model": {"weight": WEIGHT.clone(), "frozen": torch.ones(3)},
+                "optimizer": {"lr": 0.1, "step": 3},
+                "rng": torch.arange(5, dtype=torch.uint8),
+            }
+        )
+        assert judge_step(NoiseComparison(), identical, nudged).differences == ()
+        weight = WEIGHT.clone()
+        weight[7] = torch.nextafter(weight[7], torch.tensor(math.inf))  # one ulp
+        one_ulp = freeze(
+            {
+                "model": {"weight": weight, "frozen": torch.ones(3)},
+                "optimizer": {"lr": 0.1, "step": 3},
+                "rng": torch.arange(5, dtype=torch.uint8),
+            }
+        )
+        judged = judge_step(NoiseComparison(), identical, one_ulp)
+        assert [(d.path, d.reason) for d in judged.differences] == [
+            ("model.weight", "tensor_value")
+        ]
+
+    def test_at_a_noisy_step_agreeing_samples_get_one_rounding_unit(self):
+        def with_frozen(frozen: torch.Tensor):
+            generator = torch.Generator().manual_seed(9)
+            weight = WEIGHT * (1 + 1e-7 * torch.randn(WEIGHT.shape, generator=generator))
+            return freeze({"model": {"weight": weight, "frozen": frozen}, "lr": 0.1})
+
+        one_ulp = torch.ones(3)
+        one_ulp[0] = torch.nextafter(one_ulp[0], torch.tensor(2.0))
+        samples_alike = [
+            freeze({"model": {"weight": WEIGHT * (1 + 1e-7 * torch.randn(WEIGHT.shape)),
+                    "frozen": torch.ones(3)}, "lr": 0.1})
+            for _ in range(3)
+        ]  # fmt: skip
+        judged = judge_step(NoiseComparison(), samples_alike, with_frozen(one_ulp))
+        assert judged.differences == ()
+        entry = next(e for e in judged.paths if e.path == "model.frozen")
+        assert entry.rounding_unit == 2.0**-23 and not entry.outside
+        far = judge_step(NoiseComparison(), samples_alike, with_frozen(torch.ones(3) * 1.001))
+        assert [d.path for d in far.differences] == ["model.frozen"]
+
+    def test_samples_that_disagree_on_an_exact_path_are_reported(self):
+        disagreeing = [state(1e-7, seed=0), state(1e-7, seed=1, step=4)]
+        judged = judge_step(NoiseComparison(), disagreeing, state(1e-7, seed=2))
+        assert [(index, d.path) for index, d in judged.sample_differences] == [
+            (1, "optimizer.step")
+        ]
+
+    def test_max_noise_names_the_noisiest_path(self):
+        judged = judge_step(NoiseComparison(max_noise=1e-9), samples(), state(1e-7, seed=9))
+        noisy = judged.too_noisy(1e-9)
+        assert noisy is not None and noisy.path == "model.weight"
+        assert judged.too_noisy(1e-3) is None
+
+    def test_floors_widen_the_limit(self):
+        candidate = state(1e-5, seed=9)
+        assert judge_step(NoiseComparison(), samples(), candidate).differences
+        widened = NoiseComparison(floor_rtol=1e-4)
+        assert not judge_step(widened, samples(), candidate).differences
+
+    def test_noise_carried_forward_keeps_a_close_pair_from_narrowing_the_envelope(self):
+        carried: dict[str, float] = {}
+        judge_step(NoiseComparison(), samples(jitter=1e-6), noise_so_far=carried)
+        assert 1e-6 < carried["model.weight"] < 4e-6
+        close_pair = samples(jitter=1e-8)
+        candidate = state(5e-7, seed=9)
+        assert judge_step(NoiseComparison(), close_pair, candidate).differences
+        assert not judge_step(NoiseComparison(), close_pair, candidate, carried).differences
+
+    def test_python_floats_are_judged_like_tensors_once_they_are_noisy(self):
+        def with_loss(loss: float):
+            return freeze({"loss": loss, "weight": WEIGHT})
+
+        noisy = [with_loss(1.0), with_loss(1.0 + 1e-7), with_loss(1.0 - 1e-7)]
+        assert not judge_step(NoiseComparison(), noisy, with_loss(1.0 + 5e-7)).differences
+        assert judge_step(NoiseComparison(), noisy, with_loss(1.01)).differences
+
+    def test_nan_is_only_equal_to_the_same_bytes(self):
+        def with_nan(value: float):
+            weight = WEIGHT.clone()
+            weight[0] = value
+            return freeze({"weight": weight})
+
+        agreeing = [with_nan(math.nan) for _ in range(2)]
+        assert not judge_step(NoiseComparison(), agreeing, with_nan(math.nan)).differences
+        assert judge_step(NoiseComparison(), agreeing, with_nan(1.0)).differences
+
+    def test_deterministic_states_give_the_exact_comparison_verdict(self):
+        exact = ExactComparison()
+        baseline = state()
+        for candidate in (state(), state(shift=1e-3), state(lr=0.2), state(step=9)):
+            envelope = judge_step(NoiseComparison(), [state(), state()], candidate)
+            expected = exact.compare_all(baseline, candidate)
+            assert [d.path for d in envelope.differences] == [d.path for d in expected]
