@@ -49,5 +49,9 @@ def test_cpu_against_cuda_parts_at_an_op_born_on_the_gpu():
     # The parameters and batch are the same bytes on both devices: it is born in an op.
     assert first["origin"] == "born", diff.message
     assert first["op_kind"] in ("matmul", "reduction", "elementwise")
-    assert any(lead.key.startswith("cuda.") for lead in diff.environment_leads)
+    # Both traces come from this one process: their fingerprints differ in `cuda.*` only when
+    # CUDA was first initialised between them, which depends on the tests that ran before
+    # (on the H200 an earlier test had initialised it, and there were no leads). The device
+    # is in the ops instead.
+    assert {cpu.values[index].device for op in cpu.ops for index in op.outputs} == {"cpu"}
     print(diff.message, first["relative_error"])

@@ -317,7 +317,9 @@ def _with_rounding_unit(policy: NoiseComparison, entry: PathEnvelope, leaf: Any)
     """At a noisy step, a path whose samples agree is given one rounding unit of noise."""
     if entry.noise > 0 or not isinstance(leaf, FrozenTensor):
         return entry  # a Python float the samples agree on (a learning rate) stays exact
-    unit = _EPSILON.get(info_for_text(leaf.dtype).name, 2.0**-2)  # float8 formats: a quarter is their rounding scale
+    unit = _EPSILON.get(
+        info_for_text(leaf.dtype).name, 2.0**-2
+    )  # float8 formats: a quarter is their rounding scale
     limit = max(entry.limit, policy.factor * unit)
     return PathEnvelope(
         entry.path,
