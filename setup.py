@@ -66,6 +66,7 @@ setup(
         "trainparity.reports.sections",
         "trainparity.resume",
         "trainparity.runs",
+        "trainparity.why",
         "trainparity.state",
         "trainparity.recording",
         "trainparity.forensics",

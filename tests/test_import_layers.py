@@ -49,6 +49,7 @@ LAYERS = {
     "integrations": SURFACE,
     "resume": CHECKS,
     "runs": CHECKS,
+    "why": CHECKS,
     "accumulation": CHECKS,
     "coverage": CHECKS,
     "processes": PROCESSES,

@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from trainparity.recording.recorder import record as record
     from trainparity.resume.check import check_resume as check_resume
     from trainparity.runs.check import check_runs as check_runs
+    from trainparity.why.explain import explain as explain
 
 __version__ = _PACKAGE_VERSION
 
@@ -55,6 +56,7 @@ _DEFINED_IN = {
     "compare_states": "trainparity.comparison.states",
     "record": "trainparity.recording.recorder",
     "trace": "trainparity.forensics.tracing",
+    "explain": "trainparity.why.explain",
     "record_ids": "trainparity.recording.record_ids",
 }
 

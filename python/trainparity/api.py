@@ -44,6 +44,7 @@ from trainparity.resume.result import ProcessResumeResult
 from trainparity.runs.check import RunVariant, check_runs
 from trainparity.runs.result import RunsResult, VariantComparison
 from trainparity.version import MACHINE_REPORT_SCHEMA_VERSION
+from trainparity.why.explain import Explanation, LeadTrial, explain
 
 __all__ = [
     "AccumulationCase",
@@ -77,6 +78,9 @@ __all__ = [
     "TensorStatistics",
     "ToleranceComparison",
     "NoiseComparison",
+    "explain",
+    "Explanation",
+    "LeadTrial",
     "check_resume",
     "check_runs",
     "CommandCase",

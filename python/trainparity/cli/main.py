@@ -14,6 +14,7 @@ from trainparity.cli import accumulation as cli_accumulation
 from trainparity.cli import coverage as cli_coverage
 from trainparity.cli import diff as cli_diff
 from trainparity.cli import env as cli_env
+from trainparity.cli import explain as cli_explain
 from trainparity.cli import judge as cli_judge
 from trainparity.cli import resume as cli_resume
 from trainparity.cli import runs as cli_runs
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         cli_snapshot,
         cli_trace,
         cli_diff,
+        cli_explain,
         cli_env,
     ):
         module.register(commands, output_parent)

@@ -41,6 +41,12 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         "whose command() reads plan.world_size; check_resume(world_sizes=...)",
     )
     common.add_tolerance_options(parser)
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="on a FAIL or ABSTAIN at a recorded step, rerun the two runs that part to say why "
+        "(the first op, each environment lead tested; docs/forensics.md)",
+    )
     common.add_noise_options(parser)
     common.add_executor_option(parser)
     parser.add_argument(
@@ -66,6 +72,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
         comparison=comparison,
         report_path=report_path,
         executor=common.executor_from(arguments),
+        explain=arguments.explain,
         **chain,
         **common.run_keywords(arguments),
     )

@@ -40,6 +40,12 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         help="an environment variable for one variant's runs (repeatable)",
     )
     common.add_tolerance_options(parser)
+    parser.add_argument(
+        "--explain",
+        action="store_true",
+        help="on a FAIL or ABSTAIN at a recorded step, rerun the two runs that part to say why "
+        "(the first op, each environment lead tested; docs/forensics.md)",
+    )
     common.add_noise_options(parser, baselines=False)
     parser.add_argument(
         "--noise",
@@ -91,6 +97,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
         **({"noise": tuple(arguments.noise)} if arguments.noise is not None else {}),
         report_path=report_path,
         executor=common.executor_from(arguments),
+        explain=arguments.explain,
         **common.run_keywords(arguments),
     )
     return common.result_output(result, report_written=report_path is not None)

@@ -61,3 +61,6 @@ class PhaseCheckResult(CheckResult):
     noise_envelope: dict[str, Any] | None = field(
         default=None, metadata={"omitted_when_none": True}
     )
+    # Only with explain=True on a FAIL or ABSTAIN that names a recorded step: the
+    # Explanation's report (why/explain.py): the first op and the leads tested.
+    explanation: dict[str, Any] | None = field(default=None, metadata={"omitted_when_none": True})

@@ -36,6 +36,7 @@ from trainparity.protocols import ProcessResumeCase
 from trainparity.resume.chain import CandidatePhase, candidate_chain
 from trainparity.resume.execution import ResumeExecution, concurrent_children
 from trainparity.resume.result import ProcessResumeResult
+from trainparity.why.explain import explained_result
 
 __all__ = ["ProcessResumeRunner", "check_resume", "resume_case_setup"]
 
@@ -56,6 +57,7 @@ def check_resume(
     split_steps: Sequence[int] | None = None,
     world_sizes: Sequence[int] | None = None,
     start: str | None = None,
+    explain: bool = False,
 ) -> ProcessResumeResult:
     """Check that save → exit → fresh-process load → continue reproduces uninterrupted training.
 
@@ -77,6 +79,9 @@ def check_resume(
     `start="warm"` forks each `python script.py`/`python -m` child from a
     server that imported torch once (docs/limitations.md says what differs);
     None takes $TRAINPARITY_START, else "fresh": a new interpreter per child.
+    `explain=True` reruns the two phases of a FAIL or ABSTAIN that names a
+    recorded step, to say why they part (trainparity.explain): the result's
+    `explanation`.
     """
     runner = ProcessResumeRunner(
         comparison=comparison,
@@ -87,7 +92,7 @@ def check_resume(
         executor=executor,
         start=start,
     )
-    return runner.run(
+    result = runner.run(
         case,
         cwd=cwd,
         work_dir=work_dir,
@@ -96,6 +101,18 @@ def check_resume(
         split_steps=split_steps,
         world_sizes=world_sizes,
     )
+    if not explain:
+        return result
+    explained = explained_result(
+        result,
+        case=case,
+        cwd=cwd,
+        environment=environment,
+        timeout=timeout,
+        temporary_root=temporary_root,
+        start=start,
+    )
+    return runner.finished(explained, report_path) if explained is not result else result
 
 
 class ProcessResumeRunner(CheckRunner):

@@ -38,6 +38,7 @@ from trainparity.protocols import RunsCase
 from trainparity.runs.execution import RunsExecution
 from trainparity.runs.plan import REPEATS, VARIANT_NAME, RunVariant
 from trainparity.runs.result import RunsResult
+from trainparity.why.explain import explained_result
 
 __all__ = ["RunVariant", "check_runs"]
 
@@ -58,6 +59,7 @@ def check_runs(
     progress: bool | ProgressCallback | None = None,
     executor: PhaseExecutor | None = None,
     start: str | None = None,
+    explain: bool = False,
 ) -> RunsResult:
     """Check that every variant of the case's run ends in the same observed state.
 
@@ -88,7 +90,7 @@ def check_runs(
         executor=executor,
         start=start,
     )
-    return runner.run(
+    result = runner.run(
         case,
         variants,
         noise=noise,
@@ -97,6 +99,19 @@ def check_runs(
         report_path=report_path,
         environment=environment,
     )
+    if not explain:
+        return result
+    explained = explained_result(
+        result,
+        case=case,
+        variants=variants,
+        cwd=cwd,
+        environment=environment,
+        timeout=timeout,
+        temporary_root=temporary_root,
+        start=start,
+    )
+    return runner.finished(explained, report_path) if explained is not result else result
 
 
 class _RunsRunner(CheckRunner):

@@ -28,6 +28,7 @@ from trainparity.reports.sections.differences import (
 )
 from trainparity.reports.sections.ops import first_divergent_op_section, one_side_ops_section
 from trainparity.reports.sections.phases import phases_section, timings_section
+from trainparity.reports.sections.why import first_op_section, leads_section
 
 __all__ = ["report_sections"]
 
@@ -67,6 +68,8 @@ def report_sections(
     builders = (
         _diagnosis,
         _context,
+        first_op_section,
+        leads_section,
         first_divergence_section,
         differences_section,
         first_divergent_op_section,

@@ -1,0 +1,143 @@
+"""explain: the two runs of a check that part, rerun to say why (real reruns, CPU).
+
+tests/fixtures/noisy_training.py parts runs on purpose, each way through a real
+mechanism: a 2M-element reduction split per thread (NOISY_ORDER=threads), a
+sum whose order comes from os.urandom (the default), dropout drawing from an
+unseeded generator (NOISY_ORDER=unseeded).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trainparity
+from trainparity import Outcome
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CASES = "tests.fixtures.noisy_training"
+THREADS = {"NOISY_ORDER": "threads"}
+
+
+def runs(tmp_path: Path, variants: dict, **options):
+    return trainparity.check_runs(
+        f"{CASES}:ThreadRuns",
+        variants,
+        cwd=REPO_ROOT,
+        temporary_root=tmp_path,
+        start="warm",
+        **options,
+    )
+
+
+def leads(explanation) -> dict[str, str]:
+    return {lead.knob: lead.status for lead in explanation.leads}
+
+
+def test_one_against_two_threads_is_confirmed_and_an_unread_variable_ruled_out(tmp_path):
+    result = runs(tmp_path / "check", None)  # the case's variants: 1 and 2 threads
+    assert result.outcome is Outcome.FAIL, result.message
+    explanation = trainparity.explain(result, cwd=REPO_ROOT, temporary_root=tmp_path)
+    assert explanation.outcome is Outcome.PASS, explanation.message
+    assert leads(explanation) == {"threads": "confirmed", "UNREAD_SETTING": "ruled out"}
+    assert explanation.message.startswith("the divergence is explained by threads")
+    assert explanation.first_op["op"] == "aten::sum"
+    assert explanation.first_op["origin"] == "born"
+    assert explanation.sides == ("one_a", "two_a") and explanation.step == 1
+
+
+def test_an_older_hosts_dispatch_is_confirmed(tmp_path):
+    variants = {
+        "native": {"env": {**THREADS, "OMP_NUM_THREADS": "1"}},
+        "old_host": {"env": {**THREADS, "OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "default"}},
+    }
+    result = runs(tmp_path / "check", variants, explain=True)
+    assert result.outcome is Outcome.FAIL, result.message
+    explanation = result.explanation
+    assert {lead["knob"]: lead["status"] for lead in explanation["leads"]} == {
+        "ATEN_CPU_CAPABILITY": "confirmed"
+    }
+    assert "ATEN_CPU_CAPABILITY" in explanation["message"]
+    # The default dispatch already builds other initial weights: step 0, nothing to trace.
+    assert explanation["step"] == 0 and explanation["first_op"] is None
+    assert "before any training step" in explanation["trace_message"]
+
+
+def test_repeats_of_a_random_sum_order_find_no_knob(tmp_path):
+    result = trainparity.check_resume(
+        f"{CASES}:NoisyCase", cwd=REPO_ROOT, temporary_root=tmp_path, start="warm", explain=True
+    )
+    assert result.outcome is Outcome.ABSTAIN, result.message
+    explanation = result.explanation
+    assert explanation["outcome"] == "ABSTAIN"
+    statuses = {lead["knob"]: lead["status"] for lead in explanation["leads"]}
+    assert statuses["threads"] == "ruled out"
+    assert statuses["CUBLAS_WORKSPACE_CONFIG"] == "not testable here"
+    assert explanation["message"].startswith("no knob makes the repeats agree")
+    assert explanation["first_op"] is not None
+
+
+def test_unseeded_dropout_is_named_as_an_rng_that_is_not_seeded(tmp_path):
+    result = trainparity.check_resume(
+        f"{CASES}:NoisyCase",
+        cwd=REPO_ROOT,
+        temporary_root=tmp_path,
+        start="warm",
+        environment={"NOISY_ORDER": "unseeded"},
+    )
+    assert result.outcome is Outcome.ABSTAIN, result.message
+    explanation = trainparity.explain(
+        result,
+        cwd=REPO_ROOT,
+        environment={"NOISY_ORDER": "unseeded"},
+        temporary_root=tmp_path,
+        max_reruns=1,
+    )
+    assert "bernoulli" in explanation.first_op["op"] or "dropout" in explanation.first_op["op"]
+    assert "an RNG that is not seeded" in explanation.message
+    assert explanation.outcome is Outcome.PASS
+
+
+def test_a_fault_seen_right_after_loading_needs_no_rerun(tmp_path):
+    result = trainparity.check_resume(
+        "tests.fixtures.resume_faults:RecordedOptimizerGroupMismatchCase",
+        cwd=REPO_ROOT,
+        temporary_root=tmp_path,
+        environment={"TRAINPARITY_DEVICE": "cpu"},
+        start="warm",
+        explain=True,
+    )
+    assert result.outcome is Outcome.FAIL, result.message
+    assert result.explanation["reruns"] == 0
+    assert "right after loading" in result.explanation["message"]
+
+
+def test_without_records_explain_says_what_it_needs():
+    with pytest.raises(ValueError, match=r"trainparity.record\(\)"):
+        trainparity.explain({"case": "x:Y", "outcome": "FAIL", "trajectory": None})
+
+
+def test_max_reruns_leaves_leads_untested_and_the_cli_explains_a_report(tmp_path):
+    report = tmp_path / "runs.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "trainparity", "runs", f"{CASES}:ThreadRuns", "--report",
+         str(report), "--start", "warm"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert completed.returncode == 1, completed.stderr
+    explained = subprocess.run(
+        [sys.executable, "-m", "trainparity", "explain", str(report), "--max-reruns", "1",
+         "--json"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert explained.returncode == 0, explained.stderr
+    found = json.loads(explained.stdout)
+    assert [lead["status"] for lead in found["leads"]] == ["confirmed", "not tested"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "trainparity", "explain", str(tmp_path / "missing.json")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 4
