@@ -104,10 +104,12 @@ def ratio_of(result) -> float:
     return closest["ratio"] if closest else 0.0
 
 
-def false_positive_lines(count: int) -> list[str]:
+def false_positive_lines(count: int, checks: list[str]) -> list[str]:
     lines = ["| check | runs | PASS | FAIL | ABSTAIN/ERROR | largest ratio | median ratio |",
              "|---|---|---|---|---|---|---|"]  # fmt: skip
     for label, run in (("check_resume", lambda: resume("NoisyCase")), ("check_runs", runs)):
+        if label not in checks:
+            continue
         outcomes: list[Outcome] = []
         ratios: list[float] = []
         for index in range(count):
@@ -165,14 +167,27 @@ def main() -> int:
     parser.add_argument("--clean", type=int, default=30, help="clean checks of each kind")
     parser.add_argument("--drift-steps", type=int, default=40)
     parser.add_argument("--json", type=Path, help="also write the tables as JSON")
+    parser.add_argument(
+        "--tables",
+        default="drift,false_positives,detection,smallest_fault",
+        help="which tables, comma-separated (default: all four)",
+    )
+    parser.add_argument(
+        "--checks",
+        default="check_resume,check_runs",
+        help="for false_positives: which checks, comma-separated",
+    )
     arguments = parser.parse_args()
     began = time.perf_counter()
-    tables = {
-        "drift": drift_table(arguments.drift_steps),
-        "false_positives": false_positive_lines(arguments.clean),
-        "detection": detection_lines(),
-        "smallest_fault": sweep_lines(),
+    builders = {
+        "drift": lambda: drift_table(arguments.drift_steps),
+        "false_positives": lambda: false_positive_lines(
+            arguments.clean, arguments.checks.split(",")
+        ),
+        "detection": detection_lines,
+        "smallest_fault": sweep_lines,
     }
+    tables = {name: builders[name]() for name in arguments.tables.split(",")}
     for title, lines in tables.items():
         print(f"\n### {title}\n")
         print("\n".join(lines))
