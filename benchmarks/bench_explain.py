@@ -1,0 +1,300 @@
+"""What explain() costs against the check it explains, and what tracing one step costs.
+
+    python benchmarks/bench_explain.py [--repeats 3] [--step-repeats 10] [--skip-check] [--json PATH]
+
+1. Explain cost. check_runs of tests.fixtures.noisy_training:ThreadRuns (two
+   variants, 1 and 2 threads, each run twice, T = total_step steps each;
+   FAIL at the first divergent step N), then explain() of that result:
+   with max_reruns=0 (only the two traced reruns to step N) and with its
+   default budget (plus one rerun per tested knob). The three are
+   alternated, --repeats rounds after a warm-up round, medians compared.
+   Targets: traced-only / check ≤ N/T + 0.3, and each knob rerun costs
+   about one such rerun. A rerun is a process start (here forked from a
+   warm server that imports torch first) + N steps, so on this small
+   script the fixed start cost dominates: the floor is a bare
+   `python -c "import torch"`, timed in the same rounds.
+2. Step-trace cost. In this process, the noisy script's own training step
+   (nt.train_one_step, NOISY_ORDER=threads, --threads threads) untraced,
+   against the same step traced as record() traces it under
+   TRAINPARITY_TRACE_STEP=N: a StepTracer (forensics/step_trace.py) whose
+   record_done(N-1) begins the session and record_arriving(N) ends it and
+   writes the trace file, both inside the timed region (record()'s own
+   recording lies outside the step in both arms). Target: traced /
+   untraced ≤ 3.
+
+Medians of one process; both arms of every ratio measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+import trainparity
+from timing import median_seconds
+from trainparity.forensics.step_trace import StepTracer
+from trainparity.forensics.trace_file import read_trace
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+CASE = "tests.fixtures.noisy_training:ThreadRuns"
+EXPLAIN_MARGIN = 0.3  # target: traced reruns / check ≤ N/T + 0.3
+TRACE_TARGET = 3.0
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def timed(action: Callable[..., Any], *arguments: Any) -> tuple[float, Any]:
+    began = time.perf_counter()
+    value = action(*arguments)
+    return time.perf_counter() - began, value
+
+
+def interpreter(code: str) -> None:
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPOSITORY)
+
+
+def bench_explain(arguments: argparse.Namespace, work: Path) -> dict[str, object]:
+    from tests.fixtures.noisy_training import ThreadRuns
+
+    counter = iter(range(10**6))
+
+    def fresh_root() -> Path:
+        root = work / f"root{next(counter)}"
+        root.mkdir(parents=True)
+        return root
+
+    def check() -> Any:
+        result = trainparity.check_runs(
+            CASE, cwd=REPOSITORY, temporary_root=fresh_root(), start=arguments.start, progress=False
+        )
+        if str(result.outcome.value) != "FAIL":
+            raise SystemExit(f"check_runs({CASE}) did not FAIL: {result.outcome} {result.message}")
+        return result
+
+    def explained(result: Any, max_reruns: int | None) -> Any:
+        options = {} if max_reruns is None else {"max_reruns": max_reruns}
+        explanation = trainparity.explain(
+            result,
+            cwd=REPOSITORY,
+            temporary_root=fresh_root(),
+            start=arguments.start,
+            progress=False,
+            **options,
+        )
+        if str(explanation.outcome.value) == "ERROR":
+            raise SystemExit(f"explain failed: {explanation.message}")
+        return explanation
+
+    arms = ("python", "import_torch", "check", "traced_only", "full")
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
+    inner: dict[str, list[float]] = {"traced_only": [], "full": []}
+    result = traced = full = None
+    for round_index in range(arguments.repeats + 1):  # round 0 warms up: imports, page cache
+        seconds = {
+            "python": timed(interpreter, "pass")[0],
+            "import_torch": timed(interpreter, "import torch")[0],
+        }
+        seconds["check"], result = timed(check)
+        seconds["traced_only"], traced = timed(explained, result, 0)
+        seconds["full"], full = timed(explained, result, None)
+        if round_index == 0:
+            continue
+        for arm in arms:
+            times[arm].append(seconds[arm])
+        inner["traced_only"].append(traced.timing_seconds["total_wall"])
+        inner["full"].append(full.timing_seconds["total_wall"])
+    median = {arm: statistics.median(values) for arm, values in times.items()}
+    step = int(result.trajectory["first_divergence"]["step"])
+    total = int(ThreadRuns.total_step)
+    runs = 2 * len(ThreadRuns.variants)  # check_runs runs each variant twice
+    knob_reruns = full.reruns - traced.reruns
+    tested = [lead for lead in full.leads if lead.status not in ("not tested", "not testable here")]
+    per_knob = (median["full"] - median["traced_only"]) / max(knob_reruns, 1)
+    target = step / total + EXPLAIN_MARGIN
+    traced_ratio = median["traced_only"] / median["check"]
+    knob_ratio = per_knob / median["check"]
+    print(
+        f"1. explain cost: {CASE}, start={arguments.start!r}, {arguments.repeats} alternated "
+        f"rounds after a warm-up round; {usable_cores()} usable cores"
+    )
+    print(
+        f"   check_runs: {runs} runs of T={total} steps, {result.outcome.value} at step N={step} "
+        f"({result.trajectory['first_divergence']['baseline_phase']} vs "
+        f"{result.trajectory['first_divergence']['candidate_phase']})"
+    )
+    print(f"   python -c pass                {median['python']:6.2f} s")
+    print(f"   python -c 'import torch'      {median['import_torch']:6.2f} s  (a rerun's floor)")
+    print(f"   check_runs                    {median['check']:6.2f} s")
+    print(
+        f"   explain(max_reruns=0)         {median['traced_only']:6.2f} s  ({traced.reruns} traced "
+        f"reruns to step {step}; first op {(traced.first_op or {}).get('op')})"
+    )
+    print(
+        f"   explain()                     {median['full']:6.2f} s  ({full.reruns} reruns; "
+        f"{full.outcome.value}: "
+        + "; ".join(f"{lead.knob} {lead.status}" for lead in full.leads)
+        + ")"
+    )
+    print(
+        f"   traced-only / check: {traced_ratio:.2f}  (target ≤ N/T + {EXPLAIN_MARGIN} = "
+        f"{target:.2f}: {'met' if traced_ratio <= target else 'MISSED'})"
+    )
+    print(
+        f"   per knob rerun: {per_knob:.2f} s = {knob_ratio:.2f} × the check, "
+        f"{per_knob / median['import_torch']:.2f} × the import-torch floor "
+        f"({knob_reruns} knob reruns, {len(tested)} knobs tested)"
+    )
+    print(
+        f"   traced-only / import-torch floor: {median['traced_only'] / median['import_torch']:.2f}; "
+        f"check / floor: {median['check'] / median['import_torch']:.2f}"
+    )
+    return {
+        "case": CASE,
+        "start": arguments.start,
+        "repeats": arguments.repeats,
+        "cores": usable_cores(),
+        "first_divergent_step": step,
+        "total_step": total,
+        "check_runs_processes": runs,
+        "medians_seconds": median,
+        "all_seconds": times,
+        "explain_total_wall_seconds": inner,
+        "traced_reruns": traced.reruns,
+        "full_reruns": full.reruns,
+        "first_op": traced.first_op,
+        "explanation_outcome": str(full.outcome.value),
+        "leads": [
+            {"knob": lead.knob, "status": lead.status, "evidence": lead.evidence}
+            for lead in full.leads
+        ],
+        "traced_over_check": traced_ratio,
+        "traced_target": target,
+        "traced_met": traced_ratio <= target,
+        "per_knob_rerun_seconds": per_knob,
+        "per_knob_over_check": knob_ratio,
+        "per_knob_over_import_torch": per_knob / median["import_torch"],
+    }
+
+
+@contextmanager
+def step_settings(threads: int) -> Iterator[None]:
+    """NOISY_ORDER=threads and `threads` torch threads, as the case's variant runs; restored after."""
+    previous_order, previous_threads = os.environ.get("NOISY_ORDER"), torch.get_num_threads()
+    os.environ["NOISY_ORDER"] = "threads"
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous_threads)
+        if previous_order is None:
+            del os.environ["NOISY_ORDER"]
+        else:
+            os.environ["NOISY_ORDER"] = previous_order
+
+
+def bench_step_trace(arguments: argparse.Namespace, work: Path, step: int) -> dict[str, object]:
+    import tests.fixtures.noisy_training as nt
+
+    folder = work / "traces"
+    folder.mkdir(parents=True)
+    counter = iter(range(10**6))
+    with step_settings(arguments.threads):
+        run = nt.Run()
+        inputs, targets = nt.dataset()
+
+        def untraced() -> None:
+            nt.train_one_step(run, inputs, targets)
+
+        def traced() -> Path:
+            # record(N-1) has recorded: the step begins; record(N) arrives: it ends, written.
+            path = folder / f"step{next(counter)}.trace"
+            tracer = StepTracer(step, str(path))
+            tracer.record_arriving(step - 1)  # what record(N-1) does before recording (no op)
+            tracer.record_done(step - 1)
+            nt.train_one_step(run, inputs, targets)
+            tracer.record_arriving(step)
+            return path
+
+        sample = traced()  # also the first step, building _big's 2M-element tensor
+        ops = len(read_trace(sample).ops)
+        trace_bytes = sample.stat().st_size
+        untraced_seconds = median_seconds(untraced, arguments.step_repeats)
+        traced_seconds = median_seconds(traced, arguments.step_repeats)
+    ratio = traced_seconds / untraced_seconds
+    print(
+        f"2. step-trace cost: nt.train_one_step (NOISY_ORDER=threads, {arguments.threads} "
+        f"thread(s)), median of {arguments.step_repeats} after a warm-up, in this process"
+    )
+    print(f"   untraced step                 {untraced_seconds * 1e3:8.1f} ms")
+    print(
+        f"   traced step (StepTracer, step {step}) {traced_seconds * 1e3:8.1f} ms  ({ops} ops, "
+        f"trace file {trace_bytes / 1024:.0f} KiB written)"
+    )
+    print(
+        f"   traced / untraced: {ratio:.2f}  (target ≤ {TRACE_TARGET}: "
+        f"{'met' if ratio <= TRACE_TARGET else 'MISSED'})"
+    )
+    return {
+        "threads": arguments.threads,
+        "traced_step": step,
+        "repeats": arguments.step_repeats,
+        "untraced_step_seconds": untraced_seconds,
+        "traced_step_seconds": traced_seconds,
+        "trace_ops": ops,
+        "trace_file_bytes": trace_bytes,
+        "ratio": ratio,
+        "target": TRACE_TARGET,
+        "met": ratio <= TRACE_TARGET,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="alternated rounds, part 1")
+    parser.add_argument("--step-repeats", type=int, default=10, help="timed steps per arm, part 2")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the part-2 step")
+    parser.add_argument("--start", choices=("fresh", "warm"), default="warm", help="part 1")
+    parser.add_argument("--skip-check", action="store_true", help="only the step-trace part")
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    arguments = parser.parse_args()
+    if str(REPOSITORY) not in sys.path:  # the case is imported here too, as tests.fixtures...
+        sys.path.insert(0, str(REPOSITORY))
+    print(
+        f"trainparity {trainparity.__version__}, torch {torch.__version__}, "
+        f"{platform.processor() or platform.machine()}, {usable_cores()} usable cores; "
+        "medians, both arms of a ratio in this run"
+    )
+    report: dict[str, object] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-explain-") as work_text:
+        work = Path(work_text)
+        step = 1
+        if not arguments.skip_check:
+            report["explain"] = bench_explain(arguments, work / "explain")
+            step = int(report["explain"]["first_divergent_step"])  # type: ignore[index]
+        report["step_trace"] = bench_step_trace(arguments, work / "step", step)
+    if arguments.json is not None:
+        arguments.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
