@@ -101,9 +101,16 @@ def test_unseeded_dropout_is_named_as_an_rng_that_is_not_seeded(tmp_path):
     assert explanation.outcome is Outcome.PASS
 
 
-def test_a_fault_seen_right_after_loading_needs_no_rerun(tmp_path):
+@pytest.mark.parametrize(
+    ("case", "first_op"),
+    [
+        ("RecordedOptimizerGroupMismatchCase", "aten::add_"),  # the update with the swapped lr
+        ("RecordedMissingTorchCpuRngCase", "aten::rand"),  # the draw from the generator
+    ],
+)
+def test_a_fault_seen_right_after_loading_is_traced_one_step_on(tmp_path, case, first_op):
     result = trainparity.check_resume(
-        "tests.fixtures.resume_faults:RecordedOptimizerGroupMismatchCase",
+        f"tests.fixtures.resume_faults:{case}",
         cwd=REPO_ROOT,
         temporary_root=tmp_path,
         environment={"TRAINPARITY_DEVICE": "cpu"},
@@ -111,8 +118,17 @@ def test_a_fault_seen_right_after_loading_needs_no_rerun(tmp_path):
         explain=True,
     )
     assert result.outcome is Outcome.FAIL, result.message
-    assert result.explanation["reruns"] == 0
-    assert "right after loading" in result.explanation["message"]
+    explanation = result.explanation
+    split = result.first_divergent_step
+    assert explanation["step"] == split + 1
+    assert explanation["message"].startswith(
+        f"right after loading, the resumed run already differs at step {split}"
+    )
+    assert explanation["first_op"]["op"].startswith(first_op)
+    assert tuple(explanation["sides"]) == ("baseline_a", "candidate_resume")
+    assert tuple(explanation["leads"]) == ()
+    if first_op == "aten::rand":
+        assert "the generator's state differs" in explanation["message"]
 
 
 def test_without_records_explain_says_what_it_needs():

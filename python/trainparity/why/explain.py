@@ -172,17 +172,24 @@ class _ExplainRunner(CheckRunner):
         runs = _field(result, "variant_comparisons") is not None
         loaded, module_spec = resolved_case(spec, load_runs_case if runs else load_process_case)
         step = int(divergence["step"])
+        restored_at = None
         if divergence.get("round_trip"):
-            return Explanation(
-                Outcome.PASS,
-                f"the resumed process's first record, taken right after loading, already "
-                f"differs at step {step}: the divergence is in what the checkpoint restored "
-                "(no op of a training step made it); see the check's differences",
-                trace_message="the round trip: nothing to trace",
-                case=str(_field(result, "case")),
-                step=step,
-                sides=(divergence["baseline_phase"], divergence["candidate_phase"]),
-            )
+            # The state right after loading already differs: nothing of a step made it. Step
+            # N+1 is traced instead, to show the first op that what was restored changes.
+            restored_at = step
+            total = getattr(loaded, "total_step", step)
+            if step >= total:
+                return Explanation(
+                    Outcome.PASS,
+                    f"the resumed process's first record, taken right after loading, already "
+                    f"differs at step {step}: the divergence is in what the checkpoint restored "
+                    "(no op of a training step made it); see the check's differences",
+                    trace_message="the round trip: nothing to trace",
+                    case=str(_field(result, "case")),
+                    step=step,
+                    sides=(divergence["baseline_phase"], divergence["candidate_phase"]),
+                )
+            step += 1
         sides = _sides(result, divergence, loaded, variants, runs)
         command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
         with self.run_settings(
@@ -195,7 +202,16 @@ class _ExplainRunner(CheckRunner):
         ) as settings:
             reruns = _Reruns(loaded, module_spec, settings, step, getattr(loaded, "split_step", 0))
             try:
-                return _explained(result, sides, reruns, step, max_reruns, began)
+                return _explained(
+                    result,
+                    sides,
+                    reruns,
+                    step,
+                    max_reruns,
+                    began,
+                    repeats=_field(result, "outcome") in (Outcome.ABSTAIN, "ABSTAIN"),
+                    restored_at=restored_at,
+                )
             except PhaseError as failure:
                 return Explanation(
                     Outcome.ERROR,
@@ -310,7 +326,12 @@ def _explained(
     step: int,
     max_reruns: int,
     began: float,
+    *,
+    repeats: bool,
+    restored_at: int | None,
 ) -> Explanation:
+    """Trace step N on both sides, then test the leads; `repeats`: the sides are two runs of
+    one configuration (an ABSTAIN), so the determinism knobs are pinned on both."""
     a, b = sides
     # Step 0 is the state before any training step: nothing to trace, the knobs still apply.
     traceable = step > 0
@@ -345,7 +366,7 @@ def _explained(
                 continue
             budget -= 1
             trials.append(_trial_one(reruns, sides, knob, left, right, traced, original))
-    elif original is not None:
+    elif original is not None and repeats:
         for knob, values in DETERMINISM_KNOBS:
             if knob.gpu_only and getattr(reruns.case, "device", "cpu") == "cpu":
                 trials.append(
@@ -364,8 +385,16 @@ def _explained(
             trials.append(_trial_pinned(reruns, sides, knob, values, original))
     confirmed = [trial for trial in trials if trial.status == "confirmed"]
     rng_op = first_op is not None and any(word in first_op.get("op", "") for word in _RNG_OPS)
-    sentence = _sentence(confirmed, trials, first_op, rng_op, bool(knobs), original)
-    outcome = Outcome.PASS if confirmed or rng_op else Outcome.ABSTAIN
+    sentence = _sentence(confirmed, trials, first_op, rng_op, bool(knobs), original, repeats)
+    # Two runs of one environment that are not repeats (a resume, a variant's own arguments)
+    # are explained by the op where they part.
+    own_difference = not knobs and not repeats and first_op is not None
+    outcome = Outcome.PASS if confirmed or rng_op or own_difference else Outcome.ABSTAIN
+    if restored_at is not None:
+        sentence = (
+            f"right after loading, the resumed run already differs at step {restored_at}: the "
+            f"divergence is in what the checkpoint restored; {sentence}"
+        )
     return Explanation(
         outcome,
         sentence,
@@ -472,6 +501,7 @@ def _sentence(
     rng_op: bool,
     had_knobs: bool,
     original: tuple[int, float] | None,
+    repeats: bool,
 ) -> str:
     where = ""
     if first_op is not None:
@@ -488,6 +518,17 @@ def _sentence(
             )
         return f"the repeats agree when {trial.a} is pinned (confirmed)" + where
     who = "the two sides" if had_knobs else "the repeats"
+    if not repeats and not had_knobs:
+        if rng_op:
+            return (
+                "the two runs share one environment; the first differing op draws random "
+                "numbers: the generator's state differs between them (one that a resume does "
+                "not restore)" + where
+            )
+        return (
+            "the two runs share one environment, so their difference is their own (the resume, "
+            "or the variant's arguments)" + where
+        )
     if rng_op:
         return (
             f"no knob makes {who} agree; the first differing op draws random numbers: an RNG "
