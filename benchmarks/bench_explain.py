@@ -257,10 +257,10 @@ def bench_step_trace(arguments: argparse.Namespace, work: Path, step: int) -> di
         "warm-up"
     )
     print(f"   untraced step                      {median['untraced'] * 1e3:8.1f} ms")
+    capture = "DebugMode" if debug_mode_available() else "TorchDispatchMode"
     print(
-        f"   traced step (StepTracer, step {step}, capture auto = "
-        f"{'DebugMode' if debug_mode_available() else 'TorchDispatchMode'}) "
-        f"{median['traced'] * 1e3:8.1f} ms  ({ops} ops, trace file {trace_bytes / 1024:.0f} KiB)"
+        f"   traced step                        {median['traced'] * 1e3:8.1f} ms  (StepTracer, "
+        f"step {step}, capture auto = {capture}; {ops} ops, trace file {trace_bytes / 1024:.0f} KiB)"
     )
     print(
         f"   traced / untraced: {ratio:.2f}  (target ≤ {TRACE_TARGET}: "

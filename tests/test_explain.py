@@ -66,6 +66,49 @@ def test_an_older_hosts_dispatch_is_confirmed(tmp_path):
     assert "before any training step" in explanation["trace_message"]
 
 
+def _numpy_dispatches_avx512() -> bool:
+    try:
+        from numpy._core import _multiarray_umath as umath
+    except ImportError:
+        from numpy.core import _multiarray_umath as umath
+    return any(umath.__cpu_features__.get(name) for name in "AVX512_SKX AVX512_ICL".split())
+
+
+@pytest.mark.skipif(
+    not _numpy_dispatches_avx512(),
+    reason="NumPy runs no AVX-512 kernels on this CPU: float32 arctan rounds alike either way",
+)
+def test_the_seeds_numpy_story_is_confirmed_and_inherited_from_the_input(tmp_path):
+    result = trainparity.check_runs(
+        f"{CASES}:NumpyRuns", cwd=REPO_ROOT, temporary_root=tmp_path, start="warm", explain=True
+    )
+    assert result.outcome is Outcome.FAIL, result.message
+    explanation = result.explanation
+    assert {lead["knob"]: lead["status"] for lead in explanation["leads"]} == {
+        "NPY_DISABLE_CPU_FEATURES": "confirmed"
+    }
+    assert explanation["first_op"]["origin"] == "inherited"
+    assert "NPY_DISABLE_CPU_FEATURES" in explanation["message"]
+
+
+def test_when_no_single_knob_explains_a_pair_is_tried(tmp_path):
+    variants = {
+        "here": {"env": {**THREADS, "OMP_NUM_THREADS": "1"}},
+        "there": {"env": {**THREADS, "OMP_NUM_THREADS": "2", "NOISY_REVERSE": "1"}},
+    }
+    result = runs(tmp_path / "check", variants)
+    assert result.outcome is Outcome.FAIL, result.message
+    explanation = trainparity.explain(
+        result, variants=variants, cwd=REPO_ROOT, temporary_root=tmp_path
+    )
+    statuses = leads(explanation)
+    assert statuses["threads + NOISY_REVERSE"] == "confirmed"
+    # Each alone leaves the other's difference: at most partial (the distance shrinks).
+    assert statuses["threads"] in ("ruled out", "partial")
+    assert statuses["NOISY_REVERSE"] in ("ruled out", "partial")
+    assert "threads + NOISY_REVERSE" in explanation.message
+
+
 def test_repeats_of_a_random_sum_order_find_no_knob(tmp_path):
     result = trainparity.check_resume(
         f"{CASES}:NoisyCase", cwd=REPO_ROOT, temporary_root=tmp_path, start="warm", explain=True

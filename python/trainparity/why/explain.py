@@ -29,6 +29,7 @@ import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,9 @@ class LeadTrial:
     knob: str
     a: str
     b: str
-    status: str  # "confirmed", "partial", "ruled out", "not testable here"
+    status: str  # "confirmed", "partial", "ruled out", "not testable here", "not tested"
     evidence: str
+    rerun: str = ""  # which side was rerun with which values ("one_a with OMP_NUM_THREADS=2")
 
 
 @dataclass(frozen=True, repr=False)
@@ -366,6 +368,25 @@ def _explained(
                 continue
             budget -= 1
             trials.append(_trial_one(reruns, sides, knob, left, right, traced, original))
+        # No single knob explains it: pairs, until one does (the smallest set that does).
+        if not any(trial.status == "confirmed" for trial in trials):
+            for first, second in combinations(knobs, 2):
+                if budget <= 0:
+                    break
+                budget -= 1
+                pair = Knob(f"{first[0].name} + {second[0].name}", ())
+                trial = _trial_one(
+                    reruns,
+                    sides,
+                    pair,
+                    {**first[1], **second[1]},
+                    {**first[2], **second[2]},
+                    traced,
+                    original,
+                )
+                trials.append(trial)
+                if trial.status == "confirmed":
+                    break
     elif original is not None and repeats:
         for knob, values in DETERMINISM_KNOBS:
             if knob.gpu_only and getattr(reruns.case, "device", "cpu") == "cpu":
@@ -423,9 +444,9 @@ def _trial_one(
     set_left = {name: value for name, value in left.items() if value is not None}
     set_right = {name: value for name, value in right.items() if value is not None}
     if set(set_right) <= set(set_left):  # B's variables can all be set to A's values
-        rerun_side, values, target = b, set_left, traced["a"]
+        rerun_side, values, target, other = b, set_left, traced["a"], a
     elif set(set_left) <= set(set_right):
-        rerun_side, values, target = a, set_right, traced["b"]
+        rerun_side, values, target, other = a, set_right, traced["b"], b
     else:
         return LeadTrial(
             knob.name,
@@ -434,10 +455,17 @@ def _trial_one(
             "not testable here",
             "each side sets a variable of it the other leaves unset",
         )
-    name = f"knob-{knob.name}"
+    name = "knob-" + "".join(c if c.isalnum() or c in "_-" else "-" for c in knob.name)
     rerun = reruns.run([(name, rerun_side, dict(values), False)])[name]  # type: ignore[arg-type]
+    status, evidence = _status(_parting(rerun, target), original)
+    described = f"{rerun_side.label} with {_text(values)}"
     return LeadTrial(
-        knob.name, _text(left), _text(right), *_status(_parting(rerun, target), original)
+        knob.name,
+        _text(left),
+        _text(right),
+        status,
+        f"{described} against {other.label}: {evidence}",
+        described,
     )
 
 
@@ -485,7 +513,7 @@ def _parting(first: Path, second: Path) -> tuple[int, float] | None:
 
 def _status(found: tuple[int, float] | None, original: tuple[int, float] | None) -> tuple[str, str]:
     if found is None:
-        return "confirmed", "the rerun equals the other side bit for bit at every compared step"
+        return "confirmed", "equal bit for bit at every compared step"
     step, distance = found
     evidence = f"still part at step {step} (relative distance {distance:.3g})"
     if original is not None:
@@ -512,9 +540,8 @@ def _sentence(
         trial = confirmed[0]
         if had_knobs:
             return (
-                f"the divergence is explained by {trial.knob}: with {trial.knob} at the other "
-                f"side's value ({trial.a if trial.b else trial.b}) this machine reproduces the other run bit for bit"
-                + where
+                f"the divergence is explained by {trial.knob}: {trial.rerun} reproduces the "
+                "other run bit for bit on this machine" + where
             )
         return f"the repeats agree when {trial.a} is pinned (confirmed)" + where
     who = "the two sides" if had_knobs else "the repeats"
