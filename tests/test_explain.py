@@ -200,3 +200,53 @@ def test_max_reruns_leaves_leads_untested_and_the_cli_explains_a_report(tmp_path
         cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 4
+
+
+def _record(directory: Path, env: dict[str, str]) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", CASES, "--run-dir", str(directory / "run"), "--end-step", "3",
+         "--record"],
+        cwd=REPO_ROOT,
+        env={**__import__("os").environ, **env, "TRAINPARITY_RECORD": str(directory / "rec")},
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+
+
+@pytest.mark.parametrize(
+    ("a_env", "b_env", "knob", "value"),
+    [
+        ({"OMP_NUM_THREADS": "1"}, {"OMP_NUM_THREADS": "2"}, "OMP_NUM_THREADS", "2"),
+        (  # B simulates an older host: torch's default (non-vectorised) kernels
+            {"OMP_NUM_THREADS": "1"},
+            {"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "default"},
+            "ATEN_CPU_CAPABILITY",
+            "default",
+        ),
+    ],
+)
+def test_two_recordings_from_two_machines_rerun_a_under_bs_knobs(
+    tmp_path, a_env, b_env, knob, value
+):
+    from trainparity.why.recordings import explain_recordings
+
+    for side, env in (("a", a_env), ("b", b_env)):
+        _record(tmp_path / side, {**THREADS, **env})
+    command = [sys.executable, "-m", CASES, "--run-dir", str(tmp_path / "rerun"), "--end-step",
+               "3", "--record"]  # fmt: skip
+    import os
+
+    saved = dict(os.environ)
+    os.environ.update({**THREADS, **a_env})  # this machine is A's
+    try:
+        explanation = explain_recordings(
+            tmp_path / "a" / "rec", tmp_path / "b" / "rec", command, cwd=REPO_ROOT,
+            temporary_root=tmp_path,
+        )  # fmt: skip
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    statuses = {lead.knob: lead.status for lead in explanation.leads}
+    assert statuses[knob] == "confirmed", explanation.leads
+    assert explanation.outcome is Outcome.PASS
+    assert f"{knob}={value}" in explanation.message

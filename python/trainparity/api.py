@@ -45,6 +45,7 @@ from trainparity.runs.check import RunVariant, check_runs
 from trainparity.runs.result import RunsResult, VariantComparison
 from trainparity.version import MACHINE_REPORT_SCHEMA_VERSION
 from trainparity.why.explain import Explanation, LeadTrial, explain
+from trainparity.why.recordings import explain_recordings
 
 __all__ = [
     "AccumulationCase",
@@ -79,6 +80,7 @@ __all__ = [
     "ToleranceComparison",
     "NoiseComparison",
     "explain",
+    "explain_recordings",
     "Explanation",
     "LeadTrial",
     "check_resume",

@@ -12,6 +12,7 @@ from trainparity.cli import common
 EXAMPLE = """\
 trainparity runs tests.fixtures.noisy_training:ThreadRuns --report runs.json
 trainparity explain runs.json
+trainparity explain run_a/ run_b/ --rerun-a 'python train.py --steps 10'
 """
 
 
@@ -26,7 +27,19 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         example=EXAMPLE,
         run=run,
     )
-    parser.add_argument("report", type=Path, help="the JSON report of a check_resume or check_runs")
+    parser.add_argument(
+        "sources",
+        type=Path,
+        nargs="+",
+        metavar="REPORT | RUN_A RUN_B",
+        help="the JSON report of a check_resume or check_runs, or two recording directories "
+        "(with --rerun-a)",
+    )
+    parser.add_argument(
+        "--rerun-a",
+        metavar="COMMAND",
+        help="for two recordings: side A's command, rerun here under each of B's settable knobs",
+    )
     parser.add_argument(
         "--case",
         help="the case spec package.module:ClassName (default: the report's case)",
@@ -44,20 +57,51 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
 def run(arguments: argparse.Namespace) -> common.CommandOutput:
     from trainparity.why.explain import explain
 
-    common.require_regular_file(arguments.report, "report")
+    if len(arguments.sources) == 2:
+        return _two_recordings(arguments)
+    if len(arguments.sources) != 1:
+        raise common.UsageError("give one JSON report, or two recording directories")
+    if arguments.rerun_a is not None:
+        raise common.UsageError("--rerun-a is for two recordings: give RUN_A RUN_B")
+    (report_path,) = arguments.sources
+    common.require_regular_file(report_path, "report")
     try:
-        report = json.loads(arguments.report.read_text(encoding="utf-8"))
+        report = json.loads(report_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise common.UsageError(
-            f"{arguments.report} is not a readable JSON report: {error}"
-        ) from None
+        raise common.UsageError(f"{report_path} is not a readable JSON report: {error}") from None
     if not isinstance(report, dict) or "outcome" not in report:
-        raise common.UsageError(f"{arguments.report} is not a trainparity report")
+        raise common.UsageError(f"{report_path} is not a trainparity report")
     cwd = common.command_directory(arguments)  # the case imports from there, as `resume` does
     try:
         result = explain(
             report,
             case=arguments.case,
+            cwd=cwd,
+            timeout=arguments.timeout,
+            max_reruns=arguments.max_reruns,
+        )
+    except ValueError as error:
+        raise common.UsageError(str(error)) from None
+    return common.result_output(result, report_written=False)
+
+
+def _two_recordings(arguments: argparse.Namespace) -> common.CommandOutput:
+    from trainparity.why.recordings import explain_recordings
+
+    run_a, run_b = arguments.sources
+    for path in (run_a, run_b):
+        if not path.is_dir():
+            raise common.UsageError(f"{path} is not a recording directory")
+    if not arguments.rerun_a:
+        raise common.UsageError(
+            "two recordings need --rerun-a COMMAND: side A's command, to rerun here"
+        )
+    cwd = common.command_directory(arguments)
+    try:
+        result = explain_recordings(
+            run_a,
+            run_b,
+            arguments.rerun_a,
             cwd=cwd,
             timeout=arguments.timeout,
             max_reruns=arguments.max_reruns,

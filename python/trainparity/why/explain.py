@@ -48,7 +48,7 @@ from trainparity.recording.trajectory import compare_records
 from trainparity.reports.reported import ReportedResult
 from trainparity.why.knobs import DETERMINISM_KNOBS, Knob, differing_knobs
 
-__all__ = ["Explanation", "LeadTrial", "explain", "explained_result"]
+__all__ = ["Explanation", "LeadTrial", "explain", "explained_result", "parting", "status_of"]
 
 _RNG_OPS = ("bernoulli", "dropout", "rand", "normal", "uniform", "multinomial", "randperm")
 
@@ -352,7 +352,7 @@ def _explained(
         trace_message = diff.message
     else:
         trace_message = f"no trace of step {step} was written (does the script call record() at step {step - 1} and {step}?)"
-    original = _parting(traced["a"], traced["b"])
+    original = parting(traced["a"], traced["b"])
     environments = [{**reruns.settings.environment, **side.extra_env} for side in sides]
     trials: list[LeadTrial] = []
     knobs = differing_knobs(*environments)
@@ -457,7 +457,7 @@ def _trial_one(
         )
     name = "knob-" + "".join(c if c.isalnum() or c in "_-" else "-" for c in knob.name)
     rerun = reruns.run([(name, rerun_side, dict(values), False)])[name]  # type: ignore[arg-type]
-    status, evidence = _status(_parting(rerun, target), original)
+    status, evidence = status_of(parting(rerun, target), original)
     described = f"{rerun_side.label} with {_text(values)}"
     return LeadTrial(
         knob.name,
@@ -481,12 +481,12 @@ def _trial_pinned(
     found = reruns.run(
         [(f"{name}-a", sides[0], values, False), (f"{name}-b", sides[1], values, False)]
     )
-    status, evidence = _status(_parting(found[f"{name}-a"], found[f"{name}-b"]), original)
+    status, evidence = status_of(parting(found[f"{name}-a"], found[f"{name}-b"]), original)
     shown = _text(dict(values))
     return LeadTrial(knob.name, shown, shown, status, f"both sides with {shown}: {evidence}")
 
 
-def _parting(first: Path, second: Path) -> tuple[int, float] | None:
+def parting(first: Path, second: Path) -> tuple[int, float] | None:
     """(first step whose records differ, largest relative distance there) of two recordings; None when equal.
 
     Records are paired by the step they claim, over the steps both recorded:
@@ -511,7 +511,9 @@ def _parting(first: Path, second: Path) -> tuple[int, float] | None:
     return min(found) if found else None
 
 
-def _status(found: tuple[int, float] | None, original: tuple[int, float] | None) -> tuple[str, str]:
+def status_of(
+    found: tuple[int, float] | None, original: tuple[int, float] | None
+) -> tuple[str, str]:
     if found is None:
         return "confirmed", "equal bit for bit at every compared step"
     step, distance = found
