@@ -36,7 +36,6 @@ from typing import Any
 from trainparity.cases.command_case import CommandCase, resolved_case
 from trainparity.cases.loading import load_process_case, load_runs_case
 from trainparity.comparison.policies import ExactComparison
-from trainparity.forensics.trace_diff import diff_traces
 from trainparity.forensics.variables import TRACE_OUTPUT_VARIABLE, TRACE_STEP_VARIABLE
 from trainparity.outcomes import Outcome
 from trainparity.processes.check_runner import CheckRunner, RunSettings
@@ -347,6 +346,9 @@ def _explained(
             "loaded the initial state (no op of a step to trace)"
         )
     elif all(path.exists() for path in traces):
+        # Reading traces needs torch; the check's own process imports none until here.
+        from trainparity.forensics.trace_diff import diff_traces
+
         diff = diff_traces(*traces)
         first_op = _op_fields(diff.first_divergence)
         trace_message = diff.message
