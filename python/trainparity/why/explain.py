@@ -77,6 +77,7 @@ class Explanation(ReportedResult):
     message: str
     case: str
     step: int | None = None
+    rank: int = 0  # the rank whose records part first (each rank traces its own step)
     sides: tuple[str, ...] = ()
     first_op: dict[str, Any] | None = None
     trace_message: str | None = None
@@ -212,6 +213,7 @@ class _ExplainRunner(CheckRunner):
                     began,
                     repeats=_field(result, "outcome") in (Outcome.ABSTAIN, "ABSTAIN"),
                     restored_at=restored_at,
+                    rank=int(divergence.get("rank") or 0),
                 )
             except PhaseError as failure:
                 return Explanation(
@@ -330,6 +332,7 @@ def _explained(
     *,
     repeats: bool,
     restored_at: int | None,
+    rank: int = 0,
 ) -> Explanation:
     """Trace step N on both sides, then test the leads; `repeats`: the sides are two runs of
     one configuration (an ABSTAIN), so the determinism knobs are pinned on both."""
@@ -338,7 +341,7 @@ def _explained(
     traceable = step > 0
     traced = reruns.run([("a", a, {}, traceable), ("b", b, {}, traceable)])
     root = reruns.settings.run_root
-    traces = [root / name / "step.trace" for name in ("a", "b")]
+    traces = [_trace_of(root / name, rank) for name in ("a", "b")]
     first_op, trace_message = None, None
     if not traceable:
         trace_message = (
@@ -409,6 +412,8 @@ def _explained(
     confirmed = [trial for trial in trials if trial.status == "confirmed"]
     rng_op = first_op is not None and any(word in first_op.get("op", "") for word in _RNG_OPS)
     sentence = _sentence(confirmed, trials, first_op, rng_op, bool(knobs), original, repeats)
+    if rank:
+        sentence += f" (rank {rank}, whose records part first)"
     # Two runs of one environment that are not repeats (a resume, a variant's own arguments)
     # are explained by the op where they part.
     own_difference = not knobs and not repeats and first_op is not None
@@ -423,6 +428,7 @@ def _explained(
         sentence,
         case=str(_field(result, "case")),
         step=step,
+        rank=rank,
         sides=(a.label, b.label),
         first_op=first_op,
         trace_message=trace_message,
@@ -570,6 +576,13 @@ def _sentence(
     if not had_knobs:
         return "no knob makes the repeats agree" + where
     return "no knob tested here explains the divergence; the leads stay leads" + where
+
+
+def _trace_of(directory: Path, rank: int) -> Path:
+    """The trace of step N in a rerun's directory: a multi-rank phase writes one per rank
+    (`step.rank<R>.trace`, forensics/step_trace.py); the divergence's rank is read."""
+    per_rank = directory / f"step.rank{rank}.trace"
+    return per_rank if per_rank.exists() else directory / "step.trace"
 
 
 def _field(result: Any, name: str) -> Any:
