@@ -23,6 +23,9 @@
    untraced ≤ 3.
 
 Medians of one process; both arms of every ratio measured in the same run.
+Each figure is given as wall time and as CPU time (this process and the
+children it waited for, from getrusage): the targets are wall-time ones, the
+CPU figures are what another load on the machine disturbs least.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,10 +65,24 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def timed(action: Callable[..., Any], *arguments: Any) -> tuple[float, Any]:
-    began = time.perf_counter()
+def cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its children that have been waited for."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def timed(action: Callable[..., Any], *arguments: Any) -> tuple[float, float, Any]:
+    """(wall seconds, CPU seconds of this process and its children, value) of one call.
+
+    The CPU figure is what a loaded machine disturbs least (other processes
+    stretch the wall time, not the CPU time the work needs).
+    """
+    cpu, began = cpu_seconds(), time.perf_counter()
     value = action(*arguments)
-    return time.perf_counter() - began, value
+    return time.perf_counter() - began, cpu_seconds() - cpu, value
 
 
 def interpreter(code: str) -> None:
@@ -105,67 +123,86 @@ def bench_explain(arguments: argparse.Namespace, work: Path) -> dict[str, object
 
     arms = ("python", "import_torch", "check", "traced_only", "full")
     times: dict[str, list[float]] = {arm: [] for arm in arms}
+    cpu_times: dict[str, list[float]] = {arm: [] for arm in arms}
     inner: dict[str, list[float]] = {"traced_only": [], "full": []}
     result = traced = full = None
     for round_index in range(arguments.repeats + 1):  # round 0 warms up: imports, page cache
-        seconds = {
-            "python": timed(interpreter, "pass")[0],
-            "import_torch": timed(interpreter, "import torch")[0],
-        }
-        seconds["check"], result = timed(check)
-        seconds["traced_only"], traced = timed(explained, result, 0)
-        seconds["full"], full = timed(explained, result, None)
+        seconds, cpu = {}, {}
+        seconds["python"], cpu["python"], _ = timed(interpreter, "pass")
+        seconds["import_torch"], cpu["import_torch"], _ = timed(interpreter, "import torch")
+        seconds["check"], cpu["check"], result = timed(check)
+        seconds["traced_only"], cpu["traced_only"], traced = timed(explained, result, 0)
+        seconds["full"], cpu["full"], full = timed(explained, result, None)
         if round_index == 0:
             continue
         for arm in arms:
             times[arm].append(seconds[arm])
+            cpu_times[arm].append(cpu[arm])
         inner["traced_only"].append(traced.timing_seconds["total_wall"])
         inner["full"].append(full.timing_seconds["total_wall"])
     median = {arm: statistics.median(values) for arm, values in times.items()}
+    cpu_median = {arm: statistics.median(values) for arm, values in cpu_times.items()}
     step = int(result.trajectory["first_divergence"]["step"])
     total = int(ThreadRuns.total_step)
     runs = 2 * len(ThreadRuns.variants)  # check_runs runs each variant twice
     knob_reruns = full.reruns - traced.reruns
     tested = [lead for lead in full.leads if lead.status not in ("not tested", "not testable here")]
-    per_knob = (median["full"] - median["traced_only"]) / max(knob_reruns, 1)
     target = step / total + EXPLAIN_MARGIN
-    traced_ratio = median["traced_only"] / median["check"]
-    knob_ratio = per_knob / median["check"]
+
+    def ratios(of: dict[str, float]) -> dict[str, float]:
+        per_knob = (of["full"] - of["traced_only"]) / max(knob_reruns, 1)
+        return {
+            "traced_over_check": of["traced_only"] / of["check"],
+            "per_knob_rerun_seconds": per_knob,
+            "per_knob_over_check": per_knob / of["check"],
+            "per_knob_over_import_torch": per_knob / of["import_torch"],
+            "traced_over_import_torch": of["traced_only"] / of["import_torch"],
+            "check_over_import_torch": of["check"] / of["import_torch"],
+        }
+
+    wall, cpu = ratios(median), ratios(cpu_median)
+    divergence = result.trajectory["first_divergence"]
     print(
         f"1. explain cost: {CASE}, start={arguments.start!r}, {arguments.repeats} alternated "
         f"rounds after a warm-up round; {usable_cores()} usable cores"
     )
     print(
         f"   check_runs: {runs} runs of T={total} steps, {result.outcome.value} at step N={step} "
-        f"({result.trajectory['first_divergence']['baseline_phase']} vs "
-        f"{result.trajectory['first_divergence']['candidate_phase']})"
+        f"({divergence['baseline_phase']} vs {divergence['candidate_phase']})"
     )
-    print(f"   python -c pass                {median['python']:6.2f} s")
-    print(f"   python -c 'import torch'      {median['import_torch']:6.2f} s  (a rerun's floor)")
-    print(f"   check_runs                    {median['check']:6.2f} s")
-    print(
-        f"   explain(max_reruns=0)         {median['traced_only']:6.2f} s  ({traced.reruns} traced "
-        f"reruns to step {step}; first op {(traced.first_op or {}).get('op')})"
+    print("                                   wall   CPU (this process + its children)")
+    rows = (
+        ("python", "python -c pass", ""),
+        ("import_torch", "python -c 'import torch'", "  a rerun's floor"),
+        ("check", "check_runs", ""),
+        (
+            "traced_only",
+            "explain(max_reruns=0)",
+            f"  {traced.reruns} traced reruns to step {step}; first op "
+            f"{(traced.first_op or {}).get('op')}",
+        ),
+        (
+            "full",
+            "explain()",
+            f"  {full.reruns} reruns; {full.outcome.value}: "
+            + "; ".join(f"{lead.knob} {lead.status}" for lead in full.leads),
+        ),
     )
-    print(
-        f"   explain()                     {median['full']:6.2f} s  ({full.reruns} reruns; "
-        f"{full.outcome.value}: "
-        + "; ".join(f"{lead.knob} {lead.status}" for lead in full.leads)
-        + ")"
-    )
-    print(
-        f"   traced-only / check: {traced_ratio:.2f}  (target ≤ N/T + {EXPLAIN_MARGIN} = "
-        f"{target:.2f}: {'met' if traced_ratio <= target else 'MISSED'})"
-    )
-    print(
-        f"   per knob rerun: {per_knob:.2f} s = {knob_ratio:.2f} × the check, "
-        f"{per_knob / median['import_torch']:.2f} × the import-torch floor "
-        f"({knob_reruns} knob reruns, {len(tested)} knobs tested)"
-    )
-    print(
-        f"   traced-only / import-torch floor: {median['traced_only'] / median['import_torch']:.2f}; "
-        f"check / floor: {median['check'] / median['import_torch']:.2f}"
-    )
+    for arm, label, note in rows:
+        print(f"   {label:<26} {median[arm]:6.2f} s {cpu_median[arm]:6.2f} s{note}")
+    for name, figures in (("wall", wall), ("CPU", cpu)):
+        verdict = "met" if figures["traced_over_check"] <= target else "MISSED"
+        print(
+            f"   {name}: traced-only / check {figures['traced_over_check']:.2f} (target ≤ N/T + "
+            f"{EXPLAIN_MARGIN} = {target:.2f}: {verdict}); per knob rerun "
+            f"{figures['per_knob_rerun_seconds']:.2f} s = {figures['per_knob_over_check']:.2f} × "
+            f"the check ({knob_reruns} knob reruns, {len(tested)} knobs tested)"
+        )
+        print(
+            f"        in import-torch floors: traced-only {figures['traced_over_import_torch']:.1f}, "
+            f"per knob rerun {figures['per_knob_over_import_torch']:.1f}, check "
+            f"{figures['check_over_import_torch']:.1f}"
+        )
     return {
         "case": CASE,
         "start": arguments.start,
@@ -175,7 +212,9 @@ def bench_explain(arguments: argparse.Namespace, work: Path) -> dict[str, object
         "total_step": total,
         "check_runs_processes": runs,
         "medians_seconds": median,
+        "cpu_medians_seconds": cpu_median,
         "all_seconds": times,
+        "all_cpu_seconds": cpu_times,
         "explain_total_wall_seconds": inner,
         "traced_reruns": traced.reruns,
         "full_reruns": full.reruns,
@@ -185,12 +224,10 @@ def bench_explain(arguments: argparse.Namespace, work: Path) -> dict[str, object
             {"knob": lead.knob, "status": lead.status, "evidence": lead.evidence}
             for lead in full.leads
         ],
-        "traced_over_check": traced_ratio,
         "traced_target": target,
-        "traced_met": traced_ratio <= target,
-        "per_knob_rerun_seconds": per_knob,
-        "per_knob_over_check": knob_ratio,
-        "per_knob_over_import_torch": per_knob / median["import_torch"],
+        "wall": wall,
+        "cpu": cpu,
+        "traced_met": wall["traced_over_check"] <= target,
     }
 
 
@@ -239,56 +276,88 @@ def bench_step_trace(arguments: argparse.Namespace, work: Path, step: int) -> di
 
         untraced()  # the first step: Adam's state, _big's 2M-element tensor
         loaded_before = "torch._inductor.lowering" in sys.modules
-        first_seconds, sample = timed(traced)  # the first trace of this process: its imports
+        first_seconds, _, sample = timed(traced)  # the first trace of this process: its imports
         ops = len(read_trace(sample).ops)
         trace_bytes = sample.stat().st_size
         dispatch_traced()  # its warm-up
         arms = {"untraced": untraced, "traced": traced, "dispatch_traced": dispatch_traced}
         times: dict[str, list[float]] = {arm: [] for arm in arms}
+        cpu_times: dict[str, list[float]] = {arm: [] for arm in arms}
+        faults: dict[str, list[int]] = {arm: [] for arm in arms}
         for _ in range(arguments.step_repeats):  # alternated, so a busy spell hits every arm
             for arm, action in arms.items():
-                times[arm].append(timed(action)[0])
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                wall, cpu, _ = timed(action)
+                faults[arm].append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+                times[arm].append(wall)
+                cpu_times[arm].append(cpu)
     median = {arm: statistics.median(values) for arm, values in times.items()}
+    cpu_median = {arm: statistics.median(values) for arm, values in cpu_times.items()}
     ratio = median["traced"] / median["untraced"]
+    cpu_ratio = cpu_median["traced"] / cpu_median["untraced"]
     dispatch_ratio = median["dispatch_traced"] / median["untraced"]
+    cpu_dispatch_ratio = cpu_median["dispatch_traced"] / cpu_median["untraced"]
+    capture = "DebugMode" if debug_mode_available() else "TorchDispatchMode"
     print(
         f"2. step-trace cost: nt.train_one_step (NOISY_ORDER=threads, {arguments.threads} "
         f"thread(s)) in this process, median of {arguments.step_repeats} alternated, after a "
         "warm-up"
     )
-    print(f"   untraced step                      {median['untraced'] * 1e3:8.1f} ms")
-    capture = "DebugMode" if debug_mode_available() else "TorchDispatchMode"
+    print("                                          wall       CPU")
     print(
-        f"   traced step                        {median['traced'] * 1e3:8.1f} ms  (StepTracer, "
-        f"step {step}, capture auto = {capture}; {ops} ops, trace file {trace_bytes / 1024:.0f} KiB)"
+        f"   untraced step                     {median['untraced'] * 1e3:7.1f} ms "
+        f"{cpu_median['untraced'] * 1e3:7.1f} ms"
     )
     print(
-        f"   traced / untraced: {ratio:.2f}  (target ≤ {TRACE_TARGET}: "
-        f"{'met' if ratio <= TRACE_TARGET else 'MISSED'})"
+        f"   traced step                       {median['traced'] * 1e3:7.1f} ms "
+        f"{cpu_median['traced'] * 1e3:7.1f} ms  (StepTracer, step {step}, capture auto = "
+        f"{capture}; {ops} ops, trace file {trace_bytes / 1024:.0f} KiB)"
     )
     print(
-        f"   first traced step of this process: {first_seconds * 1e3:.0f} ms (one-time imports; "
-        f"torch._inductor.lowering loaded before: {loaded_before}) = "
+        f"   trace(capture='TorchDispatchMode') {median['dispatch_traced'] * 1e3:6.1f} ms "
+        f"{cpu_median['dispatch_traced'] * 1e3:7.1f} ms  (for comparison)"
+    )
+    print(
+        f"   traced / untraced: wall {ratio:.2f}, CPU {cpu_ratio:.2f}  (target ≤ {TRACE_TARGET}: "
+        f"{'met' if ratio <= TRACE_TARGET else 'MISSED'}); TorchDispatchMode: wall "
+        f"{dispatch_ratio:.2f}, CPU {cpu_dispatch_ratio:.2f}"
+    )
+    fault_median = {arm: statistics.median(values) for arm, values in faults.items()}
+    fastest = {arm: min(values) for arm, values in times.items()}
+    print(
+        f"   minor page faults per step (median): untraced {fault_median['untraced']:.0f}, traced "
+        f"{fault_median['traced']:.0f} (the step's 8 MB temporaries, mapped afresh as the "
+        "allocator decides: the untraced step's time varies between runs)"
+    )
+    print(
+        f"   fastest of each: untraced {fastest['untraced'] * 1e3:.1f} ms, traced "
+        f"{fastest['traced'] * 1e3:.1f} ms: traced / untraced {fastest['traced'] / fastest['untraced']:.2f}"
+    )
+    print(
+        f"   first traced step of this process: {first_seconds * 1e3:.0f} ms wall (one-time "
+        f"imports; torch._inductor.lowering loaded before: {loaded_before}) = "
         f"{first_seconds / median['untraced']:.1f} × the untraced step"
-    )
-    print(
-        f"   for comparison, trace(capture='TorchDispatchMode'): "
-        f"{median['dispatch_traced'] * 1e3:.1f} ms = {dispatch_ratio:.2f} × untraced"
     )
     return {
         "threads": arguments.threads,
         "traced_step": step,
         "repeats": arguments.step_repeats,
-        "untraced_step_seconds": median["untraced"],
-        "traced_step_seconds": median["traced"],
-        "dispatch_traced_step_seconds": median["dispatch_traced"],
+        "capture": capture,
+        "medians_seconds": median,
+        "cpu_medians_seconds": cpu_median,
         "all_seconds": times,
+        "all_cpu_seconds": cpu_times,
+        "minor_page_faults_medians": fault_median,
+        "fastest_seconds": fastest,
+        "fastest_ratio": fastest["traced"] / fastest["untraced"],
         "first_traced_step_seconds": first_seconds,
         "inductor_lowering_loaded_before_first_trace": loaded_before,
         "trace_ops": ops,
         "trace_file_bytes": trace_bytes,
         "ratio": ratio,
+        "cpu_ratio": cpu_ratio,
         "dispatch_ratio": dispatch_ratio,
+        "cpu_dispatch_ratio": cpu_dispatch_ratio,
         "target": TRACE_TARGET,
         "met": ratio <= TRACE_TARGET,
     }
