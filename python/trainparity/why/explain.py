@@ -363,16 +363,22 @@ def _explained(
     knobs = differing_knobs(*environments)
     budget = max_reruns
     if knobs:
-        for knob, left, right in knobs:
-            if budget <= 0:
-                trials.append(
-                    LeadTrial(
-                        knob.name, _text(left), _text(right), "not tested", "--max-reruns reached"
-                    )
-                )
-                continue
-            budget -= 1
-            trials.append(_trial_one(reruns, sides, knob, left, right, traced, original))
+        tested = knobs[:budget]
+        budget -= len(tested)
+        # Every single knob at once: the reruns are independent and run side by side.
+        trials.extend(
+            _trials(
+                reruns,
+                sides,
+                [(knob, left, right) for knob, left, right in tested],
+                traced,
+                original,
+            )
+        )
+        trials.extend(
+            LeadTrial(knob.name, _text(left), _text(right), "not tested", "--max-reruns reached")
+            for knob, left, right in knobs[len(tested) :]
+        )
         # No single knob explains it: pairs, until one does (the smallest set that does).
         if not any(trial.status == "confirmed" for trial in trials):
             for first, second in combinations(knobs, 2):
@@ -380,12 +386,10 @@ def _explained(
                     break
                 budget -= 1
                 pair = Knob(f"{first[0].name} + {second[0].name}", ())
-                trial = _trial_one(
+                (trial,) = _trials(
                     reruns,
                     sides,
-                    pair,
-                    {**first[1], **second[1]},
-                    {**first[2], **second[2]},
+                    [(pair, {**first[1], **second[1]}, {**first[2], **second[2]})],
                     traced,
                     original,
                 )
@@ -393,6 +397,7 @@ def _explained(
                 if trial.status == "confirmed":
                     break
     elif original is not None and repeats:
+        pinned = []
         for knob, values in DETERMINISM_KNOBS:
             if knob.gpu_only and getattr(reruns.case, "device", "cpu") == "cpu":
                 trials.append(
@@ -404,11 +409,10 @@ def _explained(
                         "a GPU knob on a CPU run",
                     )
                 )
-                continue
-            if budget <= 0:
-                break
-            budget -= 1
-            trials.append(_trial_pinned(reruns, sides, knob, values, original))
+            elif budget > 0:
+                budget -= 1
+                pinned.append((knob, values))
+        trials[:0] = _pinned_trials(reruns, sides, pinned, original)
     confirmed = [trial for trial in trials if trial.status == "confirmed"]
     rng_op = first_op is not None and any(word in first_op.get("op", "") for word in _RNG_OPS)
     sentence = _sentence(confirmed, trials, first_op, rng_op, bool(knobs), original, repeats)
@@ -434,64 +438,86 @@ def _explained(
         trace_message=trace_message,
         leads=tuple(trials),
         reruns=reruns.count,
-        timing_seconds={"total_wall": time.perf_counter() - began},
+        timing_seconds={
+            **{f"rerun_{name}": seconds for name, seconds in sorted(reruns.timings.items())},
+            "total_wall": time.perf_counter() - began,
+        },
     )
 
 
-def _trial_one(
+def _trials(
     reruns: _Reruns,
     sides: tuple[_Side, _Side],
-    knob: Knob,
-    left: dict[str, str | None],
-    right: dict[str, str | None],
+    knobs: Sequence[tuple[Knob, dict[str, str | None], dict[str, str | None]]],
     traced: dict[str, Path],
     original: tuple[int, float] | None,
-) -> LeadTrial:
-    """Rerun one side with the knob at the other's value and compare with the other's recording."""
+) -> list[LeadTrial]:
+    """Each knob tested by one rerun of a side at the other side's values, all in one batch."""
     a, b = sides
-    set_left = {name: value for name, value in left.items() if value is not None}
-    set_right = {name: value for name, value in right.items() if value is not None}
-    if set(set_right) <= set(set_left):  # B's variables can all be set to A's values
-        rerun_side, values, target, other = b, set_left, traced["a"], a
-    elif set(set_left) <= set(set_right):
-        rerun_side, values, target, other = a, set_right, traced["b"], b
-    else:
-        return LeadTrial(
+    planned: list[tuple[int, str, _Side, dict[str, str], Path, _Side]] = []
+    found: list[LeadTrial | None] = []
+    for index, (knob, left, right) in enumerate(knobs):
+        set_left = {name: value for name, value in left.items() if value is not None}
+        set_right = {name: value for name, value in right.items() if value is not None}
+        if set(set_right) <= set(set_left):  # B's variables can all be set to A's values
+            rerun_side, values, target, other = b, set_left, traced["a"], a
+        elif set(set_left) <= set(set_right):
+            rerun_side, values, target, other = a, set_right, traced["b"], b
+        else:
+            found.append(
+                LeadTrial(
+                    knob.name,
+                    _text(left),
+                    _text(right),
+                    "not testable here",
+                    "each side sets a variable of it the other leaves unset",
+                )
+            )
+            continue
+        name = "knob-" + "".join(c if c.isalnum() or c in "_-" else "-" for c in knob.name)
+        planned.append((index, name, rerun_side, values, target, other))  # type: ignore[arg-type]
+        found.append(None)
+    ran = (
+        reruns.run([(name, side, values, False) for _, name, side, values, _, _ in planned])
+        if planned
+        else {}
+    )
+    for index, name, side, values, target, other in planned:
+        knob, left, right = knobs[index]
+        status, evidence = status_of(parting(ran[name], target), original)
+        described = f"{side.label} with {_text(values)}"
+        found[index] = LeadTrial(
             knob.name,
             _text(left),
             _text(right),
-            "not testable here",
-            "each side sets a variable of it the other leaves unset",
+            status,
+            f"{described} against {other.label}: {evidence}",
+            described,
         )
-    name = "knob-" + "".join(c if c.isalnum() or c in "_-" else "-" for c in knob.name)
-    rerun = reruns.run([(name, rerun_side, dict(values), False)])[name]  # type: ignore[arg-type]
-    status, evidence = status_of(parting(rerun, target), original)
-    described = f"{rerun_side.label} with {_text(values)}"
-    return LeadTrial(
-        knob.name,
-        _text(left),
-        _text(right),
-        status,
-        f"{described} against {other.label}: {evidence}",
-        described,
-    )
+    return [trial for trial in found if trial is not None]
 
 
-def _trial_pinned(
+def _pinned_trials(
     reruns: _Reruns,
     sides: tuple[_Side, _Side],
-    knob: Knob,
-    values: Mapping[str, str],
+    pinned: Sequence[tuple[Knob, Mapping[str, str]]],
     original: tuple[int, float],
-) -> LeadTrial:
-    """Both sides rerun with one determinism knob pinned: do they agree then?"""
-    name = f"pin-{knob.name}"
-    found = reruns.run(
-        [(f"{name}-a", sides[0], values, False), (f"{name}-b", sides[1], values, False)]
-    )
-    status, evidence = status_of(parting(found[f"{name}-a"], found[f"{name}-b"]), original)
-    shown = _text(dict(values))
-    return LeadTrial(knob.name, shown, shown, status, f"both sides with {shown}: {evidence}")
+) -> list[LeadTrial]:
+    """Both sides rerun with each determinism knob pinned, every pair in one batch: agree then?"""
+    batch = []
+    for knob, values in pinned:
+        batch += [(f"pin-{knob.name}-a", sides[0], values, False)]
+        batch += [(f"pin-{knob.name}-b", sides[1], values, False)]
+    ran = reruns.run(batch) if batch else {}
+    trials = []
+    for knob, values in pinned:
+        found = parting(ran[f"pin-{knob.name}-a"], ran[f"pin-{knob.name}-b"])
+        status, evidence = status_of(found, original)
+        shown = _text(dict(values))
+        trials.append(
+            LeadTrial(knob.name, shown, shown, status, f"both sides with {shown}: {evidence}")
+        )
+    return trials
 
 
 def parting(first: Path, second: Path) -> tuple[int, float] | None:
