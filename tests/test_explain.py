@@ -250,3 +250,18 @@ def test_two_recordings_from_two_machines_rerun_a_under_bs_knobs(
     assert statuses[knob] == "confirmed", explanation.leads
     assert explanation.outcome is Outcome.PASS
     assert f"{knob}={value}" in explanation.message
+
+
+def test_two_ranks_under_ddp_the_rank_that_parts_first_is_named(tmp_path):
+    """recorded_job.py on 2 ranks; on resume rank 1 restores rank 0's generator."""
+    result = trainparity.check_resume(
+        "tests.fixtures.distributed.cases:RecordedRank1RngCase",
+        cwd=REPO_ROOT,
+        temporary_root=tmp_path,
+        explain=True,
+    )
+    assert result.outcome is Outcome.FAIL, result.message
+    explanation = result.explanation
+    assert explanation["rank"] == 1
+    assert explanation["first_op"]["op"].startswith("aten::randn")
+    assert "(rank 1, whose records part first)" in explanation["message"]
