@@ -265,3 +265,17 @@ def test_two_ranks_under_ddp_the_rank_that_parts_first_is_named(tmp_path):
     assert explanation["rank"] == 1
     assert explanation["first_op"]["op"].startswith("aten::randn")
     assert "(rank 1, whose records part first)" in explanation["message"]
+
+
+def test_a_chain_of_resumes_is_not_rerun_as_one_split(tmp_path):
+    """Its later links would be rerun as a resume the check never ran: ERROR, saying so."""
+    result = trainparity.check_resume(
+        "tests.fixtures.chain_cases:SchedulerCounterCase",
+        cwd=REPO_ROOT,
+        temporary_root=tmp_path,
+        start="warm",
+        explain=True,
+    )
+    assert result.outcome is Outcome.FAIL, result.message
+    assert result.explanation["outcome"] == "ERROR"
+    assert "chain of resumes" in result.explanation["message"]

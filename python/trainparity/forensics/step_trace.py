@@ -36,6 +36,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from trainparity.forensics.tracing import TraceSession
 from trainparity.forensics.variables import (
+    TRACE_CAPTURE_VARIABLE,
     TRACE_KEEP_VARIABLE,
     TRACE_OUTPUT_VARIABLE,
     TRACE_STEP_VARIABLE,
@@ -64,12 +65,15 @@ class TraceStepError(RuntimeError):
 class StepTracer:
     """Starts a trace session when step N begins and writes it when step N ends."""
 
-    def __init__(self, step: int, output: str, keep: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, step: int, output: str, keep: tuple[str, ...] = (), capture: str = "auto"
+    ) -> None:
         if step < 1:
             raise ValueError(f"{STEP_VARIABLE} must be a positive step number, got {step}")
         self.step = step
         self.output = output
         self.keep = keep
+        self.capture = capture
         self.optimizer_steps = 0
         self.last_recorded: int | None = None
         self.session: TraceSession | None = None
@@ -140,7 +144,12 @@ class StepTracer:
     def _begin(self) -> None:
         self._discard()
         self.session = TraceSession(
-            self.output, model=None, inputs=None, keep=self.keep, step=self.step, capture="auto"
+            self.output,
+            model=None,
+            inputs=None,
+            keep=self.keep,
+            step=self.step,
+            capture=self.capture,
         )
         self.session.__enter__()
 
@@ -211,7 +220,10 @@ def install_from_environment(*, follow_optimizers: bool = True) -> StepTracer | 
         raise ValueError(f"{STEP_VARIABLE} must be a step number, got {text!r}") from None
     output = _rank_output(os.environ.get(OUTPUT_VARIABLE) or f"step{step}.trace")
     keep = tuple(item for item in os.environ.get(KEEP_VARIABLE, "").split(",") if item)
-    _installed = StepTracer(step, output, keep)
+    # TRAINPARITY_TRACE_CAPTURE (explain's reruns): "TorchDispatchMode" skips DebugMode's
+    # first-use imports, which cost a short rerun about a second.
+    capture = os.environ.get(TRACE_CAPTURE_VARIABLE) or "auto"
+    _installed = StepTracer(step, output, keep, capture)
     atexit.register(_installed.finish)  # a script that ends early says why there is no trace
     if follow_optimizers:
         _installed.follow_optimizers()

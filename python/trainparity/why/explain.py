@@ -36,7 +36,11 @@ from typing import Any
 from trainparity.cases.command_case import CommandCase, resolved_case
 from trainparity.cases.loading import load_process_case, load_runs_case
 from trainparity.comparison.policies import ExactComparison
-from trainparity.forensics.variables import TRACE_OUTPUT_VARIABLE, TRACE_STEP_VARIABLE
+from trainparity.forensics.variables import (
+    TRACE_CAPTURE_VARIABLE,
+    TRACE_OUTPUT_VARIABLE,
+    TRACE_STEP_VARIABLE,
+)
 from trainparity.outcomes import Outcome
 from trainparity.processes.check_runner import CheckRunner, RunSettings
 from trainparity.processes.child_environment import child_environment
@@ -174,6 +178,17 @@ class _ExplainRunner(CheckRunner):
         runs = _field(result, "variant_comparisons") is not None
         loaded, module_spec = resolved_case(spec, load_runs_case if runs else load_process_case)
         step = int(divergence["step"])
+        chain = _field(result, "resume_chain") or ()
+        if chain:  # None (absent) exactly for one split at the case's own rank count
+            # The reruns rebuild one split; a chain's later links (or another rank count)
+            # would be rerun as something the check did not run, and explained wrongly.
+            return Explanation(
+                Outcome.ERROR,
+                "explain reruns a resume with one split at the case's rank count; this check "
+                "ran a chain of resumes (or an elastic one), which it does not rerun yet",
+                case=str(_field(result, "case")),
+                step=step,
+            )
         restored_at = None
         if divergence.get("round_trip"):
             # The state right after loading already differs: nothing of a step made it. Step
@@ -269,6 +284,9 @@ class _Reruns:
             if traced:
                 env[TRACE_STEP_VARIABLE] = str(self.step)
                 env[TRACE_OUTPUT_VARIABLE] = str(root / name / "step.trace")
+                # The plain dispatch-mode capture: DebugMode's first trace imports torch's
+                # inductor lowering, about a second of a rerun that trains a few steps.
+                env[TRACE_CAPTURE_VARIABLE] = "TorchDispatchMode"
             if side.resumes_from_split:
                 split_env = {**side.extra_env, **knob_env}
                 phases[f"{name}-split"] = TrainingPhase(
