@@ -16,21 +16,14 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from trainparity.accumulation.plan import INITIAL_KEY, PHASES
-from trainparity.accumulation.rank_orchestration import rank_differences
+from trainparity.accumulation.plan import PHASES
 from trainparity.accumulation.sharded import (
     SHARDED_COMPARISON,
     ReassemblyError,
     global_views,
     holds_shards,
 )
-from trainparity.accumulation.verdict import (
-    OPTIMIZER_PHASE,
-    SCHEDULER_PHASE,
-    Verdict,
-    _judge_initial,
-    _judge_step_count,
-)
+from trainparity.accumulation.verdict import Verdict, judge_before_phases
 from trainparity.comparison.envelope import PathEnvelope, judge_step
 from trainparity.comparison.noise import NoiseComparison
 from trainparity.outcomes import Outcome
@@ -73,7 +66,9 @@ def judge_noise_observations(
         compared_on = SHARDED_COMPARISON
     try:
         for other in baselines[1:]:
-            _exact_prefix(exact, baselines[0], other, candidate, rank_views, own_step)
+            judge_before_phases(
+                exact, baselines[0], other, candidate, rank_views, own_step=own_step
+            )
     except Verdict as verdict:
         verdict.fields["noise_envelope"] = _finished(report, rows)
         if compared_on is not None:
@@ -127,34 +122,6 @@ def judge_noise_observations(
                 **fields,
             )
     return compared_on, _finished(report, rows)
-
-
-def _exact_prefix(
-    exact: Any,
-    baseline_a: Views,
-    baseline_x: Views,
-    candidate: Views,
-    rank_views: Sequence[Views],
-    own_step: bool,
-) -> None:
-    """The exact checks before the phases: initial states, step counts, the ranks' agreement."""
-    _judge_initial(exact, baseline_a[INITIAL_KEY], baseline_x[INITIAL_KEY], candidate)
-    if own_step:
-        for phase, component in ((OPTIMIZER_PHASE, "optimizer"), (SCHEDULER_PHASE, "scheduler")):
-            _judge_step_count(
-                exact, phase, component, baseline_a, baseline_x, rank_views or [candidate]
-            )
-    disagreement = rank_differences(exact, rank_views) if rank_views else None
-    if disagreement is not None:
-        message, differences = disagreement
-        raise Verdict(
-            Outcome.FAIL,
-            message,
-            first_observed_phase="ranks",
-            primary_difference=differences[0],
-            all_differences=differences,
-            verified_equal_initial_state=True,
-        )
 
 
 def _row(index: int, phase: str, paths: Sequence[PathEnvelope]) -> dict[str, Any]:

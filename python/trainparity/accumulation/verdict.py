@@ -26,7 +26,7 @@ from trainparity.outcomes import Outcome
 from trainparity.state.freeze import FrozenMapping
 from trainparity.state.snapshot import Snapshot
 
-__all__ = ["Verdict", "judge_observations"]
+__all__ = ["Verdict", "judge_before_phases", "judge_observations"]
 
 INITIAL_STATE = "initial_state"
 OPTIMIZER_PHASE = "optimizer_state"
@@ -84,16 +84,7 @@ def _judge(
     *,
     own_step: bool,
 ) -> None:
-    _judge_initial(policy, baseline_a[INITIAL_KEY], baseline_b[INITIAL_KEY], candidate)
-    if own_step:
-        for phase, component in ((OPTIMIZER_PHASE, "optimizer"), (SCHEDULER_PHASE, "scheduler")):
-            _judge_step_count(
-                policy, phase, component, baseline_a, baseline_b, rank_views or [candidate]
-            )
-    disagreement = rank_differences(policy, rank_views) if rank_views else None
-    if disagreement is not None:
-        message, differences = disagreement
-        raise Verdict(Outcome.FAIL, message, **_differences("ranks", differences, verified=True))
+    judge_before_phases(policy, baseline_a, baseline_b, candidate, rank_views, own_step=own_step)
     for phase in PHASES:
         if phase not in candidate:  # an own step that did not report its losses
             continue
@@ -111,6 +102,32 @@ def _judge(
                 f"first observed divergence in {phase}; not a root-cause claim",
                 **_differences(phase, differences, verified=True),
             )
+
+
+def judge_before_phases(
+    policy: Any,
+    baseline_a: Views,
+    baseline_b: Views,
+    candidate: Views,
+    rank_views: Sequence[Views],
+    *,
+    own_step: bool,
+) -> None:
+    """The judgments before the phases: initial states, an own step's step counts, the ranks.
+
+    Exact under every policy that reaches them this way; NoiseComparison
+    (accumulation/noise_verdict.py) passes ExactComparison for each baseline.
+    """
+    _judge_initial(policy, baseline_a[INITIAL_KEY], baseline_b[INITIAL_KEY], candidate)
+    if own_step:
+        for phase, component in ((OPTIMIZER_PHASE, "optimizer"), (SCHEDULER_PHASE, "scheduler")):
+            _judge_step_count(
+                policy, phase, component, baseline_a, baseline_b, rank_views or [candidate]
+            )
+    disagreement = rank_differences(policy, rank_views) if rank_views else None
+    if disagreement is not None:
+        message, differences = disagreement
+        raise Verdict(Outcome.FAIL, message, **_differences("ranks", differences, verified=True))
 
 
 def _judge_initial(
