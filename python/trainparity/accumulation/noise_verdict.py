@@ -12,7 +12,6 @@ inherits).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +23,7 @@ from trainparity.accumulation.sharded import (
     holds_shards,
 )
 from trainparity.accumulation.verdict import Verdict, judge_before_phases
-from trainparity.comparison.envelope import PathEnvelope, judge_step
+from trainparity.comparison.envelope import PathEnvelope, excursion_words, judge_step
 from trainparity.comparison.noise import NoiseComparison
 from trainparity.outcomes import Outcome
 from trainparity.recording.trajectory import component_of
@@ -183,10 +182,9 @@ def _finished(report: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, A
 
 
 def _exit_detail(entry: PathEnvelope | None, policy: NoiseComparison) -> str:
-    if entry is None or entry.exact or entry.excursion is None:
-        return ""
-    ratio = entry.ratio if entry.ratio is not None else math.inf
+    words = excursion_words(entry, policy)
     return (
-        f" ({entry.path} left the noise envelope: excursion {entry.excursion:.3g} is "
-        f"{ratio:.3g}× the noise {entry.noise:.3g}; declared limit {policy.factor:g}×)"
+        ""
+        if words is None or entry is None
+        else f" ({entry.path} left the noise envelope: {words})"
     )

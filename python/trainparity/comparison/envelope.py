@@ -45,7 +45,7 @@ from trainparity.native.dtypes import info_for_text
 from trainparity.state.freeze import FrozenTensor
 from trainparity.state.paths import StatePath, render_path
 
-__all__ = ["PathEnvelope", "StepEnvelope", "judge_step", "EXIT_REASON"]
+__all__ = ["EXIT_REASON", "PathEnvelope", "StepEnvelope", "excursion_words", "judge_step"]
 
 EXIT_REASON = "noise_envelope"
 
@@ -118,6 +118,17 @@ class StepEnvelope:
         """The candidate's path of largest excursion/noise ratio (ties: the first in order)."""
         judged = [entry for entry in self.paths if entry.ratio is not None and entry.ratio > 0]
         return max(judged, key=lambda entry: entry.ratio) if judged else None
+
+
+def excursion_words(entry: PathEnvelope | None, policy: NoiseComparison) -> str | None:
+    """How far a path left the envelope, as every verdict words it; None for an exact path."""
+    if entry is None or entry.exact or entry.excursion is None:
+        return None
+    ratio = entry.ratio if entry.ratio is not None else math.inf
+    return (
+        f"excursion {entry.excursion:.3g} is {ratio:.3g}× the noise {entry.noise:.3g}; "
+        f"declared limit {policy.factor:g}×" + (" plus the floor" if policy.has_floor else "")
+    )
 
 
 def judge_step(

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainparity.comparison.envelope import excursion_words
 from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.policies import (
     ComparisonPolicy,
@@ -279,13 +280,8 @@ def _noise_verdict(
             ),
             report,
         )
-    detail = ""
-    entry = event.entry
-    if entry is not None and not entry.exact and entry.ratio is not None:
-        detail = (
-            f" (excursion {entry.excursion:.3g} is {entry.ratio:.3g}× the noise "
-            f"{entry.noise:.3g}; declared limit {policy.factor:g}×)"
-        )
+    words = excursion_words(event.entry, policy)
+    detail = "" if words is None else f" ({words})"
     return (
         Outcome.FAIL,
         (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainparity.comparison.envelope import excursion_words
 from trainparity.comparison.noise import NoiseComparison
 from trainparity.outcomes import Outcome
 from trainparity.recording.envelope_steps import EnvelopeEvent
@@ -50,14 +51,9 @@ def event_verdict(
         )
     entry = event.entry
     message = f"first observed divergence at step {event.step}: {path}"
-    if entry is not None and not entry.exact and entry.excursion is not None:
-        ratio = entry.ratio if entry.ratio is not None else math.inf
-        message += (
-            f" left the noise envelope (excursion {_g(entry.excursion)} is {_g(ratio)}× the "
-            f"noise {_g(entry.noise)}; declared limit {_g(policy.factor)}×"
-            + (" plus the floor" if policy.has_floor else "")
-            + ")"
-        )
+    words = excursion_words(entry, policy)
+    if words is not None:
+        message += f" left the noise envelope ({words})"
     return Outcome.FAIL, message
 
 

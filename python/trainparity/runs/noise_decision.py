@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from trainparity.comparison.envelope import excursion_words
 from trainparity.comparison.noise import NoiseComparison
 from trainparity.outcomes import Outcome
 from trainparity.processes.children import nondeterminism_hints
@@ -142,11 +143,5 @@ def _noise_abstain_message(event: Any, policy: NoiseComparison, noise_text: str)
 
 
 def _exit_detail(event: Any, policy: NoiseComparison) -> str:
-    entry = event.entry
-    if entry is None or entry.exact or entry.excursion is None:
-        return ""
-    ratio = entry.ratio if entry.ratio is not None else float("inf")
-    return (
-        f" (excursion {entry.excursion:.3g} is {ratio:.3g}× the noise {entry.noise:.3g}; "
-        f"declared limit {policy.factor:g}×)"
-    )
+    words = excursion_words(event.entry, policy)
+    return "" if words is None else f" ({words})"
