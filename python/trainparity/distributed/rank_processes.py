@@ -5,7 +5,8 @@ the exits a warm agent measured.
 
 Exit status comes from the phase's outcome, not from sampling: torchrun
 exits 0 only when every rank did, and when it fails, its "Root Cause" report
-gives the failed ranks' exit codes; ranks it stopped after that are unknown.
+gives the failed ranks' exit codes, and those of the ranks it stopped (-15, SIGTERM);
+a rank that exited before the failure is not in it and its exit is unknown.
 
 A warm agent that forks its ranks (processes/warm/ranks.py) reaps each rank
 with wait4 and appends what the kernel measured to the phase's rank exits file
