@@ -46,8 +46,12 @@ quickstart: package
 # Two workers (pytest-xdist), each taking whole modules (--dist loadfile: a module's shared
 # fixtures run once, and its tests never run beside each other). The serial suite kept
 # about 1.3 of 2 cores busy, much of it waiting on one child at a time.
+# The system packages some tests need (chromium, slurm-wlm, munge) are installed first where
+# this machine allows (.ci/system-packages.sh: apt-get as root or with sudo); elsewhere those
+# tests skip with one summary line, or fail under CI=true.
 TEST_WORKERS ?= 2
 test: venv
+	bash .ci/system-packages.sh
 	$(VPY) -m pytest -q --durations=10 -n $(TEST_WORKERS) --dist loadfile
 
 # The fuzzers (tests/fuzz, and the core's malformed-input fuzzer) with many random

@@ -24,6 +24,7 @@ import pytest
 
 from tests import temp_guard
 from tests.slurm_cluster import SlurmCluster, slurm_cluster
+from tests.system_packages import require_packages
 
 # Tests of the default (fresh) start itself: the pinned reports, the spawn and the children's
 # environment, and what a fresh interpreter draws at random (hash seeds included).
@@ -191,7 +192,10 @@ def _module_name(module: object) -> str:
 
 @pytest.fixture(scope="session")
 def slurm_session() -> Iterator[SlurmCluster]:
-    """Started on first use, stopped (every job cancelled, directory removed) at session end."""
+    """Started on first use, stopped (every job cancelled, directory removed) at session end.
+
+    Skips where SLURM is not installed (fails under CI=true): tests/system_packages.py."""
+    require_packages("slurm-wlm", "munge")
     with slurm_cluster() as cluster:
         yield cluster
 

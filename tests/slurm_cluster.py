@@ -179,7 +179,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     if missing:
         raise RuntimeError(
             f"SLURM is not installed ({', '.join(missing)} missing): "
-            "apt-get install slurm-wlm munge (what .ci/run does)"
+            "apt-get install slurm-wlm munge (what .ci/system-packages.sh does)"
         )
     began = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="trainparity-slurm-"))

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 
-import pytest
+from tests.chromium import chromium_binary, render_page
 
 
 def test_quickstart_finds_the_reduction_and_chromium_shows_its_report(tmp_path):
@@ -25,27 +24,13 @@ def test_quickstart_finds_the_reduction_and_chromium_shows_its_report(tmp_path):
     html = page.read_text()
     assert "<svg" in html and "tp-first-divergence" in html and "<script" not in html
 
-    chromium = next(
-        (found for name in ("chromium", "chromium-browser", "google-chrome")
-         if (found := shutil.which(name))),
-        None,
-    )  # fmt: skip
-    if chromium is None:
-        pytest.skip("headless Chromium is not installed here (CI installs Debian's chromium)")
-    command = [
-        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-        f"--user-data-dir={tmp_path / 'profile'}",
-    ]  # fmt: skip
-    dom = subprocess.run(
-        [*command, "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120, check=True,
-    ).stdout  # fmt: skip
+    chromium = chromium_binary()
+    dom = render_page(chromium, page, tmp_path / "profile", "--dump-dom").stdout
     assert 'id="tp-outcome"' in dom and ">FAIL<" in dom
     figure = dom.split("<figure", 1)[1].split("</figure>", 1)[0]
     assert "tp-first-divergence" in figure and "first divergence: aten::" in figure
     screenshot = tmp_path / "report.png"
-    subprocess.run(
-        [*command, "--window-size=1100,900", f"--screenshot={screenshot}", page.as_uri()],
-        capture_output=True, timeout=120, check=True,
-    )  # fmt: skip
+    render_page(
+        chromium, page, tmp_path / "profile", "--window-size=1100,900", f"--screenshot={screenshot}"
+    )
     assert screenshot.stat().st_size > 10_000, "the page with its figure should render"
