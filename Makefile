@@ -1,7 +1,7 @@
 # Set-up and the two commands README names: `make quickstart` and `make test`.
 # Everything installs into .venv; torch==2.13.0 comes first, because a plain
 # `torch` requirement without torch installed would pull a multi-GB CUDA build.
-# First-run time (docs/validation.md, "Warm starts"): pip is upgraded only when the
+# First-run time (docs/validation.md, "Set-up and the test suite"): pip is upgraded only when the
 # venv's is older than 23; nothing is byte-compiled at install (--no-compile: byte-
 # compiling all of torch took longer than installing it; a module is compiled when
 # first imported, and its .pyc kept unless PYTHONDONTWRITEBYTECODE is set: `venv`
