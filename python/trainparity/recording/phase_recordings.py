@@ -15,10 +15,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from trainparity.comparison.likely_cause import scalar_leaves
 from trainparity.comparison.policies import ComparisonPolicy, Difference
 from trainparity.recording.reader import RecordedStep, Recording, read_recordings
 from trainparity.recording.trajectory import StepDivergence, drift_curve, recorded_steps
 from trainparity.recording.variables import PHASE_VARIABLE, RECORD_VARIABLE
+from trainparity.state.paths import path_under
 
 # (baseline record, candidate record, round trip): one aligned position of two children.
 AlignedPair = tuple[RecordedStep | None, RecordedStep | None, bool]
@@ -102,6 +104,23 @@ class PhaseRecordings:
             return {}
         key = (divergence.baseline_phase, divergence.candidate_phase, divergence.rank)
         return {"drift": drift_curve(self._aligned.get(key, ()))}
+
+    def scalar_records(self, child: str) -> list[dict[str, object]]:
+        """The values that are not tensors in each record a child made, by path (likely_cause's input).
+
+        With several ranks each rank's paths are under `rank{R}`, as the
+        verdict names them. Empty when the child recorded nothing.
+        """
+        recordings = self.recordings.get(child) or {}
+        several_ranks = len(recordings) > 1
+        return [
+            {
+                path_under(f"rank{rank}", path) if several_ranks else path: value
+                for path, value in scalar_leaves(step.state).items()
+            }
+            for rank, recording in recordings.items()
+            for step in recording.steps
+        ]
 
     def read(self, child: str) -> dict[int, Recording]:
         """A child's recording per rank (ranks that recorded no step left out); read once."""

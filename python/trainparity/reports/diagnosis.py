@@ -31,7 +31,7 @@ def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     trajectory = report.get("trajectory")
     first = trajectory.get("first_divergence") if isinstance(trajectory, Mapping) else None
     if isinstance(first, Mapping):
-        return _step_rows(first, trajectory.get("drift") or ())
+        return _step_rows(first, trajectory.get("drift") or (), report)
     differences = report.get("all_differences") or ()
     is_resume = "fresh_resume_processes_distinct" in report
     if report.get("outcome") != "FAIL" or not differences or not is_resume:
@@ -40,6 +40,7 @@ def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     step = report.get("first_divergent_step")
     rows = [
         ("compared", _compared("baseline_a", "candidate_resume")),
+        *_likely_cause_rows(report),
         (
             "finding",
             f"the final states differ at step {step}; the first path in order is "
@@ -47,16 +48,59 @@ def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         ),
         ("differing paths", ", ".join(paths)),
     ]
+    rows += _likely_cause_next(report)
     rows += _next_rows(differences)
     return tuple(rows)
 
 
-def _step_rows(first: Mapping[str, Any], drift: Any) -> tuple[tuple[str, str], ...]:
+# Why a likely cause is likely, by its basis (comparison/likely_cause.py).
+_LIKELY_BECAUSE = {
+    "constant_in_records": "it is equal in every record of the uninterrupted run, so training "
+    "does not change it",
+    "not_a_tensor": "it is not a tensor, so more likely a setting than a result of training "
+    "(record() per step would show whether it stays constant)",
+}
+
+
+def _likely_cause_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The difference that explains the others (resume/result.py's `likely_cause`), if found."""
+    cause = report.get("likely_cause")
+    if not isinstance(cause, Mapping):
+        return []
+    others = len(report.get("all_differences") or ()) - 1
+    because = _LIKELY_BECAUSE.get(str(cause["basis"]), str(cause["basis"]))
+    return [
+        (
+            "likely cause",
+            f"{cause['path']}: {cause['baseline']} in the baseline, {cause['candidate']} in the "
+            f"candidate; {because}. The {others} other difference{'' if others == 1 else 's'} "
+            "may follow from it",
+        )
+    ]
+
+
+def _likely_cause_next(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What to try first when a likely cause was found."""
+    cause = report.get("likely_cause")
+    if not isinstance(cause, Mapping):
+        return []
+    return [
+        (
+            "try next",
+            f"find where {cause['path']} gets its value: the runs set it differently (e.g. from "
+            "their own end step)",
+        )
+    ]
+
+
+def _step_rows(
+    first: Mapping[str, Any], drift: Any, report: Mapping[str, Any]
+) -> tuple[tuple[str, str], ...]:
     paths = [str(path) for path in first.get("paths") or ()]
     components = _components(paths)
     step = first.get("step")
     baseline, candidate = str(first["baseline_phase"]), str(first["candidate_phase"])
-    rows = [("compared", _compared(baseline, candidate))]
+    rows = [("compared", _compared(baseline, candidate)), *_likely_cause_rows(report)]
     if candidate == "baseline_b":
         finding = (
             f"the two uninterrupted runs already differ at step {step} in {components}: "
@@ -78,6 +122,7 @@ def _step_rows(first: Mapping[str, Any], drift: Any) -> tuple[tuple[str, str], .
         reason = "configuration"
     rows += [("finding", finding), (f"differing at step {step}", ", ".join(paths))]
     rows += _drift_rows(drift)
+    rows += _likely_cause_next(report)
     rows += _next_rows([{"path": path, "reason": reason} for path in paths])
     return tuple(rows)
 

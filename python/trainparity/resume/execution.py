@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainparity.comparison.likely_cause import likely_cause
 from trainparity.comparison.noise import NoiseComparison
 from trainparity.comparison.policies import Difference, ExactComparison, ToleranceComparison
 from trainparity.comparison.windows import ValueWindow, differences_with_windows
@@ -248,6 +249,11 @@ class ResumeExecution:
                 all_differences=first_differences,
                 fresh_resume_processes_distinct=True,
                 value_windows=_windows(parted, final_windows),
+                likely_cause=likely_cause(
+                    first_differences,
+                    snapshot_a.state,
+                    trajectories.scalar_records("baseline_a"),
+                ),
                 **recorded,
             )
         wording = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainparity.comparison.likely_cause import LikelyCause
 from trainparity.comparison.windows import ValueWindow
 from trainparity.environment_leads import EnvironmentLead
 from trainparity.processes.check_result import PhaseCheckResult
@@ -20,6 +21,10 @@ class ProcessResumeResult(PhaseCheckResult):
     # The elements around each differing tensor's first differing element, at the step the
     # verdict names: what a report previews (a summary shows a tensor's first elements only).
     value_windows: tuple[ValueWindow, ...] = ()
+    # FAIL only, when many paths differ and one of them is a value that training does not
+    # change (comparison/likely_cause.py): the one that explains the others, which the
+    # reports name before the first path in traversal order.
+    likely_cause: LikelyCause | None = field(default=None, metadata={"omitted_when_none": True})
     # `trainparity judge` only: how the machines that ran baseline_a and candidate_resume
     # differ (the plan's scripts record their fingerprints). A check that ran its phases
     # itself has no such key in its report.
