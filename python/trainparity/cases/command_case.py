@@ -2,7 +2,10 @@
 
 `CommandCase(template=[...], checkpoint="{run_dir}/ck.pt", split_step=2, total_step=4)`
 is what `trainparity resume --split-step 2 --total-step 4 --checkpoint
-'{run_dir}/ck.pt' -- python train.py ...` builds. Its checkpoint is observed
+'{run_dir}/ck.pt' -- python train.py ...` builds. `python` as the first word
+is the interpreter running the check; with `cwd="{run_dir}"` (`--cd-run-dir`)
+each phase runs in its own run directory (command_program.py says what is
+resolved from where). Its checkpoint is observed
 by the default observer (a `torch.load`'d dict, weights only, or a DCP
 directory through `load_dcp`) or by `observe="module:function"`. The
 observer worker is a fresh interpreter: it gets the case back from `spec`,
@@ -20,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from trainparity.cases.command_program import (
+    anchored,
+    interpreter_description,
+    with_check_interpreter,
+)
 from trainparity.cases.command_template import (
+    COMMAND_FIELDS,
     OPTIONAL_RESUME,
     CommandTemplate,
     fields_of,
@@ -33,6 +42,7 @@ __all__ = [
     "COMMAND_CASE_PREFIX",
     "CommandCase",
     "case_names",
+    "command_report_fields",
     "observe_default",
     "resolved_case",
 ]
@@ -46,11 +56,16 @@ class CommandCase:
     """A case whose `command(plan)` fills a template; usable wherever a case spec is.
 
     `template`: the argv template (placeholders {checkpoint}, {run_dir},
-    {end_step}, {phase}, {cwd}, {resume_from?}). `checkpoint`: where a
-    phase's checkpoint is, under `{run_dir}`. `split_step` is needed by
-    check_resume only. `observe`: "module:function" called with the
-    checkpoint path (imported from the check's cwd), None for the default
-    observer. Bad templates raise CaseSetupError (a ValueError) here.
+    {end_step}, {phase}, {cwd}, {resume_from?}); a first word `python` or
+    `python3` runs the interpreter running the check (sys.executable), a
+    path runs as given. `checkpoint`: where a phase's checkpoint is, under
+    `{run_dir}`. `split_step` is needed by check_resume only. `observe`:
+    "module:function" called with the checkpoint path (imported from the
+    check's cwd), None for the default observer. `cwd`: None, each phase runs
+    in the check's cwd; "{run_dir}", each in its own run directory (for
+    scripts that save into their working directory), with a relative program
+    and the Python script still found from the check's cwd and that cwd on
+    PYTHONPATH. Bad templates raise CaseSetupError (a ValueError) here.
     """
 
     template: Sequence[str]
@@ -59,16 +74,26 @@ class CommandCase:
     split_step: int | None = None
     observe: str | None = None
     name: str = "command"
+    cwd: str | None = None
     parsed: CommandTemplate = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "template", tuple(self.template))
         object.__setattr__(self, "parsed", CommandTemplate.parse(self.template))
         _check_checkpoint(self.checkpoint)
-        if not (self.parsed.uses("checkpoint") or self.parsed.uses("run_dir")):
+        if self.cwd not in (None, _RUN_DIR):
+            raise CaseSetupError(
+                f"cwd must be None (each phase runs in the check's cwd) or {_RUN_DIR!r} (each "
+                f"in its own run directory), got {self.cwd!r}",
+                field="cwd",
+            )
+        saves_in_cwd = self.cwd == _RUN_DIR  # a script that saves into its cwd needs no path
+        if not (saves_in_cwd or self.parsed.uses("checkpoint") or self.parsed.uses("run_dir")):
             raise CaseSetupError(
                 "the command never says where to save: give the script {checkpoint} "
-                "(or {run_dir}), e.g. --ckpt {checkpoint}",
+                "(or {run_dir}), e.g. --ckpt {checkpoint}; or, for a script that saves into "
+                "its working directory, run each phase in its run directory "
+                "(cwd='{run_dir}', --cd-run-dir)",
                 field="command",
             )
         if self.split_step is not None:
@@ -101,7 +126,12 @@ class CommandCase:
             "run_dir": str(plan.run_dir),
             OPTIONAL_RESUME: None if plan.resume_from is None else str(plan.resume_from),
         }
-        return self.parsed.argv(values)
+        argv = with_check_interpreter(self.parsed.argv(values))
+        return anchored(argv, plan.cwd) if self.cwd == _RUN_DIR else argv
+
+    def phase_cwd(self, plan: ProcessExecutionPlan) -> Path:
+        """Where the phase runs: its run directory under cwd="{run_dir}", else the check's cwd."""
+        return plan.run_dir if self.cwd == _RUN_DIR else plan.cwd
 
     def checkpoint_path(self, run_dir: Path) -> Path:
         return Path(fill(self.checkpoint, {"run_dir": str(run_dir)}))
@@ -129,6 +159,7 @@ class CommandCase:
         """This case as one string for the observer worker's `--case` (see from_spec)."""
         fields = {
             "checkpoint": self.checkpoint,
+            "cwd": self.cwd,
             "template": list(self.template),
             "name": self.name,
             "observe": self.observe,
@@ -144,6 +175,25 @@ class CommandCase:
     def describe(self) -> str:
         """The report's `case`: the template as a shell would show it (no machine paths)."""
         return shlex.join(self.template)
+
+    def command_interpreter(self, *, search_path: str | None, directory: Path) -> str:
+        """The report's `command_interpreter`: what the first word runs, and why.
+
+        `search_path` is the children's PATH, `directory` the check's cwd.
+        """
+        # `{cwd}/venv/bin/python` names the same program in every phase; `{run_dir}/…` does not.
+        placeholders = {name: "{" + name + "}" for name in COMMAND_FIELDS}
+        first_word = fill(self.template[0], {**placeholders, "cwd": str(directory)})
+        return interpreter_description(first_word, search_path=search_path, directory=directory)
+
+    def command_cwd(self) -> str:
+        """The report's `command_cwd`: where each phase runs, and what is resolved from where."""
+        if self.cwd == _RUN_DIR:
+            return (
+                "{run_dir}: each phase in its own run directory; the program and the Python "
+                "script resolved from the check's cwd, which is first on PYTHONPATH"
+            )
+        return "{cwd}: the check's cwd"
 
 
 def resolved_case(case: str | CommandCase, load: Callable[[str], Any]) -> tuple[Any, str | None]:
@@ -163,6 +213,23 @@ def case_names(case: str | CommandCase) -> tuple[str, str]:
     if isinstance(case, CommandCase):
         return case.describe(), case.spec
     return case, case
+
+
+def command_report_fields(
+    case: object, environment: Mapping[str, str], directory: Path
+) -> dict[str, str]:
+    """A command case's `command_interpreter` and `command_cwd` report keys ({} for a case class).
+
+    `environment` is the children's, whose PATH a bare first word is looked up in.
+    """
+    if not isinstance(case, CommandCase):
+        return {}
+    return {
+        "command_interpreter": case.command_interpreter(
+            search_path=environment.get("PATH"), directory=directory
+        ),
+        "command_cwd": case.command_cwd(),
+    }
 
 
 def observe_default(path: Path) -> dict[str, Any]:

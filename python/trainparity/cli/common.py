@@ -276,7 +276,8 @@ def add_case_options(parser: argparse.ArgumentParser, *, resume: bool) -> None:
         help="importable case class, 'package.module:ClassName' (or a command after --)",
     )
     group = parser.add_argument_group(
-        "command template (instead of CASE): -- python train.py --ckpt {checkpoint} "
+        "command template (instead of CASE; python is this check's interpreter): "
+        "-- python train.py --ckpt {checkpoint} "
         "--end-step {end_step}" + (" --resume {resume_from?}" if resume else "")
     )
     if resume:
@@ -294,6 +295,13 @@ def add_case_options(parser: argparse.ArgumentParser, *, resume: bool) -> None:
         metavar="MODULE:FUNCTION",
         help="called with the checkpoint path, returns the state to compare (default: the "
         "torch.load'd dict, weights only, or a DCP directory through load_dcp)",
+    )
+    group.add_argument(
+        "--cd-run-dir",
+        action="store_true",
+        help="run each phase in its own run directory, for scripts that save into their working "
+        "directory; the program and the Python script (train.py) are still found from --cwd, "
+        "which is also first on PYTHONPATH (CommandCase(cwd='{run_dir}'))",
     )
 
 
@@ -331,6 +339,8 @@ def case_from(arguments: argparse.Namespace, *, resume: bool) -> Any:
         given.append("checkpoint")
     if arguments.observe is not None:
         given.append("observe")
+    if arguments.cd_run_dir:
+        given.append("cd_run_dir")
     if arguments.case is not None:
         if template is not None:
             raise UsageError(f"give CASE {arguments.case!r} or a command after --, not both")
@@ -351,7 +361,11 @@ def case_from(arguments: argparse.Namespace, *, resume: bool) -> Any:
         raise UsageError(f"a command template needs {flags}")
     try:
         return CommandCase(
-            template=template, checkpoint=arguments.checkpoint, observe=arguments.observe, **steps
+            template=template,
+            checkpoint=arguments.checkpoint,
+            observe=arguments.observe,
+            cwd="{run_dir}" if arguments.cd_run_dir else None,
+            **steps,
         )
     except CaseSetupError as error:
         raise UsageError(str(error)) from None

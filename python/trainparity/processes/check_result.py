@@ -61,6 +61,11 @@ class PhaseCheckResult(CheckResult):
     noise_envelope: dict[str, Any] | None = field(
         default=None, metadata={"omitted_when_none": True}
     )
+    # Only for a command template (CommandCase): what its first word runs, and why
+    # (`python`: the check's interpreter), and where each phase runs (its run directory
+    # under cwd="{run_dir}", else the check's cwd).
+    command_interpreter: str | None = field(default=None, metadata={"omitted_when_none": True})
+    command_cwd: str | None = field(default=None, metadata={"omitted_when_none": True})
     # Only with explain=True on a FAIL or ABSTAIN that names a recorded step: the
     # Explanation's report (why/explain.py): the first op and the leads tested.
     explanation: dict[str, Any] | None = field(default=None, metadata={"omitted_when_none": True})

@@ -41,7 +41,9 @@ from trainparity.processes.failure_text import (
     log_tail,
 )
 from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
+from trainparity.processes.foreign_interpreter import foreign_interpreter_hint
 from trainparity.processes.observer.client import ObserverClient
+from trainparity.processes.phase_directory import phase_cwd, phase_environment
 from trainparity.protocols import ProcessExecutionPlan
 from trainparity.state.snapshot import Snapshot
 
@@ -90,6 +92,7 @@ class TrainingPhase:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     emptied: tuple[Path, ...] = ()
     started: bool = False
+    argv: tuple[str, ...] = ()  # as started; the failure of a foreign interpreter names it
     tag: str | None = None  # in the phase's environment; what multirank.sweep kills
     ranks: int = 1  # a torchrun phase's local ranks, which share the phase's threads
     rank_samples: tuple[RankSample, ...] = ()  # a torchrun phase's ranks, as last sampled
@@ -217,6 +220,7 @@ class PhaseChildren:
         )
         try:
             argv = [*validated_command(self.case.command(plan)), *phase.extra_args]
+            cwd = phase_cwd(self.case, plan)
         except Exception as error:
             phase.error = PhaseError(
                 Outcome.ERROR,
@@ -231,7 +235,9 @@ class PhaseChildren:
             return
         phase.ranks = local_ranks(argv, {**self.settings.environment, **phase.extra_env})
         variables = self.settings.threads.environment(
-            self.settings.environment, ranks=phase.ranks, own=phase.extra_env
+            phase_environment(self.settings.environment, cwd=cwd, check_cwd=plan.cwd),
+            ranks=phase.ranks,
+            own=phase.extra_env,
         )
         # One TMPDIR for every phase of the check (each torchrun agent makes its own directory
         # in it), removed with the run directory.
@@ -253,11 +259,12 @@ class PhaseChildren:
         self.rank_watcher.watch(phase.name, phase.tag, argv)  # only torchrun phases are watched
         exits_file = environment.get(multirank.RANK_EXITS_FILE_VARIABLE)
         phase.exits_file = Path(exits_file) if exits_file else None
+        phase.argv = tuple(argv)
         try:
             spec = ChildSpec(
                 name=phase.name,
                 argv=argv,
-                cwd=self.settings.command_dir,
+                cwd=cwd,
                 env=environment,
                 stdout_path=phase.run_dir / "stdout.log",
                 stderr_path=phase.run_dir / "stderr.log",
@@ -402,7 +409,11 @@ class PhaseChildren:
             )
             if any(details):
                 message += ": " + "; ".join(detail for detail in details if detail)
-            phase.error = PhaseError(Outcome.ERROR, self.explained(phase, message))
+            message = self.explained(phase, message)
+            hint = foreign_interpreter_hint(
+                phase.argv, self.settings.environment, log_tail(phase.run_dir / "stderr.log")
+            )
+            phase.error = PhaseError(Outcome.ERROR, message + (f"\n{hint}" if hint else ""))
             return
         self.timings[self.timing_keys.get(name, name)] = result.wall_seconds
 

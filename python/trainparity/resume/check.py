@@ -16,7 +16,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainparity.cases.command_case import CommandCase, case_names, resolved_case
+from trainparity.cases.command_case import (
+    CommandCase,
+    case_names,
+    command_report_fields,
+    resolved_case,
+)
 from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, load_process_case
 from trainparity.cases.setup_failure import setup_failure
 from trainparity.comparison.noise import NoiseComparison
@@ -153,6 +158,7 @@ class ProcessResumeRunner(CheckRunner):
                 **fields,
             )
             return self.finished(result, report_path)
+        fields.update(command_report_fields(loaded, child_environment, command_dir))
         with self.run_settings(
             work_dir=work_dir,
             prefix=PROCESS_RESUME_PREFIX,

@@ -25,6 +25,7 @@ from trainparity.cases.command_case import CommandCase, case_names
 from trainparity.comparison.policies import ComparisonPolicy, ToleranceComparison
 from trainparity.executors.replay import PHASE_RESULT_FILE
 from trainparity.processes.children import validated_command
+from trainparity.processes.phase_directory import phase_cwd
 from trainparity.protocols import ProcessExecutionPlan
 from trainparity.recording.resume import phase_recording_environment
 from trainparity.resume.check import resume_case_setup
@@ -67,11 +68,8 @@ def write_plan(
         run_dir = root / name
         before = loads_from.get(name)
         resume_from = loaded.checkpoint_path(run_dir) if before else None
-        argv = validated_command(
-            loaded.command(
-                ProcessExecutionPlan(name, cwd, run_dir, end_step, resume_from, world_size)
-            )
-        )
+        plan = ProcessExecutionPlan(name, cwd, run_dir, end_step, resume_from, world_size)
+        argv = validated_command(loaded.command(plan))
         variables = {
             **dict(environment or {}),
             **phase_recording_environment(root, name, split_steps),
@@ -80,6 +78,7 @@ def write_plan(
             "name": name,
             "end_step": end_step,
             "run_dir": str(run_dir),
+            "cwd": str(phase_cwd(loaded, plan)),
             "argv": argv,
             "environment": dict(sorted(variables.items())),
             "checkpoint": str(loaded.checkpoint_path(run_dir)),
@@ -133,6 +132,11 @@ def _script(phase: dict[str, Any], cwd: Path, staging: tuple[Path, Path] | None)
         f"mkdir -p {run_dir} || exit 1",
         f"rm -f {result}",
     ]
+    if phase["cwd"] != str(cwd):  # CommandCase(cwd="{run_dir}"), as phase_directory.py runs it
+        lines += [
+            f"cd {quote(phase['cwd'])} || exit 1",
+            f'export PYTHONPATH={quote(str(cwd))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        ]
     if staging is not None:
         source, target = (quote(str(path)) for path in staging)
         lines += [

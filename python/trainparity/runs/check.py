@@ -18,7 +18,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainparity.cases.command_case import CommandCase, case_names, resolved_case
+from trainparity.cases.command_case import (
+    CommandCase,
+    case_names,
+    command_report_fields,
+    resolved_case,
+)
 from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, load_runs_case
 from trainparity.cases.setup_failure import setup_failure
 from trainparity.comparison.noise import NoiseComparison
@@ -153,6 +158,7 @@ class _RunsRunner(CheckRunner):
                 **fields,
             )
             return self.finished(result, report_path)
+        fields.update(command_report_fields(loaded, environment_for_children, command_dir))
         fields["variants"] = tuple(declared)
         fields["reference_variant"] = next(iter(declared))
         fields["variant_environment_keys"] = {

@@ -35,6 +35,8 @@ __all__ = ["report_sections"]
 # Report keys shown as context under the headline, in this order.
 _CONTEXT_KEYS = (
     ("case", "case"),
+    ("command_interpreter", "command interpreter"),
+    ("command_cwd", "command cwd"),
     ("equivalence", "equivalence"),
     ("policy", "policy"),
     ("baseline", "baseline"),
