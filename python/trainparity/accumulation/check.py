@@ -30,6 +30,7 @@ from trainparity.accumulation.plan import (
 )
 from trainparity.accumulation.result import AccumulationResult
 from trainparity.accumulation.user_step import check_own_step_plan, has_train_step
+from trainparity.cases.case_argument import children_case_spec, reported_case
 from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, load_accumulation_case
 from trainparity.cases.setup_failure import setup_failure
 from trainparity.comparison.noise import NoiseComparison
@@ -59,7 +60,7 @@ _REPORT_FIXPOINT_ROUNDS = 8
 
 
 def check_accumulation(
-    case: str,
+    case: str | type,
     *,
     candidate: AccumulationExecutionPlan,
     comparison: ExactComparison | ToleranceComparison | NoiseComparison | None = None,
@@ -78,8 +79,9 @@ def check_accumulation(
     """Check that `candidate` gives the same update as one full batch, at one optimizer boundary.
 
     `case` is an importable "package.module:ClassName" implementing
-    AccumulationCase. Three fresh processes run the baseline twice and the
-    candidate once on `device` from `seed`; FAIL names the first observed
+    AccumulationCase, or the class itself (one defined in a notebook cell or
+    in `__main__` goes to the workers by value: cloudpickle). Three fresh
+    processes run the baseline twice and the candidate once on `device` from `seed`; FAIL names the first observed
     phase and path (e.g. `loss_accounting.denominator`). `timeout` applies to
     each child. `work_dir` keeps each child's directory (logs, result,
     observations) instead of a temporary one. `parallel=None` runs the
@@ -120,7 +122,7 @@ class AccumulationRunner(CheckRunner):
 
     def run(
         self,
-        case: str,
+        case: str | type,
         *,
         candidate: AccumulationExecutionPlan,
         device: str = "cpu",
@@ -173,7 +175,7 @@ class AccumulationRunner(CheckRunner):
             # Before the workers: a warm check's torch facts arrive with their observations.
             environment_report = settings.environment_report()
             execution = AccumulationExecution(
-                case_spec=case,
+                case_spec=children_case_spec(case, settings.run_root),
                 plans=plans,
                 device=device,
                 seed=seed,
@@ -183,7 +185,7 @@ class AccumulationRunner(CheckRunner):
             )
             verdict = execution.run()
         result = AccumulationResult(
-            case=case,
+            case=reported_case(case),
             equivalence=equivalence,
             comparison_policy=policy_name,
             peak_temporary_directory_bytes=execution.peak_bytes,
@@ -215,13 +217,13 @@ def declared_equivalence(case: object) -> str:
 
 
 def _setup_error(
-    case: str, policy_name: str, error: Exception, command_dir: Path
+    case: str | type, policy_name: str, error: Exception, command_dir: Path
 ) -> AccumulationResult:
     failure = setup_failure("", error, command_dir=command_dir)
     return AccumulationResult(
         outcome=Outcome.ERROR,
         message=failure.message,
-        case=case,
+        case=reported_case(case),
         equivalence="",
         comparison_policy=policy_name,
         usage_error=failure.usage_field,

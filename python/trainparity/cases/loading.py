@@ -1,10 +1,24 @@
-"""Loading a case from its `"package.module:ClassName"` spec (CONTRACT §3)."""
+"""Loading a case from its `"package.module:ClassName"` spec (CONTRACT §3), or from the class itself.
+
+A check may also be given the class (`check_resume(MyCase)`): the check's
+own process instantiates it directly, and its children load it by the spec
+cases.case_class gives it, `"module:QualName"` or `by-value:PATH`.
+"""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 
+from trainparity.cases.case_class import (
+    BY_VALUE_PREFIX,
+    BY_VALUE_REPORTED,
+    class_by_value,
+    importable_spec,
+    pickled_class,
+    reported_class,
+)
+from trainparity.error_text import error_text
 from trainparity.protocols import AccumulationCase, ProcessResumeCase, RunsCase
 
 __all__ = [
@@ -40,56 +54,111 @@ class CaseImportError(CaseSetupError):
         super().__init__(message, field="case")
 
 
-def load_process_case(spec: str) -> ProcessResumeCase:
-    """Import, instantiate and protocol-check a resume case."""
+def load_process_case(spec: str | type) -> ProcessResumeCase:
+    """Import (or take), instantiate and protocol-check a resume case."""
     return _load(spec, ProcessResumeCase, "ProcessResumeCase")
 
 
-def load_accumulation_case(spec: str) -> AccumulationCase:
-    """Import, instantiate and protocol-check an accumulation case."""
+def load_accumulation_case(spec: str | type) -> AccumulationCase:
+    """Import (or take), instantiate and protocol-check an accumulation case."""
     return _load(spec, AccumulationCase, "AccumulationCase")
 
 
-def load_runs_case(spec: str) -> RunsCase:
-    """Import, instantiate and protocol-check a check_runs case (a resume case qualifies)."""
+def load_runs_case(spec: str | type) -> RunsCase:
+    """Import (or take), instantiate and protocol-check a check_runs case (a resume case qualifies)."""
     return _load(spec, RunsCase, "RunsCase")
 
 
-def case_module_name(spec: str) -> str:
-    """The module part of a well-formed spec."""
+def case_module_name(spec: str | type) -> str:
+    """The module part of a well-formed spec, or a case class's module."""
+    if isinstance(spec, type):
+        return spec.__module__
     return _split(spec)[0]
 
 
 def _split(spec: object) -> tuple[str, str]:
+    if isinstance(spec, str) and spec.startswith(BY_VALUE_REPORTED):
+        # A report's `case` read back (explain(result) without case=): the class is not in it.
+        raise CaseImportError(
+            f"{spec!r} went to the check's processes by value and cannot be loaded from its "
+            "name: pass the class again, e.g. explain(result, case=MyCase)"
+        )
     if not isinstance(spec, str):
-        raise CaseImportError("case must use the form 'package.module:ClassName'")
+        raise CaseImportError(
+            "case must use the form 'package.module:ClassName', or be a case class or a "
+            f"CommandCase, not {_kind_of(spec)}"
+        )
     module_name, separator, attribute = spec.partition(":")
     if not separator or not module_name or not attribute:
         raise CaseImportError("case must use the form 'package.module:ClassName'")
     return module_name, attribute
 
 
-def _load(spec: str, protocol: type, protocol_name: str):
-    module_name, attribute = _split(spec)
-    try:
-        module = importlib.import_module(module_name)
-        target = getattr(module, attribute)
-    except (ImportError, AttributeError) as error:
-        raise CaseImportError(f"cannot import case {spec!r}: {error}") from error
+def _kind_of(value: object) -> str:
+    kind = type(value)
+    if kind.__module__ == "builtins":
+        return f"a {kind.__name__}"
+    # The likeliest slip: MyCase() where MyCase was meant.
+    return f"an instance of {kind.__qualname__} (pass the class itself)"
+
+
+def _load(spec: str | type, protocol: type, protocol_name: str):
+    target, shown = _target(spec)
     if not isinstance(target, type):
-        raise CaseImportError(f"case target {spec!r} must be a class")
+        raise CaseImportError(f"case target {shown!r} must be a class")
     try:
         case = target()
     except TypeError as error:
         raise CaseImportError(
-            f"case class {spec!r} must have a zero-argument constructor"
+            f"case class {shown!r} must have a zero-argument constructor"
         ) from error
     if not isinstance(case, protocol):
         missing = ", ".join(_missing_members(case, protocol))
         raise CaseImportError(
-            f"case {spec!r} does not implement {protocol_name}: it has no {missing}"
+            f"case {shown!r} does not implement {protocol_name}: it has no {missing}"
         )
     return case
+
+
+def _target(spec: str | type) -> tuple[object, str]:
+    """What `spec` names, and how messages show it: a class given, sent by value, or imported."""
+    if isinstance(spec, type):
+        shown = reported_class(spec)
+        if importable_spec(spec) is None:
+            _check_by_value(spec, shown)
+        return spec, shown
+    if isinstance(spec, str) and spec.startswith(BY_VALUE_PREFIX):
+        try:
+            target = class_by_value(spec)
+        except Exception as error:  # unpickling imports what the class refers to
+            raise CaseImportError(
+                f"cannot load the case class sent by value ({spec.removeprefix(BY_VALUE_PREFIX)}):"
+                f" {error_text(error)}"
+            ) from None
+        return target, reported_class(target)
+    module_name, attribute = _split(spec)
+    try:
+        target = importlib.import_module(module_name)
+        # A dotted attribute reaches a nested class ("module:Outer.Inner").
+        for name in attribute.split("."):
+            target = getattr(target, name)
+    except (ImportError, AttributeError) as error:
+        raise CaseImportError(f"cannot import case {spec!r}: {error}") from error
+    return target, spec
+
+
+def _check_by_value(case_class: type, shown: str) -> None:
+    """A setup error now, before anything runs, for a class that cannot go by value."""
+    try:
+        pickled_class(case_class)
+    except ImportError as error:  # no cloudpickle: the text says what to install
+        raise CaseImportError(str(error)) from None
+    except Exception as error:
+        raise CaseImportError(
+            f"case class {shown!r} cannot be sent to the check's processes by value: "
+            f"{error_text(error)}; move what it cannot carry (an open file, a lock) into "
+            "build/command, or the class into a module"
+        ) from None
 
 
 def _missing_members(case: object, protocol: type) -> list[str]:

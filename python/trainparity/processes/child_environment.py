@@ -10,10 +10,14 @@ from pathlib import Path
 from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, case_module_name
 
 
-def child_environment(spec: str | None, environment: Mapping[str, str] | None) -> dict[str, str]:
+def child_environment(
+    spec: str | type | None, environment: Mapping[str, str] | None
+) -> dict[str, str]:
     """`os.environ` overridden by `environment`, with the loaded case module's directory on PYTHONPATH.
 
-    `spec` is "module:name" (a case class, a command case's observer) or None.
+    `spec` is "module:name" (a case class, a command case's observer), a case
+    class (a `__main__` one adds the script's directory, whose modules the
+    class may use), or None.
     Raises TypeError/ValueError for keys or values that are not str, empty
     keys, and `=` or NUL where the OS cannot carry them (CONTRACT §6.2, §6.5).
     Call after the case was imported, so its module file is known.

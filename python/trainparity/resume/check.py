@@ -16,12 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainparity.cases.command_case import (
-    CommandCase,
-    case_names,
-    command_report_fields,
-    resolved_case,
-)
+from trainparity.cases.case_argument import CaseArgument, children_case_spec, reported_case
+from trainparity.cases.command_case import command_report_fields, resolved_case
 from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, load_process_case
 from trainparity.cases.setup_failure import setup_failure
 from trainparity.comparison.noise import NoiseComparison
@@ -47,7 +43,7 @@ __all__ = ["ProcessResumeRunner", "check_resume", "resume_case_setup"]
 
 
 def check_resume(
-    case: str | CommandCase,
+    case: CaseArgument,
     *,
     comparison: ExactComparison | ToleranceComparison | NoiseComparison | None = None,
     cwd: Path | None = None,
@@ -67,7 +63,9 @@ def check_resume(
     """Check that save → exit → fresh-process load → continue reproduces uninterrupted training.
 
     `case` is an importable "package.module:ClassName" implementing
-    ProcessResumeCase, or a CommandCase (a command template: no class needed).
+    ProcessResumeCase, the class itself (one defined in a notebook cell or
+    in `__main__` goes to the check's processes by value: cloudpickle), or a
+    CommandCase (a command template: no class needed).
     `split_steps` (default: the case's `split_steps`, else
     `(split_step,)`) makes the candidate a chain of resumes, each in a fresh
     process: `(2, 4)` with total_step 6 saves at 2, resumes and saves at 4,
@@ -125,7 +123,7 @@ class ProcessResumeRunner(CheckRunner):
 
     def run(
         self,
-        case: str | CommandCase,
+        case: CaseArgument,
         *,
         cwd: Path | None = None,
         work_dir: Path | None = None,
@@ -139,7 +137,7 @@ class ProcessResumeRunner(CheckRunner):
         command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
         propagated = tuple(sorted(environment)) if environment is not None else ()
         fields: dict[str, Any] = {
-            "case": case_names(case)[0],
+            "case": reported_case(case),
             "propagated_environment_keys": propagated,
             **policy_report_fields(self.policy),
         }
@@ -170,7 +168,7 @@ class ProcessResumeRunner(CheckRunner):
             # The children's allow-listed variables (CUBLAS_WORKSPACE_CONFIG, ...) are what mattered.
             fields["environment"] = settings.environment_report()
             execution = ResumeExecution(
-                case_spec=case_names(case)[1],
+                case_spec=children_case_spec(case, settings.run_root),
                 case=loaded,
                 policy=self.policy,
                 settings=settings,
@@ -182,7 +180,7 @@ class ProcessResumeRunner(CheckRunner):
 
 
 def resume_case_setup(
-    spec: str | CommandCase,
+    spec: CaseArgument,
     environment: Mapping[str, str] | None,
     split_steps: Sequence[int] | None = None,
     world_sizes: Sequence[int] | None = None,

@@ -18,12 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainparity.cases.command_case import (
-    CommandCase,
-    case_names,
-    command_report_fields,
-    resolved_case,
-)
+from trainparity.cases.case_argument import CaseArgument, children_case_spec, reported_case
+from trainparity.cases.command_case import command_report_fields, resolved_case
 from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError, load_runs_case
 from trainparity.cases.setup_failure import setup_failure
 from trainparity.comparison.noise import NoiseComparison
@@ -49,7 +45,7 @@ __all__ = ["RunVariant", "check_runs"]
 
 
 def check_runs(
-    case: str | CommandCase,
+    case: CaseArgument,
     variants: Mapping[str, RunVariant | Mapping[str, Any]] | None = None,
     *,
     comparison: ExactComparison | ToleranceComparison | NoiseComparison | None = None,
@@ -68,7 +64,8 @@ def check_runs(
 ) -> RunsResult:
     """Check that every variant of the case's run ends in the same observed state.
 
-    `case` is an importable "package.module:ClassName" with `name`,
+    `case` is an importable "package.module:ClassName" (or the class itself,
+    sent by value when defined in a notebook or `__main__`) with `name`,
     `total_step`, `command(plan)`, `checkpoint_path(run_dir)` and
     `observe_checkpoint(path)` (any resume case qualifies), or a CommandCase. `variants` maps
     a name to `RunVariant(args=..., env=...)` or `{"args": [...], "env":
@@ -124,7 +121,7 @@ class _RunsRunner(CheckRunner):
 
     def run(
         self,
-        case: str | CommandCase,
+        case: CaseArgument,
         variants: Mapping[str, Any] | None,
         *,
         noise: tuple[str, str] | None = None,
@@ -136,7 +133,7 @@ class _RunsRunner(CheckRunner):
         started = time.perf_counter()
         command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
         fields: dict[str, Any] = {
-            "case": case_names(case)[0],
+            "case": reported_case(case),
             "propagated_environment_keys": tuple(sorted(environment))
             if environment is not None
             else (),
@@ -174,7 +171,7 @@ class _RunsRunner(CheckRunner):
         ) as settings:
             fields["environment"] = settings.environment_report()
             execution = RunsExecution(
-                case_spec=case_names(case)[1],
+                case_spec=children_case_spec(case, settings.run_root),
                 case=loaded,
                 variants=declared,
                 policy=self.policy,

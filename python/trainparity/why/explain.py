@@ -33,7 +33,8 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from trainparity.cases.command_case import CommandCase, resolved_case
+from trainparity.cases.case_argument import CaseArgument, children_case_spec
+from trainparity.cases.command_case import resolved_case
 from trainparity.cases.loading import load_process_case, load_runs_case
 from trainparity.comparison.policies import ExactComparison
 from trainparity.forensics.variables import (
@@ -103,7 +104,7 @@ class _Side:
 def explain(
     result: Any,
     *,
-    case: str | CommandCase | None = None,
+    case: CaseArgument | None = None,
     variants: Mapping[str, Any] | None = None,
     cwd: Path | None = None,
     environment: Mapping[str, str] | None = None,
@@ -117,7 +118,8 @@ def explain(
 
     `result` is a check_resume or check_runs result whose processes called
     record() (the first divergent step must be known). `case` defaults to
-    the result's case spec; a CommandCase must be given again. `variants`
+    the result's case spec; a CommandCase, or a class that went by value,
+    must be given again. `variants`
     (check_runs) defaults to the case's `variants`. `max_reruns` bounds the
     knob reruns (the traced reruns of the two sides are not counted).
     """
@@ -167,7 +169,7 @@ class _ExplainRunner(CheckRunner):
         result: Any,
         divergence: Mapping[str, Any],
         *,
-        case: str | CommandCase | None,
+        case: CaseArgument | None,
         variants: Mapping[str, Any] | None,
         cwd: Path | None,
         environment: Mapping[str, str] | None,
@@ -217,7 +219,13 @@ class _ExplainRunner(CheckRunner):
             device=getattr(loaded, "device", "cpu"),
             concurrent_children=2,
         ) as settings:
-            reruns = _Reruns(loaded, module_spec, settings, step, getattr(loaded, "split_step", 0))
+            reruns = _Reruns(
+                loaded,
+                children_case_spec(spec, settings.run_root),
+                settings,
+                step,
+                getattr(loaded, "split_step", 0),
+            )
             try:
                 return _explained(
                     result,
