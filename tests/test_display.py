@@ -194,3 +194,20 @@ def test_notebook_progress_updates_one_display_in_place():
     assert "running" in first.data["text/html"]
     assert "<td>baseline_a</td><td>done</td><td>1.50</td>" in second.data["text/html"]
     assert second.update and second.transient == first.transient
+
+
+def test_notebook_progress_shows_a_note_under_the_table_not_as_a_phase():
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    InteractiveShell.instance()
+    progress = NotebookProgress()
+    with capture_output() as captured:
+        progress(ProgressEvent("baseline_a", "start", None, 0.0))
+        progress(ProgressEvent("", "note", None, 0.1, detail="warm mode has no effect: why"))
+    page = captured.outputs[-1].data["text/html"]
+    assert list(progress.phases) == ["baseline_a"]
+    assert page.index("<td>baseline_a</td><td>running</td>") < page.index(
+        "<td>warm mode has no effect: why</td>"
+    )

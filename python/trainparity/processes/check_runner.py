@@ -191,6 +191,7 @@ class CheckRunner:
                 log_dir=root / "warm_servers",
                 timeout=self.timeout,
                 shared=current_shared_servers(),
+                progress=self.progress,
             )
             with contextlib.closing(starter):
                 settings = RunSettings(

@@ -19,7 +19,9 @@ class ProgressEvent:
     """
 
     phase: str
-    kind: str  # "start" or "end"; "state": a scheduler's news of a phase's job, in `detail`
+    # "start" or "end"; "state": a scheduler's news of a phase's job, in `detail`; "note": a
+    # remark on the whole check, said once (e.g. why warm mode has no effect), in `detail`
+    kind: str
     elapsed_seconds: float | None
     since_check_start_seconds: float
     rank: int | None = None
@@ -30,6 +32,9 @@ ProgressCallback = Callable[[ProgressEvent], None]
 
 
 def _print_to_stderr(event: ProgressEvent) -> None:
+    if event.kind == "note":
+        print(printable(f"trainparity: {event.detail}"), file=sys.stderr, flush=True)
+        return
     who = event.phase if event.rank is None else f"{event.phase} rank {event.rank}"
     if event.kind == "state":
         text = f"trainparity: {who}: {event.detail} (t+{event.since_check_start_seconds:.2f} s)"
@@ -72,3 +77,7 @@ class ProgressReporter:
         if self.callback is not None:
             since = time.perf_counter() - self.started
             self.callback(ProgressEvent(phase, kind, elapsed_seconds, since, rank, detail))
+
+    def note(self, text: str) -> None:
+        """A remark on the whole check (phase ""), said once by whoever has it to say."""
+        self.event("", "note", detail=text)

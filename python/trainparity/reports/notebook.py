@@ -33,9 +33,12 @@ class NotebookProgress:
         self._display = display
         self._handle: Any = None
         self.phases: dict[str, tuple[str, str]] = {}
+        self.notes: list[str] = []
 
     def __call__(self, event: Any) -> None:
-        if event.kind == "start":
+        if event.kind == "note":  # a remark on the whole check, shown under the table
+            self.notes.append(str(event.detail))
+        elif event.kind == "start":
             self.phases[event.phase] = ("running", "")
         else:
             self.phases[event.phase] = ("done", seconds_cell(event.elapsed_seconds))
@@ -44,7 +47,11 @@ class NotebookProgress:
             tuple((phase, state, seconds) for phase, (state, seconds) in self.phases.items()),
             ("phase", "state", "seconds"),
         )
-        view = self._html(f"<div class='trainparity-result'>{html_section(section)}</div>")
+        sections = [section]
+        if self.notes:
+            sections.append(Section("Notes", tuple((note,) for note in self.notes), ("note",)))
+        body = "".join(html_section(part) for part in sections)
+        view = self._html(f"<div class='trainparity-result'>{body}</div>")
         if self._handle is None:
             self._handle = self._display(view, display_id=True)
         else:

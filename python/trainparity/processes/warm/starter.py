@@ -36,6 +36,7 @@ from typing import Any
 
 from trainparity.distributed.launch import is_torchrun
 from trainparity.processes.group import ChildSpec, spawn_child
+from trainparity.processes.progress import ProgressReporter
 from trainparity.processes.warm.pool import SharedWarmServers
 from trainparity.processes.warm.server_handle import (
     TEMPORARY_VARIABLE,
@@ -45,6 +46,7 @@ from trainparity.processes.warm.server_handle import (
 )
 
 __all__ = [
+    "NO_EFFECT_KEY",
     "PRELOAD_VARIABLE",
     "START_MODES",
     "START_VARIABLE",
@@ -68,6 +70,8 @@ _PER_CHILD_VARIABLES = frozenset(
     {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "PYTEST_CURRENT_TEST"}
 )
 _HASH_SEED = "PYTHONHASHSEED"
+NO_EFFECT_KEY = "no_effect"
+"""The `child_start` key that says why warm mode saved nothing (no fixed PYTHONHASHSEED)."""
 # Modules of torch's own that a child imports anyway, preloaded by its server. torch.optim
 # imports torch._dynamo on a process's first optimizer: 4.3 s of CPU here, three times torch's
 # own import. The accumulation worker always builds one; for any other command the caller
@@ -121,7 +125,8 @@ class ChildStarter:
     """Starts every child of one check, fresh or warm; records which way each started.
 
     `report` is the report's `child_start` entry (warm mode): the phases forked
-    warm, and each phase started fresh with the reason. With `shared` (an open
+    warm, each phase started fresh with the reason, and `no_effect` when a
+    phase had no fixed hash seed (said once to `progress` too). With `shared` (an open
     `shared_warm_servers()`), servers are borrowed from it and given back on
     `close`, instead of started here and stopped.
     """
@@ -133,8 +138,10 @@ class ChildStarter:
         log_dir: Path,
         timeout: float,
         shared: SharedWarmServers | None = None,
+        progress: ProgressReporter | None = None,
     ) -> None:
         self.mode = mode
+        self.progress = progress
         self.log_dir = log_dir
         self.timeout = timeout
         self.shared = shared
@@ -159,6 +166,7 @@ class ChildStarter:
         server_environment = environment
         one_phase = environment.get(_HASH_SEED, "random") == "random"
         if one_phase:
+            self._say_without_effect(environment)
             # A forked child keeps its server's str hashes: a phase without a fixed seed
             # gets a server seeded for it alone, as a fresh process draws its own. The child's
             # own environment stays the phase's (no PYTHONHASHSEED), as a fresh one's would.
@@ -198,6 +206,21 @@ class ChildStarter:
             return spawn_child(spec)
         self.report["warm"].append(spec.name)
         return pid
+
+    def _say_without_effect(self, environment: Mapping[str, str]) -> None:
+        """Say once, in the report and the progress output, why warm mode saves nothing here."""
+        if NO_EFFECT_KEY in self.report:
+            return
+        unset = "is 'random'" if _HASH_SEED in environment else "is not set"
+        self.report[NO_EFFECT_KEY] = no_effect = (
+            f"warm mode has no effect: PYTHONHASHSEED {unset}, so each phase is forked from a "
+            "server of its own, which imports torch just as a fresh process does (a forked child "
+            "keeps its server's str hashes, so phases that each draw a seed cannot share one); "
+            "set PYTHONHASHSEED=0 in the phases' environment (export it, or environment=) for "
+            "them to share one server"
+        )
+        if self.progress is not None:
+            self.progress.note(no_effect)
 
     def _server(
         self, key: _ServerKey, environment: dict[str, str], preload: tuple[str, ...]

@@ -116,6 +116,7 @@ def _context(report: Mapping[str, Any]) -> Section | None:
         for key, label in _CONTEXT_KEYS
         if report.get(key) is not None
     ]
+    rows += _warm_start_rows(report)
     if "comparison_policy" in report:
         rows.append(("comparison", _policy_text(report)))
     if "all_differences" in report:
@@ -123,6 +124,15 @@ def _context(report: Mapping[str, Any]) -> Section | None:
     if report.get("process_ids"):
         rows.append(("process IDs", ", ".join(str(pid) for pid in report["process_ids"])))
     return Section("Summary", tuple(rows)) if rows else None
+
+
+def _warm_start_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Why warm mode saved nothing (processes/warm/starter.py), when it did not."""
+    environment = report.get("environment")
+    start = environment.get("child_start") if isinstance(environment, Mapping) else None
+    if isinstance(start, Mapping) and start.get("no_effect"):
+        return [("warm start", str(start["no_effect"]))]
+    return []
 
 
 def _count_text(report: Mapping[str, Any]) -> str:
