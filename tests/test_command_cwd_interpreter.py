@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -103,9 +104,13 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_a_script_that_saves_into_its_cwd_passes_with_cd_run_dir(capsys, project, tmp_path):
     work = tmp_path / "work"
     arguments = ["--cwd", str(project), "--work-dir", str(work), "--checkpoint", CHECKPOINT]
-    code = main(["resume", "--json", *OPTIONS, *arguments, "--cd-run-dir", "--", *TEMPLATE])
+    options = [*OPTIONS, *arguments, "--cd-run-dir", "--start", "warm"]
+    code = main(["resume", "--json", *options, "--env", "PYTHONHASHSEED=0", "--", *TEMPLATE])
     report = json.loads(capsys.readouterr().out)
     assert (code, report["outcome"]) == (0, "PASS"), report["message"]
+    # Forked from a warm server, which moved into each phase's run directory too.
+    warm = set(report["environment"]["child_start"]["warm"])
+    assert {"baseline_a", "baseline_b", "candidate_split", "candidate_resume"} <= warm, warm
     assert report["command_interpreter"] == (
         f"{sys.executable} (python: the interpreter running the check)"
     )
@@ -155,3 +160,17 @@ def test_a_foreign_interpreter_without_a_module_is_named_in_the_error(tmp_path):
         f"({sys.executable})"
     ) in result.message
     assert result.to_dict()["command_interpreter"] == f"{foreign} (a path given in the command)"
+
+
+def test_plan_only_scripts_run_each_phase_in_its_run_directory(capsys, project, tmp_path):
+    plan = tmp_path / "plan"
+    options = ["--cwd", str(project), "--checkpoint", CHECKPOINT, "--cd-run-dir"]
+    assert main(["resume", "--plan-only", str(plan), *OPTIONS, *options, "--", *TEMPLATE]) == 0
+    phase = json.loads((plan / "plan.json").read_text())["phases"][0]
+    assert phase["cwd"] == phase["run_dir"] == str(plan / "baseline_a")
+    assert phase["argv"][:2] == [sys.executable, str(project / "train.py")]
+    completed = subprocess.run(
+        [plan / "baseline_a.sh"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert completed.returncode == 0, (plan / "baseline_a" / "stderr.log").read_text()
+    assert torch.load(plan / "baseline_a" / "checkpoint.pth.tar")["step"] == 4
