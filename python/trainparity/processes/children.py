@@ -40,8 +40,8 @@ from trainparity.processes.failure_text import (
     last_line,
     log_tail,
 )
-from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
 from trainparity.processes.foreign_interpreter import foreign_interpreter_hint
+from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildResult, ChildSpec
 from trainparity.processes.observer.client import ObserverClient
 from trainparity.processes.phase_directory import phase_cwd, phase_environment
 from trainparity.protocols import ProcessExecutionPlan
