@@ -35,9 +35,11 @@ from trainparity.processes.check_runner import RunSettings
 from trainparity.processes.evidence import ExternalProcessEvidence, NodeProcessEvidence
 from trainparity.processes.executor import PhaseLauncher
 from trainparity.processes.failure_text import (
+    HEADLINE_SCAN_LINES,
+    TAIL_LINES,
     directory_listing,
+    exception_line,
     failure_block,
-    last_line,
     log_tail,
 )
 from trainparity.processes.foreign_interpreter import foreign_interpreter_hint
@@ -303,13 +305,15 @@ class PhaseChildren:
 
         Read now, before the run directory is removed; a torchrun phase gives
         each failed rank's own log where torchrun kept one (else its tee'd
-        lines are in the phase's stderr). The first line ends with the last
-        stderr line (a traceback's `RuntimeError: ...`) when `message` has no detail
-        yet and `with_reason` (a timed-out child's last line is no reason).
+        lines are in the phase's stderr). The first line ends with the exception
+        line of the child's traceback (`RuntimeError: ...`, see exception_line) when
+        `message` has no detail yet and `with_reason` (a timed-out child's last line
+        is no reason).
         """
         kept = self.settings.preserved
         stderr_path = phase.run_dir / "stderr.log"
-        tail = log_tail(stderr_path)
+        scanned = log_tail(stderr_path, HEADLINE_SCAN_LINES)
+        tail = scanned[-TAIL_LINES:]
         rank_logs = multirank.failed_rank_logs(stderr_path, phase.run_dir)
         blocks = [
             failure_block(f"rank {rank}'s stderr", log_tail(log), log, kept=kept)
@@ -317,7 +321,7 @@ class PhaseChildren:
         ]
         if not blocks:
             blocks.append(failure_block(f"{phase.name}'s stderr", tail, stderr_path, kept=kept))
-            reason = last_line(tail)
+            reason = exception_line(scanned)
             if with_reason and reason and ": " not in message:
                 message += f": {reason}"
         return "\n".join([message, *blocks])

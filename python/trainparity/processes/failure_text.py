@@ -7,12 +7,31 @@ the message itself, read before the directory goes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["TAIL_LINES", "directory_listing", "failure_block", "last_line", "log_tail"]
+from trainparity.error_text import without_terminal_styling
+
+__all__ = [
+    "HEADLINE_SCAN_LINES",
+    "TAIL_LINES",
+    "directory_listing",
+    "exception_line",
+    "failure_block",
+    "log_tail",
+]
 
 TAIL_LINES = 20
+# How far back the headline looks for a traceback: an exception whose message runs over
+# many lines (torch.load's refusal) ends the log with its last message line, not its type.
+HEADLINE_SCAN_LINES = 200
+_TRACEBACK_HEADER = "Traceback (most recent call last):"
+# Without a traceback header in view (a deep traceback's top was cut), an exception line is
+# a dotted type name at the line's start that reads like an exception's, then `: text`.
+_EXCEPTION_LINE = re.compile(
+    r"(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit|Failure)(?::\s|$)"
+)
 # A traceback's last 20 lines fit easily; a log of megabytes must not be read whole.
 _TAIL_BYTES = 64 * 1024
 _LINE_CHARACTERS = 500
@@ -36,9 +55,30 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
     return kept[-lines:]
 
 
-def last_line(tail: Sequence[str]) -> str | None:
-    """A traceback's last line (`RuntimeError: boom`), the usual one-line reason."""
-    return tail[-1].strip() if tail else None
+def exception_line(lines: Sequence[str]) -> str | None:
+    """The one-line reason in a child's last stderr lines: the exception line of its last traceback.
+
+    That is the first line at column 0 after the last `Traceback (most recent
+    call last):` (frames are indented), e.g. `_pickle.UnpicklingError: Weights
+    only load failed...` when the log goes on with the rest of a multi-line
+    message. Without a traceback header, the last line that reads like an
+    exception's; failing that, the last line (a `sys.exit("...")` text).
+    """
+    if not lines:
+        return None
+    headers = [index for index, line in enumerate(lines) if line.rstrip() == _TRACEBACK_HEADER]
+    if headers:
+        for line in lines[headers[-1] + 1 :]:
+            if line.strip() and not line[0].isspace():
+                return _reason(line)
+    for line in reversed(lines):
+        if _EXCEPTION_LINE.match(line):
+            return _reason(line)
+    return _reason(lines[-1])
+
+
+def _reason(line: str) -> str:
+    return without_terminal_styling(line).strip()
 
 
 def failure_block(label: str, tail: Sequence[str], log: Path, *, kept: bool) -> str:

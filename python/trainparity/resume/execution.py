@@ -144,9 +144,25 @@ class ResumeExecution:
             timing["single_normal_run"] = timing["baseline_a"]
             if timing["single_normal_run"] > 0:
                 timing["end_to_end_multiplier"] = timing["total_wall"] / timing["single_normal_run"]
+        processes = self.children.ordered_processes()
         return dataclasses.replace(
-            result, timing_seconds=timing, processes=self.children.ordered_processes()
+            result,
+            timing_seconds=timing,
+            processes=processes,
+            fresh_resume_processes_distinct=self._distinct_pids(processes),
         )
+
+    def _distinct_pids(self, processes: Sequence[Any]) -> bool | None:
+        """Whether the candidate's phases ran as distinct processes; None until all of them ran.
+
+        Decided from the evidence the report holds, so an ERROR before the resume
+        (a baseline's observation failed) says nothing rather than a false "no".
+        """
+        pids = {process.phase: process.pid for process in processes}
+        chain = [phase.name for phase in self.chain]
+        if not all(name in pids for name in chain):
+            return None
+        return len({pids[name] for name in chain}) == len(chain)
 
     def _decide(self, fields: dict[str, Any]) -> ProcessResumeResult:
         snapshot_a = self.children.observed("baseline_a")
@@ -247,7 +263,6 @@ class ResumeExecution:
                 first_divergent_step=step,
                 primary_difference=first_differences[0],
                 all_differences=first_differences,
-                fresh_resume_processes_distinct=True,
                 value_windows=_windows(parted, final_windows),
                 likely_cause=likely_cause(
                     first_differences,
@@ -265,7 +280,6 @@ class ResumeExecution:
             fields,
             Outcome.PASS,
             f"final states are {wording} at step {total}",
-            fresh_resume_processes_distinct=True,
             **recorded,
         )
 
@@ -333,7 +347,6 @@ class ResumeExecution:
                 first_divergent_step=step,
                 primary_difference=ordered[0],
                 all_differences=ordered,
-                fresh_resume_processes_distinct=True,
                 **envelope_fields,
                 **recorded,
             )
@@ -344,8 +357,6 @@ class ResumeExecution:
             extra: dict[str, Any] = {}
             if outcome is Outcome.ABSTAIN:
                 extra["nondeterminism_hints"] = nondeterminism_hints(self.settings.environment)
-            else:
-                extra["fresh_resume_processes_distinct"] = True
             return self._result(
                 fields,
                 outcome,
@@ -361,7 +372,6 @@ class ResumeExecution:
             fields,
             Outcome.PASS,
             pass_message(report["closest_approach"], report["judged_on"]),
-            fresh_resume_processes_distinct=True,
             **envelope_fields,
             **recorded,
         )

@@ -17,7 +17,10 @@ __all__ = ["ProcessResumeResult"]
 class ProcessResumeResult(PhaseCheckResult):
     """The verdict of `check_resume` (CONTRACT §6.11), plus hints when baselines disagree."""
 
-    fresh_resume_processes_distinct: bool = False
+    # Whether the candidate's phases (save/exit, then load/resume) ran as distinct processes:
+    # None while they have not all run (nothing was shown either way), False only when
+    # their process IDs repeat (docs/compatibility.md; the contract's default is False).
+    fresh_resume_processes_distinct: bool | None = None
     # The elements around each differing tensor's first differing element, at the step the
     # verdict names: what a report previews (a summary shows a tensor's first elements only).
     value_windows: tuple[ValueWindow, ...] = ()

@@ -15,12 +15,23 @@ import argparse
 import functools
 import json
 import os
+import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from trainparity.error_text import error_text
 from trainparity.outcomes import Outcome
+
+# What the default observer of a command case reads (cases/command_case.py observe_default),
+# said when it cannot read a checkpoint: the way out is an observer of the user's own.
+_HINT_MARK = "observe='module:function'"
+DEFAULT_OBSERVER_HINT = (
+    "the default observer reads a DCP directory (load_dcp) or a file that "
+    "torch.load(weights_only=True) reads as a dict; for any other checkpoint pass "
+    f"{_HINT_MARK} (--observe), a function that returns the state to compare"
+)
 
 
 def observe_one(
@@ -32,13 +43,18 @@ def observe_one(
     from trainparity.state.snapshot_file import write_snapshot
 
     if load_error is not None:
-        return _failure(Outcome.ERROR, f"process case loading failed: {type(load_error).__name__}")
+        return _failure(Outcome.ERROR, f"process case loading failed: {error_text(load_error)}")
     started = time.perf_counter()
     try:
         observation = case.observe_checkpoint(Path(request["checkpoint"]))
     except Exception as error:  # the user's callback: any failure is the check's ERROR
+        # The whole traceback goes to observer.stderr.log (kept under work_dir); the
+        # message carries `Type: text`, which is what a user reads first.
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
         return _failure(
-            Outcome.ERROR, f"observe_checkpoint callback failed: {type(error).__name__}"
+            Outcome.ERROR,
+            f"observe_checkpoint callback failed: {_with_hint(error_text(error), case)}",
         )
     captured = time.perf_counter()
     try:
@@ -71,6 +87,18 @@ def _environment() -> dict[str, Any]:
     from trainparity.environment import environment_fingerprint
 
     return environment_fingerprint()
+
+
+def _with_hint(text: str, case: Any) -> str:
+    """`text`, and for the default observer of a command case what it reads and how to
+    read a checkpoint some other way (unless the text already says so)."""
+    from trainparity.cases.command_case import CommandCase
+
+    if not isinstance(case, CommandCase) or case.observe is not None or _HINT_MARK in text:
+        return text
+    # A message of several lines (torch.load's refusal) keeps its lines; the hint follows them.
+    separator = "\n" if "\n" in text else "; "
+    return f"{text}{separator}{DEFAULT_OBSERVER_HINT}"
 
 
 def _failure(outcome: Outcome, message: str) -> dict[str, Any]:
