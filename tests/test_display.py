@@ -205,9 +205,9 @@ def test_notebook_progress_shows_a_note_under_the_table_not_as_a_phase():
     progress = NotebookProgress()
     with capture_output() as captured:
         progress(ProgressEvent("baseline_a", "start", None, 0.0))
-        progress(ProgressEvent("", "note", None, 0.1, detail="warm mode has no effect: why"))
+        progress(ProgressEvent("", "note", None, 0.1, detail="warm mode shares no server here"))
     page = captured.outputs[-1].data["text/html"]
     assert list(progress.phases) == ["baseline_a"]
     assert page.index("<td>baseline_a</td><td>running</td>") < page.index(
-        "<td>warm mode has no effect: why</td>"
+        "<td>warm mode shares no server here</td>"
     )

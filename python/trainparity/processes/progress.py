@@ -20,7 +20,7 @@ class ProgressEvent:
 
     phase: str
     # "start" or "end"; "state": a scheduler's news of a phase's job, in `detail`; "note": a
-    # remark on the whole check, said once (e.g. why warm mode has no effect), in `detail`
+    # remark on the whole check, said once (e.g. why no phase shares a warm server), in `detail`
     kind: str
     elapsed_seconds: float | None
     since_check_start_seconds: float

@@ -46,10 +46,10 @@ from trainparity.processes.warm.server_handle import (
 )
 
 __all__ = [
-    "NO_EFFECT_KEY",
     "PRELOAD_VARIABLE",
     "START_MODES",
     "START_VARIABLE",
+    "UNSHARED_KEY",
     "WARM_RANKS_VARIABLE",
     "ChildStarter",
     "checked_start",
@@ -70,8 +70,8 @@ _PER_CHILD_VARIABLES = frozenset(
     {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "PYTEST_CURRENT_TEST"}
 )
 _HASH_SEED = "PYTHONHASHSEED"
-NO_EFFECT_KEY = "no_effect"
-"""The `child_start` key that says why warm mode saved nothing (no fixed PYTHONHASHSEED)."""
+UNSHARED_KEY = "unshared"
+"""The `child_start` key that says why no phase shares a server (no fixed PYTHONHASHSEED)."""
 # Modules of torch's own that a child imports anyway, preloaded by its server. torch.optim
 # imports torch._dynamo on a process's first optimizer: 4.3 s of CPU here, three times torch's
 # own import. The accumulation worker always builds one; for any other command the caller
@@ -125,7 +125,7 @@ class ChildStarter:
     """Starts every child of one check, fresh or warm; records which way each started.
 
     `report` is the report's `child_start` entry (warm mode): the phases forked
-    warm, each phase started fresh with the reason, and `no_effect` when a
+    warm, each phase started fresh with the reason, and `unshared` when a
     phase had no fixed hash seed (said once to `progress` too). With `shared` (an open
     `shared_warm_servers()`), servers are borrowed from it and given back on
     `close`, instead of started here and stopped.
@@ -166,7 +166,7 @@ class ChildStarter:
         server_environment = environment
         one_phase = environment.get(_HASH_SEED, "random") == "random"
         if one_phase:
-            self._say_without_effect(environment)
+            self._say_unshared(environment)
             # A forked child keeps its server's str hashes: a phase without a fixed seed
             # gets a server seeded for it alone, as a fresh process draws its own. The child's
             # own environment stays the phase's (no PYTHONHASHSEED), as a fresh one's would.
@@ -207,20 +207,20 @@ class ChildStarter:
         self.report["warm"].append(spec.name)
         return pid
 
-    def _say_without_effect(self, environment: Mapping[str, str]) -> None:
-        """Say once, in the report and the progress output, why warm mode saves nothing here."""
-        if NO_EFFECT_KEY in self.report:
+    def _say_unshared(self, environment: Mapping[str, str]) -> None:
+        """Say once, in the report and the progress output, why no phase shares a server."""
+        if UNSHARED_KEY in self.report:
             return
         unset = "is 'random'" if _HASH_SEED in environment else "is not set"
-        self.report[NO_EFFECT_KEY] = no_effect = (
-            f"warm mode has no effect: PYTHONHASHSEED {unset}, so each phase is forked from a "
-            "server of its own, which imports torch just as a fresh process does (a forked child "
-            "keeps its server's str hashes, so phases that each draw a seed cannot share one); "
-            "set PYTHONHASHSEED=0 in the phases' environment (export it, or environment=) for "
-            "them to share one server"
+        self.report[UNSHARED_KEY] = unshared = (
+            f"warm mode shares no server here: PYTHONHASHSEED {unset}, so each phase is forked "
+            "from a server of its own, which imports torch for that phase alone (a forked child "
+            "keeps its server's str hashes, and each phase must draw its own, as a fresh process "
+            "does); set PYTHONHASHSEED=0 in the phases' environment (export it, or environment=) "
+            "for them to share one server that imports torch once"
         )
         if self.progress is not None:
-            self.progress.note(no_effect)
+            self.progress.note(unshared)
 
     def _server(
         self, key: _ServerKey, environment: dict[str, str], preload: tuple[str, ...]

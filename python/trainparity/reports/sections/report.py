@@ -127,11 +127,11 @@ def _context(report: Mapping[str, Any]) -> Section | None:
 
 
 def _warm_start_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Why warm mode saved nothing (processes/warm/starter.py), when it did not."""
+    """Why no phase shared a warm server (processes/warm/starter.py), when none could."""
     environment = report.get("environment")
     start = environment.get("child_start") if isinstance(environment, Mapping) else None
-    if isinstance(start, Mapping) and start.get("no_effect"):
-        return [("warm start", str(start["no_effect"]))]
+    if isinstance(start, Mapping) and start.get("unshared"):
+        return [("warm start", str(start["unshared"]))]
     return []
 
 
