@@ -5,7 +5,7 @@
 started as `.venv/bin/trainparity` without the venv activated would otherwise
 train under the system's Python, without torch. A path (`/usr/bin/python3`,
 `./venv/bin/python`) is used as given, and any other word (`torchrun`,
-`deepspeed`, `bash`) is looked up in the children's PATH as exec would.
+`bash`, another launcher) is looked up in the children's PATH as exec would.
 
 A phase that runs in its own run directory (`CommandCase(cwd="{run_dir}")`)
 still finds what the user named from the check's directory: a relative
