@@ -111,6 +111,7 @@ def _run_script(tmp_path: Path, before_check: str = "") -> tuple[dict, Path]:
     return json.loads(completed.stdout.splitlines()[-1]), work_dir
 
 
+@pytest.mark.both_start_modes  # a warm observer unpickles it in a forked child
 def test_a_class_defined_in_a_script_goes_to_the_children_by_value(tmp_path):
     fields, work_dir = _run_script(tmp_path)
     assert fields["outcome"] == "PASS", fields["message"]
