@@ -233,14 +233,20 @@ def command_report_fields(
 
 
 def observe_default(path: Path) -> dict[str, Any]:
-    """A DCP directory through load_dcp, else a `torch.load`'d dict (weights only)."""
+    """A DCP directory through load_dcp, else a `torch.load`'d dict (weights only).
+
+    A file in torch's zip format is memory-mapped, not read: its tensors stay
+    in the file, so the snapshot can refer to them instead of copying them.
+    """
+    import zipfile
+
     import torch
 
     if path.is_dir():
         from trainparity.checkpoints.dcp import load_dcp
 
         return load_dcp(path)
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     if not isinstance(state, Mapping):
         raise TypeError(
             f"the default observer needs a checkpoint that holds a dict, {path} holds a "

@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING, Any, Union
 from trainparity.native.core import tensor_bytes
 from trainparity.native.cuda import DeviceTensorBytes
 from trainparity.native.dtypes import info_for_dtype, info_for_text
+from trainparity.state.file_ranges import FileRange
 from trainparity.state.paths import StatePath, render_path
 from trainparity.state.placement import ShardPlacement
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import torch
 
 __all__ = [
@@ -59,7 +62,9 @@ class FrozenTensor:
     (snapshot files carry it). `placement` is set for a rank's local shard
     of a sharded tensor (DTensor, ShardedTensor): `shape` and `data` are then
     the local shard's, and the placement says where it sits in the global
-    tensor.
+    tensor. `source` is set when `data` is memory mapped from a file (see
+    `freeze(locate=...)`): a snapshot may then refer to that file range
+    instead of copying the bytes.
     """
 
     shape: tuple[int, ...]
@@ -69,6 +74,7 @@ class FrozenTensor:
     data: Any = field(repr=False)
     digest: bytes | None = field(default=None, repr=False)
     placement: ShardPlacement | None = None
+    source: FileRange | None = field(default=None, repr=False)
 
     @classmethod
     def capture(cls, tensor: torch.Tensor) -> FrozenTensor:
@@ -142,7 +148,13 @@ FrozenValue = Union[  # noqa: UP007 - a runtime alias that must also work on Pyt
 ]
 
 
-def freeze(value: object, path: StatePath = (), *, copy: bool = True) -> FrozenValue:
+def freeze(
+    value: object,
+    path: StatePath = (),
+    *,
+    copy: bool = True,
+    locate: Callable[[torch.Tensor], FileRange | None] | None = None,
+) -> FrozenValue:
     """Freeze `value` into an immutable tree (CONTRACT §4.2).
 
     Raises UnsupportedStateError naming the path for values that cannot be
@@ -152,20 +164,25 @@ def freeze(value: object, path: StatePath = (), *, copy: bool = True) -> FrozenV
     freezes to this rank's local shard and its placement, never gathered. With copy=False tensor leaves are
     zero-copy views of contiguous CPU tensors, and CUDA tensors stay on their
     GPU: only for a comparison that finishes before the live state changes.
+    `locate` (copy=False only) names the file range a tensor's memory is
+    mapped from, kept as the leaf's `source`.
     """
-    return _Freezer(copy).freeze(value, path)
+    return _Freezer(copy, locate).freeze(value, path)
 
 
 class _Freezer:
-    def __init__(self, copy: bool) -> None:
+    def __init__(
+        self, copy: bool, locate: Callable[[torch.Tensor], FileRange | None] | None = None
+    ) -> None:
         self.copy = copy
+        self.locate = None if copy else locate
         self.open_containers: set[int] = set()
 
     def freeze(self, value: object, path: StatePath) -> FrozenValue:
         if isinstance(value, SCALAR_TYPES):
             return value  # type: ignore[return-value]
         if _is_tensor(value):
-            return _freeze_tensor(value, path, copy=self.copy)
+            return _freeze_tensor(value, path, copy=self.copy, locate=self.locate)
         if isinstance(value, Mapping):
             return self._container(value, path, self._mapping)
         if isinstance(value, (list, tuple)):
@@ -206,7 +223,13 @@ def _qualified_type_name(value: object) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _freeze_tensor(tensor: torch.Tensor, path: StatePath, *, copy: bool) -> FrozenTensor:
+def _freeze_tensor(
+    tensor: torch.Tensor,
+    path: StatePath,
+    *,
+    copy: bool,
+    locate: Callable[[torch.Tensor], FileRange | None] | None = None,
+) -> FrozenTensor:
     from trainparity.state.tensor_kinds import readable_tensor
 
     # Every tensor passes this gate before its bytes can reach the C core (tensor_kinds.py).
@@ -214,6 +237,7 @@ def _freeze_tensor(tensor: torch.Tensor, path: StatePath, *, copy: bool) -> Froz
     if info_for_dtype(local.dtype) is None:
         raise UnsupportedStateError(path, f"tensor dtype {local.dtype}")
     detached = local.detach()
+    source = None
     if copy:
         data = _private_copy(detached)
     elif detached.device.type == "cuda":
@@ -222,6 +246,7 @@ def _freeze_tensor(tensor: torch.Tensor, path: StatePath, *, copy: bool) -> Froz
         )  # compared and digested on the device, never copied whole
     else:
         data = tensor_bytes(contiguous_cpu(detached))
+        source = locate(detached) if locate is not None else None
     return FrozenTensor(
         shape=tuple(int(size) for size in local.shape),
         dtype=str(local.dtype),
@@ -229,6 +254,7 @@ def _freeze_tensor(tensor: torch.Tensor, path: StatePath, *, copy: bool) -> Froz
         requires_grad=bool(tensor.requires_grad),
         data=data,
         placement=placement,
+        source=source,
     )
 
 

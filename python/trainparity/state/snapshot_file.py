@@ -13,6 +13,16 @@ manifest string itself, so with the per-tensor digests every byte that a
 verdict can rely on is covered. `read_snapshot` checks both before it returns
 (unless the caller vouches for the file with `trust_digests=True`), so bit rot,
 a bad copy or a hand edit is an error, never a silent PASS.
+
+References (format 2): a tensor whose memory was mapped from a checkpoint
+file named by the writer (`reference_files`, e.g. after
+`torch.load(mmap=True)`) is not copied. Its manifest entry holds
+`"reference": {"path", "offset"}` instead of a safetensors header entry, once
+the writer has checked that the file's bytes there digest to the tensor's
+digest. A reader maps that file range and always verifies it against the
+digest, whatever `trust_digests` says: the checkpoint is not ours, so a file
+changed after observation is an error. Files without references keep format
+1; a reader that knows format 1 only refuses format 2 by its format name.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ import json
 import mmap
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +42,7 @@ from trainparity.error_text import error_text
 from trainparity.native.core import core
 from trainparity.native.cuda import core_threads, digest_buffer, iter_host_blocks, write_buffer
 from trainparity.native.dtypes import info_for_text
+from trainparity.state.file_ranges import FileRange, MappedFileLocator
 from trainparity.state.freeze import FrozenMapping, FrozenTensor, UnsupportedStateError, freeze
 from trainparity.state.input_files import special_file_kind
 from trainparity.state.snapshot import REFERENCE_BACKEND, SNAPSHOT_SCHEMA_VERSION, Snapshot
@@ -45,6 +56,7 @@ from trainparity.state.tree_codec import (
 
 __all__ = [
     "SNAPSHOT_FILE_FORMAT",
+    "SNAPSHOT_REFERENCES_FORMAT",
     "SnapshotFileError",
     "SnapshotFileInfo",
     "decode_tree",
@@ -54,6 +66,9 @@ __all__ = [
 ]
 
 SNAPSHOT_FILE_FORMAT = "trainparity-snapshot/1"
+# A snapshot with at least one tensor recorded as a reference to a checkpoint file.
+SNAPSHOT_REFERENCES_FORMAT = "trainparity-snapshot/2"
+_READABLE_FORMATS = (SNAPSHOT_FILE_FORMAT, SNAPSHOT_REFERENCES_FORMAT)
 _METADATA_KEY = "trainparity"
 _MANIFEST_DIGEST_KEY = "trainparity_digest"
 _MAX_HEADER_BYTES = 512 << 20
@@ -71,6 +86,7 @@ class SnapshotFileInfo:
     tensor_count: int
     tensor_bytes: int
     includes_values: bool
+    referenced_bytes: int = 0  # of tensors recorded as references to checkpoint files
 
 
 # Writing ------------------------------------------------------------------------------
@@ -84,6 +100,7 @@ def write_snapshot(
     backend: str = REFERENCE_BACKEND,
     environment: Mapping[str, Any] | None = None,
     include_values: bool = True,
+    reference_files: Sequence[str | os.PathLike[str]] = (),
 ) -> SnapshotFileInfo:
     """Freeze `state` and write it to `path` atomically (temp file, fsync, rename).
 
@@ -95,19 +112,30 @@ def write_snapshot(
     `environment` is the fingerprint recorded in the file; None records this
     process's environment_fingerprint() (pass the children's, or one taken
     with initialize_cuda=True, to record those instead).
+    `reference_files`: files the state was memory-mapped from; a tensor whose
+    memory is one of their byte ranges, and whose bytes there still digest
+    to the tensor's, is recorded as a reference to that range, not copied
+    (include_values=True and an unfrozen `state` only).
     Raises UnsupportedStateError (naming the path) for values that cannot be frozen.
     """
     target = Path(path)
-    frozen = state if isinstance(state, FrozenMapping) else freeze(state, copy=False)
+    if isinstance(state, FrozenMapping):
+        frozen: Any = state
+    else:
+        locator = MappedFileLocator(reference_files) if reference_files and include_values else None
+        frozen = freeze(state, copy=False, locate=locator.locate if locator else None)
     if not isinstance(frozen, FrozenMapping):
         raise UnsupportedStateError((), "snapshot root must be a mapping")
     tree, tensors = encode_tree(frozen)
     header: dict[str, Any] = {}
     table = []
     offset = 0
+    copied: list[FrozenTensor] = []
+    referenced_bytes = 0
     for name, tensor in tensors:
         entry = info_for_text(tensor.dtype)
         digest, _ = digest_buffer(tensor.data)
+        reference = _confirmed_reference(tensor, digest) if include_values else None
         table.append(
             {
                 "name": name,
@@ -118,9 +146,13 @@ def write_snapshot(
                 "digest": digest.hex(),
                 "nbytes": tensor.nbytes,
                 **placement_entry(tensor),
+                **_reference_entry(reference),
             }
         )
-        if include_values:
+        if reference is not None:
+            referenced_bytes += tensor.nbytes
+        elif include_values:
+            copied.append(tensor)
             code = entry.safetensors_code
             shape = list(tensor.shape) if code is not None else [tensor.nbytes]
             header[name] = {
@@ -130,7 +162,7 @@ def write_snapshot(
             }
             offset += tensor.nbytes
     manifest = {
-        "format": SNAPSHOT_FILE_FORMAT,
+        "format": SNAPSHOT_REFERENCES_FORMAT if referenced_bytes else SNAPSHOT_FILE_FORMAT,
         "schema_version": SNAPSHOT_SCHEMA_VERSION,
         "backend": backend,
         "step": step,
@@ -153,9 +185,8 @@ def write_snapshot(
         with open(temporary, "wb") as stream:
             stream.write(struct.pack("<Q", len(header_bytes)))
             stream.write(header_bytes)
-            if include_values:
-                for _, tensor in tensors:
-                    write_buffer(stream, tensor.data)
+            for tensor in copied:
+                write_buffer(stream, tensor.data)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, target)
@@ -169,7 +200,40 @@ def write_snapshot(
         tensor_count=len(tensors),
         tensor_bytes=sum(tensor.nbytes for _, tensor in tensors),
         includes_values=include_values,
+        referenced_bytes=referenced_bytes,
     )
+
+
+def _confirmed_reference(tensor: FrozenTensor, digest: bytes) -> FileRange | None:
+    """`tensor.source` when the file's bytes there digest to `digest` (the tensor's), else None.
+
+    A private mapping's page that the observer wrote to holds the observed
+    value, not the file's: such a tensor, or one whose file changed since it
+    was mapped, is copied into the snapshot instead.
+    """
+    source = tensor.source
+    if source is None:
+        return None
+    try:
+        with open(source.path, "rb") as stream:
+            mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+    try:
+        if source.offset + tensor.nbytes > len(mapped):
+            return None
+        with memoryview(mapped)[source.offset : source.offset + tensor.nbytes] as view:
+            matches = digest_buffer(view)[0] == digest
+    finally:
+        mapped.close()
+    return source if matches else None
+
+
+def _reference_entry(reference: FileRange | None) -> dict[str, Any]:
+    """The tensor table's `reference` key, only for a tensor recorded by reference."""
+    if reference is None:
+        return {}
+    return {"reference": {"path": reference.path, "offset": reference.offset}}
 
 
 # Reading ------------------------------------------------------------------------------
@@ -215,10 +279,11 @@ def read_snapshot(
         raise _corrupt(
             source, f"header is not a trainparity snapshot header ({error_text(error)})"
         ) from None
-    if not isinstance(manifest, dict) or manifest.get("format") != SNAPSHOT_FILE_FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") not in _READABLE_FORMATS:
         raise _corrupt(
             source,
-            f"manifest format is {manifest.get('format') if isinstance(manifest, dict) else None!r}, expected {SNAPSHOT_FILE_FORMAT!r}",
+            f"manifest format is {manifest.get('format') if isinstance(manifest, dict) else None!r}, "
+            f"expected one of {', '.join(map(repr, _READABLE_FORMATS))}",
         )
     digest_version = manifest.get("digest_version")
     if isinstance(digest_version, bool) or digest_version not in core.DIGEST_VERSIONS:
@@ -232,9 +297,12 @@ def read_snapshot(
     )
     data_start = 8 + header_length
     data_view = memoryview(mapped)[data_start:]
+    checkpoints = (
+        _CheckpointMaps(source) if manifest["format"] == SNAPSHOT_REFERENCES_FORMAT else None
+    )
     try:
         tensors = [
-            _tensor_leaf(entry, header, data_view, manifest["includes_values"])
+            _tensor_leaf(entry, header, data_view, manifest["includes_values"], checkpoints)
             for entry in manifest["tensors"]
         ]
         state = decode_tree(manifest["tree"], tensors)
@@ -265,14 +333,17 @@ def read_snapshot(
         raise _corrupt(
             source, f"manifest environment is nested more than {_MAX_ENVIRONMENT_DEPTH} levels deep"
         )
-    if not trust_digests:
-        _verify_tensor_bytes(source, mapped, data_start, header, manifest, tensors)
+    _verify_tensor_bytes(
+        source, mapped, data_start, header, manifest, tensors, checkpoints, trust_digests
+    )
     extras = {
         "environment": manifest.get("environment"),
         "includes_values": bool(manifest["includes_values"]),
         "digest_version": digest_version,
         "manifest_verified": manifest_verified,
         "tensors_verified": not trust_digests and bool(manifest["includes_values"]),
+        # Checkpoint files whose ranges stand for tensors; always verified.
+        "referenced_files": checkpoints.paths() if checkpoints is not None else [],
     }
     return snapshot, extras
 
@@ -305,18 +376,28 @@ def _verify_tensor_bytes(
     header: dict,
     manifest: dict,
     tensors: list[FrozenTensor],
+    checkpoints: _CheckpointMaps | None,
+    trust_digests: bool,
 ) -> None:
-    """Digest every tensor's bytes in the file and compare with the recorded digest.
+    """Digest tensors' bytes where they lie and compare with the recorded digests.
 
-    The file is read in blocks whose pages are released from this process
-    after digesting (they stay in the page cache), so verifying a file of any
-    size leaves the reader's resident memory flat, as comparing does.
+    Bytes in the snapshot file are checked unless `trust_digests`; ranges of
+    referenced checkpoint files always are. A file is read in blocks whose
+    pages are released from this process after digesting (they stay in the
+    page cache), so verifying a file of any size leaves the reader's resident
+    memory flat, as comparing does.
     """
     version = manifest["digest_version"]
     for entry, tensor in zip(manifest["tensors"], tensors, strict=True):
         if tensor.data is None:
             continue
-        position = data_start + int(header[entry["name"]]["data_offsets"][0])
+        reference = entry.get("reference")
+        if reference is not None and checkpoints is not None:
+            file, position = checkpoints.mapped(reference["path"]), int(reference["offset"])
+        elif trust_digests:
+            continue
+        else:
+            file, position = mapped, data_start + int(header[entry["name"]]["data_offsets"][0])
         chunk_digests = bytearray()
         for index, block in enumerate(iter_host_blocks(tensor.data, _VERIFY_BLOCK_BYTES)):
             chunk_digests += core.digest_chunks(
@@ -325,11 +406,57 @@ def _verify_tensor_bytes(
                 threads=core_threads(len(block)),
                 version=version,
             )
-            _release_pages(mapped, position, position + len(block))
+            _release_pages(file, position, position + len(block))
             position += len(block)
         digest = core.digest_root(bytes(chunk_digests), len(tensor.data), version=version)
-        if digest != tensor.digest:
-            raise _damaged(source, f"tensor {entry['name']} does not match its recorded digest")
+        if digest == tensor.digest:
+            continue
+        if reference is not None:
+            raise SnapshotFileError(
+                f"checkpoint {reference['path']} changed after it was observed: tensor "
+                f"{entry['name']} no longer matches the digest that snapshot file {source} "
+                "recorded; run the check again and leave its checkpoints unchanged until it ends"
+            )
+        raise _damaged(source, f"tensor {entry['name']} does not match its recorded digest")
+
+
+class _CheckpointMaps:
+    """The checkpoint files a format-2 snapshot refers to, each memory-mapped once."""
+
+    def __init__(self, snapshot: Path) -> None:
+        self.snapshot = snapshot
+        self.maps: dict[str, mmap.mmap] = {}
+
+    def paths(self) -> list[str]:
+        return sorted(self.maps)
+
+    def mapped(self, path: str) -> mmap.mmap:
+        if path not in self.maps:
+            try:
+                with open(path, "rb") as stream:
+                    self.maps[path] = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as error:  # ValueError: an empty file cannot be mapped
+                raise SnapshotFileError(
+                    f"snapshot file {self.snapshot} refers to checkpoint {path}, which cannot be "
+                    f"read ({error_text(error)}); such a snapshot needs its checkpoint files in "
+                    "place and unchanged"
+                ) from None
+        return self.maps[path]
+
+    def view(self, reference: Any, nbytes: int, name: str) -> memoryview:
+        """The referenced range of `nbytes` bytes, checked to lie inside its file."""
+        if not isinstance(reference, dict):
+            raise SnapshotFileError(f"tensor {name!r} has a malformed reference")
+        path, offset = reference.get("path"), reference.get("offset")
+        if not isinstance(path, str) or not isinstance(offset, int) or isinstance(offset, bool):
+            raise SnapshotFileError(f"tensor {name!r} has a malformed reference")
+        file = self.mapped(path)
+        if not 0 <= offset <= offset + nbytes <= len(file):
+            raise SnapshotFileError(
+                f"tensor {name!r} refers to bytes [{offset}, {offset + nbytes}) of checkpoint "
+                f"{path}, which has {len(file)} bytes: the checkpoint changed after it was observed"
+            )
+        return memoryview(file)[offset : offset + nbytes]
 
 
 def _release_pages(mapped: mmap.mmap, start: int, end: int) -> None:
@@ -367,7 +494,11 @@ def _corrupt(path: Path, detail: str) -> SnapshotFileError:
 
 
 def _tensor_leaf(
-    entry: dict, header: dict, data: memoryview, includes_values: bool
+    entry: dict,
+    header: dict,
+    data: memoryview,
+    includes_values: bool,
+    checkpoints: _CheckpointMaps | None,
 ) -> FrozenTensor:
     element = info_for_text(entry["dtype"])
     shape = tuple(int(size) for size in entry["shape"])
@@ -382,7 +513,14 @@ def _tensor_leaf(
             f"tensor {entry['name']!r} records {nbytes} bytes but its shape needs {expected}"
         )
     payload = None
-    if includes_values:
+    if "reference" in entry:
+        if checkpoints is None or not includes_values:
+            raise SnapshotFileError(
+                f"tensor {entry['name']!r} is a reference, which format {SNAPSHOT_FILE_FORMAT!r} "
+                "and digest-only snapshots do not have"
+            )
+        payload = checkpoints.view(entry["reference"], nbytes, entry["name"])
+    elif includes_values:
         stored = header[entry["name"]]
         begin, end = (int(offset) for offset in stored["data_offsets"])
         if not 0 <= begin <= end <= len(data) or end - begin != nbytes:

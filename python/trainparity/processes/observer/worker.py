@@ -63,8 +63,15 @@ def observe_one(
             raise UnsupportedStateError(
                 (), f"observation root is a {type(observation).__name__}, not a mapping"
             )
+        checkpoint = Path(request["checkpoint"])
         info = write_snapshot(
-            request["snapshot"], normalized, step=case.total_step, environment=_environment()
+            request["snapshot"],
+            normalized,
+            step=case.total_step,
+            environment=_environment(),
+            # Tensors still mapped from the checkpoint file (torch.load(mmap=True)) are
+            # recorded as references to it, not copied (state/snapshot_file.py).
+            reference_files=(checkpoint,) if checkpoint.is_file() else (),
         )
     except (UnsupportedStateError, StableStateError) as error:
         # The contract's message names the type only; the path is what a user needs next.
@@ -77,6 +84,7 @@ def observe_one(
         "message": "checkpoint observed",
         "snapshot": str(request["snapshot"]),
         "snapshot_bytes": info.file_bytes,
+        "referenced_bytes": info.referenced_bytes,
         "timing_seconds": {"capture": captured - started, "serialization": written - captured},
     }
 

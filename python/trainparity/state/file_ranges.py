@@ -1,0 +1,96 @@
+"""Where a CPU tensor's bytes lie in a memory-mapped file: the zero-copy references of snapshots.
+
+`torch.load(mmap=True)` (and any reader that maps a file) gives tensors whose
+memory is a private mapping of the checkpoint file. Such a tensor need not be
+copied into a snapshot: the snapshot can record the file and the byte offset
+instead. This module only says where a tensor's memory is mapped from
+(Linux's /proc/self/maps); snapshot_file.py checks that the file's bytes there
+still equal the tensor's before it records a reference, because a private
+mapping's pages stop following the file once the observer writes to them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["FileRange", "MappedFileLocator"]
+
+_MAPS = Path("/proc/self/maps")
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """A tensor's bytes at `offset` in the file at absolute `path`."""
+
+    path: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class _Mapping:
+    start: int
+    end: int
+    file_offset: int
+    path: str
+
+
+class MappedFileLocator:
+    """Finds which of `files` a contiguous CPU tensor's memory is mapped from, and where.
+
+    The process's mappings are read once, when the locator is made: make it
+    after the state was loaded and while the state is alive.
+    """
+
+    def __init__(self, files: Iterable[str | os.PathLike[str]]) -> None:
+        identities: dict[tuple[int, int, int], str] = {}
+        for file in files:
+            try:
+                status = os.stat(file)
+            except OSError:
+                continue
+            device = (os.major(status.st_dev), os.minor(status.st_dev), status.st_ino)
+            identities[device] = os.path.abspath(file)
+        self.mappings = _file_mappings(identities) if identities else []
+
+    def locate(self, tensor: torch.Tensor) -> FileRange | None:
+        """The file range holding `tensor`'s elements, or None when they are not in one of the files."""
+        if not self.mappings or tensor.device.type != "cpu" or not tensor.is_contiguous():
+            return None
+        if tensor.is_conj() or tensor.is_neg():  # the memory holds values before a lazy flip
+            return None
+        nbytes = tensor.numel() * tensor.element_size()
+        address = tensor.data_ptr()
+        if nbytes == 0 or address == 0:
+            return None
+        for mapping in self.mappings:
+            if mapping.start <= address and address + nbytes <= mapping.end:
+                return FileRange(mapping.path, address - mapping.start + mapping.file_offset)
+        return None
+
+
+def _file_mappings(identities: dict[tuple[int, int, int], str]) -> list[_Mapping]:
+    """This process's mappings of the files whose (major, minor, inode) are in `identities`."""
+    try:
+        lines = _MAPS.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:  # not Linux, or /proc not mounted: every tensor is copied, as before
+        return []
+    found = []
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6:
+            continue  # anonymous memory
+        span, _, offset, device, inode = fields[:5]
+        major, _, minor = device.partition(":")
+        key = (int(major, 16), int(minor, 16), int(inode))
+        if key not in identities:
+            continue
+        start, _, end = span.partition("-")
+        found.append(_Mapping(int(start, 16), int(end, 16), int(offset, 16), identities[key]))
+    return found
