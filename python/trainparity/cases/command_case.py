@@ -6,9 +6,9 @@ is what `trainparity resume --split-step 2 --total-step 4 --checkpoint
 is the interpreter running the check; with `cwd="{run_dir}"` (`--cd-run-dir`)
 each phase runs in its own run directory (command_program.py says what is
 resolved from where). Its checkpoint is observed
-by the default observer (a `torch.load`'d dict, weights only, or a DCP
-directory through `load_dcp`) or by `observe="module:function"`. The
-observer worker is a fresh interpreter: it gets the case back from `spec`,
+by the default observer (a `torch.load`'d dict, weights only, or a DCP or
+ZeRO directory through `load_checkpoint_directory`) or by
+`observe="module:function"`. The observer worker is a fresh interpreter: it gets the case back from `spec`,
 a JSON text that holds every field, so nothing but the case's own values
 crosses the process boundary.
 """
@@ -233,7 +233,8 @@ def command_report_fields(
 
 
 def observe_default(path: Path) -> dict[str, Any]:
-    """A DCP directory through load_dcp, else a `torch.load`'d dict (weights only).
+    """A checkpoint directory through load_checkpoint_directory (DCP, or a ZeRO directory
+    with its `latest` file), else a `torch.load`'d dict (weights only).
 
     A file in torch's zip format is memory-mapped, not read: its tensors stay
     in the file, so the snapshot can refer to them instead of copying them.
@@ -243,9 +244,9 @@ def observe_default(path: Path) -> dict[str, Any]:
     import torch
 
     if path.is_dir():
-        from trainparity.checkpoints.dcp import load_dcp
+        from trainparity.checkpoints.directories import load_checkpoint_directory
 
-        return load_dcp(path)
+        return load_checkpoint_directory(path)
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     if not isinstance(state, Mapping):
         raise TypeError(

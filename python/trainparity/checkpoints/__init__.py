@@ -1,5 +1,7 @@
-"""Readers for checkpoint formats that observe_checkpoint receives (DCP directories)."""
+"""Readers for checkpoint formats that observe_checkpoint receives (DCP and DeepSpeed ZeRO directories)."""
 
 from trainparity.checkpoints.dcp import load_dcp
+from trainparity.checkpoints.deepspeed import load_deepspeed
+from trainparity.checkpoints.directories import load_checkpoint_directory
 
-__all__ = ["load_dcp"]
+__all__ = ["load_checkpoint_directory", "load_dcp", "load_deepspeed"]

@@ -294,7 +294,8 @@ def add_case_options(parser: argparse.ArgumentParser, *, resume: bool) -> None:
         "--observe",
         metavar="MODULE:FUNCTION",
         help="called with the checkpoint path, returns the state to compare (default: the "
-        "torch.load'd dict, weights only, or a DCP directory through load_dcp)",
+        "torch.load'd dict, weights only, or a DCP or ZeRO checkpoint directory through "
+        "load_checkpoint_directory)",
     )
     group.add_argument(
         "--cd-run-dir",

@@ -28,7 +28,8 @@ from trainparity.outcomes import Outcome
 # said when it cannot read a checkpoint: the way out is an observer of the user's own.
 _HINT_MARK = "observe='module:function'"
 DEFAULT_OBSERVER_HINT = (
-    "the default observer reads a DCP directory (load_dcp) or a file that "
+    "the default observer reads a DCP directory (load_dcp), a ZeRO checkpoint directory "
+    "(a latest file and its tag directory) or a file that "
     "torch.load(weights_only=True) reads as a dict; for any other checkpoint pass "
     f"{_HINT_MARK} (--observe), a function that returns the state to compare"
 )
