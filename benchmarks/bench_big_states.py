@@ -1,0 +1,192 @@
+"""Big states: observing and snapshotting a torch checkpoint against reading it once.
+
+    python benchmarks/bench_big_states.py [--gib 1] [--repeats 3] [--dir DIR] [--large]
+
+Writes a torch.save checkpoint of `--gib` GiB (float32 tensors of 64 MiB,
+the shape of a model with Adam moments) under `--dir` (a temporary folder by
+default), then prints, medians of `--repeats` runs in this one process, page
+cache warm, each against the baseline measured in the same run:
+
+- observation + snapshot (the observer worker's `observe_one` with the
+  default observer, then the parent's verified `read_snapshot`) / the
+  baseline `torch.load(mmap=False)` + touching every tensor (a sum);
+  target <= 1.5 (issue 43);
+- the same with every tensor copied into the snapshot, as before snapshots
+  referred to checkpoints (the before figure; `--skip-copy` leaves it out);
+- snapshot bytes written / state bytes; target <= 0.05;
+- the parent's peak RSS growth / state bytes, in a fresh process that reads
+  two snapshots of the checkpoint (verified) and diffs them; target <= 0.05.
+
+`--large` measures an 8 GiB state instead (not in CI: it needs about 30 GiB
+of disk and memory for the page cache to stay warm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from timing import median_seconds
+from trainparity.cases.command_case import CommandCase, observe_default
+from trainparity.processes.observer.worker import observe_one
+from trainparity.state.normalize import normalize_observation
+from trainparity.state.snapshot_file import read_snapshot, write_snapshot
+
+TENSOR_ELEMENTS = 4096 * 4096  # 64 MiB of float32
+ISSUE_TIME_TARGET = 1.5
+ISSUE_BYTES_TARGET = 0.05
+ISSUE_RSS_TARGET = 0.05
+
+# Runs in a fresh interpreter: the parent's side, reading and diffing two snapshots.
+PARENT = r"""
+import json, sys
+from trainparity.comparison.snapshots import diff_snapshots
+
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) * 1024
+with open("/proc/self/clear_refs", "w") as stream:
+    stream.write("5")  # resets the peak RSS (VmHWM) so it measures the diff alone
+before = status("VmRSS")
+result = diff_snapshots(sys.argv[1], sys.argv[2])
+print(json.dumps({"outcome": result.outcome.value, "before": before, "peak": status("VmHWM")}))
+"""
+
+
+def write_checkpoint(path: Path, gib: float) -> int:
+    """A torch.save file of about `gib` GiB: weights and two Adam moments per layer; its state bytes."""
+    layers = max(1, round(gib * (1 << 30) / (TENSOR_ELEMENTS * 4) / 3))
+    generator = torch.Generator().manual_seed(43)
+    state = {
+        "model": {},
+        "optimizer": {"state": {}, "param_groups": [{"lr": 1e-4, "params": list(range(layers))}]},
+        "step": 1,
+    }
+    for index in range(layers):
+        state["model"][f"{index}.weight"] = torch.randn(4096, 4096, generator=generator)
+        state["optimizer"]["state"][index] = {
+            "step": torch.tensor(1.0),
+            "exp_avg": torch.randn(4096, 4096, generator=generator),
+            "exp_avg_sq": torch.rand(4096, 4096, generator=generator),
+        }
+    torch.save(state, path)
+    return sum(
+        tensor.numel() * tensor.element_size()
+        for tensor in _tensors(state)  # the state is dropped on return
+    )
+
+
+def _tensors(value: object):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+
+
+def load_and_touch(checkpoint: Path) -> None:
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    for tensor in _tensors(state):
+        tensor.sum()
+
+
+def observe_and_read(case: CommandCase, checkpoint: Path, snapshot: Path) -> int:
+    """The worker's observation and snapshot, then the parent's verified read; snapshot bytes."""
+    request = {"checkpoint": str(checkpoint), "snapshot": str(snapshot)}
+    record = observe_one(case, None, request)
+    if record["outcome"] != "PASS":
+        raise RuntimeError(f"observation did not PASS: {record}")
+    read_snapshot(snapshot)
+    return int(record["snapshot_bytes"])
+
+
+def observe_copying(checkpoint: Path, snapshot: Path) -> None:
+    """The same observation with every tensor copied into the snapshot (no references)."""
+    state = normalize_observation(observe_default(checkpoint))
+    write_snapshot(snapshot, state, step=1, environment={})
+    read_snapshot(snapshot)
+
+
+def parent_rss(first: Path, second: Path) -> dict:
+    completed = subprocess.run(
+        [sys.executable, "-c", PARENT, str(first), str(second)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gib", type=float, default=1.0)
+    parser.add_argument("--large", action="store_true", help="an 8 GiB state (not for CI)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None, help="where the files go")
+    parser.add_argument("--skip-copy", action="store_true")
+    arguments = parser.parse_args()
+    gib = 8.0 if arguments.large else arguments.gib
+    directory = Path(tempfile.mkdtemp(prefix="bench-big-states-", dir=arguments.dir))
+    try:
+        run(directory, gib, arguments.repeats, arguments.skip_copy)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def run(directory: Path, gib: float, repeats: int, skip_copy: bool) -> None:
+    checkpoint = directory / "checkpoint.pt"
+    state_bytes = write_checkpoint(checkpoint, gib)
+    print(
+        f"machine: {os.cpu_count()} CPUs, torch {torch.__version__}; "
+        f"state {state_bytes / 2**30:.2f} GiB, checkpoint {checkpoint.stat().st_size / 2**30:.2f} GiB"
+    )
+    case = CommandCase(
+        template=["python", "train.py", "{checkpoint}"],
+        checkpoint="{run_dir}/checkpoint.pt",
+        total_step=1,
+    )
+    first, second = directory / "a.safetensors", directory / "b.safetensors"
+    baseline = median_seconds(lambda: load_and_touch(checkpoint), repeats)
+    ours = median_seconds(lambda: observe_and_read(case, checkpoint, first), repeats)
+    snapshot_bytes = observe_and_read(case, checkpoint, second)
+    print(f"  torch.load(mmap=False) + touch every tensor: {baseline:.3f} s (baseline)")
+    print(
+        f"  observation + snapshot + verified read: {ours:.3f} s = {ours / baseline:.2f}x "
+        f"the baseline (target <= {ISSUE_TIME_TARGET})"
+    )
+    if not skip_copy:
+        copied = directory / "copied.safetensors"
+        copying = median_seconds(lambda: observe_copying(checkpoint, copied), repeats)
+        print(
+            f"  the same, every tensor copied into the snapshot: {copying:.3f} s = "
+            f"{copying / baseline:.2f}x the baseline ({copied.stat().st_size / 2**30:.2f} GiB written)"
+        )
+        copied.unlink()
+    print(
+        f"  snapshot bytes / state: {snapshot_bytes} B / {state_bytes} B = "
+        f"{snapshot_bytes / state_bytes:.2e} (target <= {ISSUE_BYTES_TARGET})"
+    )
+    parent = parent_rss(first, second)
+    growth = parent["peak"] - parent["before"]
+    print(
+        f"  parent reading + diffing two snapshots ({parent['outcome']}): peak RSS growth "
+        f"{growth / 2**20:.1f} MiB = {growth / state_bytes:.4f}x the state "
+        f"(target <= {ISSUE_RSS_TARGET})"
+    )
+
+
+if __name__ == "__main__":
+    main()
