@@ -65,15 +65,23 @@ def _training_state(shift: float = 0.0) -> dict:
 
 @pytest.fixture(scope="session")
 def snapshot_seeds(tmp_path_factory) -> Seeds:
-    """`full` (values), `shifted` (one tensor differs), `digest` (digest-only), `tiny`."""
+    """`full` (values), `shifted` (one tensor differs), `digest` (digest-only), `tiny`,
+    `referenced` (`full`'s state as references to a torch.save checkpoint: format 2)."""
     directory = tmp_path_factory.mktemp("snapshot-seeds")
     files = {
         "full": directory / "full.safetensors",
         "shifted": directory / "shifted.safetensors",
         "digest": directory / "digest.safetensors",
         "tiny": directory / "tiny.safetensors",
+        "referenced": directory / "referenced.safetensors",
     }
     write_snapshot(files["full"], _training_state(), step=5)
+    # The checkpoint lives outside the seeds' folder, which holds snapshot files only.
+    checkpoint = tmp_path_factory.mktemp("snapshot-checkpoint") / "checkpoint.pt"
+    torch.save(_training_state(), checkpoint)
+    mapped = torch.load(checkpoint, weights_only=True, mmap=True)
+    info = write_snapshot(files["referenced"], mapped, step=5, reference_files=[checkpoint])
+    assert info.referenced_bytes > 0
     write_snapshot(files["shifted"], _training_state(1e-3), step=5)
     write_snapshot(files["digest"], _training_state(), step=5, include_values=False)
     write_snapshot(files["tiny"], {"w": torch.ones(2), "n": 1}, step=None)

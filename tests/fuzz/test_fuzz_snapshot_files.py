@@ -29,7 +29,7 @@ from tests.fuzz.mutations import (
 )
 from tests.helpers import set_manifest
 
-SEEDS = st.sampled_from(["full", "shifted", "digest", "tiny"])
+SEEDS = st.sampled_from(["full", "shifted", "digest", "tiny", "referenced"])
 TOLERANCE = ToleranceComparison(rtol=1e-3, atol=1e-6, equal_nan=True)
 
 
@@ -173,6 +173,75 @@ def test_tensor_table_damage(snapshot_seeds, seed, data):
     check_snapshot_bytes(snapshot_seeds, assemble(json.dumps(header), body))
 
 
+@fuzz_settings(ci_examples=100)
+@given(data=st.data())
+def test_reference_damage(snapshot_seeds, data):
+    """A format-2 snapshot's references rewritten: another path, offset, or none at all."""
+    header, manifest, body = split(snapshot_seeds.files["referenced"].read_bytes())
+    referenced = [entry for entry in manifest["tensors"] if "reference" in entry]
+    entry = data.draw(st.sampled_from(referenced), label="tensor")
+    change = data.draw(st.sampled_from(["offset", "path", "kind", "dropped"]))
+    if change == "offset":
+        entry["reference"]["offset"] = data.draw(_OFFSETS)
+    elif change == "path":
+        entry["reference"]["path"] = data.draw(
+            st.sampled_from(["", "relative.pt", str(snapshot_seeds.files["full"]), "/"])
+        )
+    elif change == "kind":
+        entry["reference"] = data.draw(st.sampled_from([None, [], "x", {"path": "p"}]))
+    else:
+        del entry["reference"]
+    set_manifest(header["__metadata__"], json.dumps(manifest))
+    check_snapshot_bytes(snapshot_seeds, assemble(json.dumps(header), body))
+
+
+def _referenced_ranges(manifest: dict) -> list[tuple[int, int]]:
+    return [
+        (entry["reference"]["offset"], entry["reference"]["offset"] + entry["nbytes"])
+        for entry in manifest["tensors"]
+        if "reference" in entry
+    ]
+
+
+@fuzz_settings(ci_examples=100)
+@given(data=st.data())
+def test_a_referenced_checkpoint_damaged_after_observation(snapshot_seeds, data):
+    """Bits flipped in a copy of the referenced checkpoint that the snapshot is pointed at:
+    a flip inside a referenced range is an ERROR, whatever trust_digests says; elsewhere the
+    values are the observed ones and the snapshot still equals `full`."""
+    header, manifest, body = split(snapshot_seeds.files["referenced"].read_bytes())
+    referenced = [entry for entry in manifest["tensors"] if "reference" in entry]
+    source = Path(referenced[0]["reference"]["path"])
+    checkpoint = bytearray(source.read_bytes())
+    # Half the positions are drawn among the referenced bytes, a small part of the file.
+    inside = [p for begin, end in _referenced_ranges(manifest) for p in range(begin, end)]
+    positions = st.one_of(st.integers(0, len(checkpoint) - 1), st.sampled_from(inside))
+    flips = data.draw(st.lists(st.tuples(positions, st.integers(0, 7)), max_size=3))
+    for position, bit in flips:
+        checkpoint[position] ^= 1 << bit
+    copy = snapshot_seeds.fresh_path(".pt")
+    copy.write_bytes(checkpoint)
+    for entry in referenced:
+        entry["reference"]["path"] = str(copy)
+    set_manifest(header["__metadata__"], json.dumps(manifest))
+    path = snapshot_seeds.fresh_path(".safetensors")
+    path.write_bytes(assemble(json.dumps(header), body))
+    changed = bytes(checkpoint) != source.read_bytes()
+    touched = changed and any(
+        checkpoint[begin:end] != source.read_bytes()[begin:end]
+        for begin, end in _referenced_ranges(manifest)
+    )
+    try:
+        with within_seconds():
+            for trust in (False, True):
+                result = diff_snapshots(snapshot_seeds.files["full"], path, trust_digests=trust)
+                expected = Outcome.ERROR if touched else Outcome.PASS
+                assert result.outcome is expected, result.message
+    finally:
+        path.unlink()
+        copy.unlink()
+
+
 def test_the_seeds_read_and_diff_cleanly(snapshot_seeds):
     """The fuzzers start from valid files: they read, and compare as expected."""
     files = snapshot_seeds.files
@@ -181,6 +250,7 @@ def test_the_seeds_read_and_diff_cleanly(snapshot_seeds):
     assert diff_snapshots(files["full"], files["full"]).outcome is Outcome.PASS
     assert diff_snapshots(files["full"], files["shifted"]).outcome is Outcome.FAIL
     assert diff_snapshots(files["full"], files["digest"]).outcome is Outcome.PASS
+    assert diff_snapshots(files["full"], files["referenced"]).outcome is Outcome.PASS
     assert sorted(Path(path).name for path in snapshot_seeds.directory.iterdir()) == sorted(
         Path(path).name for path in files.values()
     )
