@@ -49,14 +49,14 @@ class MappedFileLocator:
     """
 
     def __init__(self, files: Iterable[str | os.PathLike[str]]) -> None:
-        identities: dict[tuple[int, int, int], str] = {}
+        identities: dict[tuple[int, int, int] | str, str] = {}
         for file in files:
             try:
                 status = os.stat(file)
             except OSError:
                 continue
             device = (os.major(status.st_dev), os.minor(status.st_dev), status.st_ino)
-            identities[device] = os.path.abspath(file)
+            identities[device] = identities[os.path.realpath(file)] = os.path.abspath(file)
         self.mappings = _file_mappings(identities) if identities else []
 
     def locate(self, tensor: torch.Tensor) -> FileRange | None:
@@ -75,8 +75,10 @@ class MappedFileLocator:
         return None
 
 
-def _file_mappings(identities: dict[tuple[int, int, int], str]) -> list[_Mapping]:
-    """This process's mappings of the files whose (major, minor, inode) are in `identities`."""
+def _file_mappings(identities: dict[tuple[int, int, int] | str, str]) -> list[_Mapping]:
+    """This process's mappings of the files in `identities`, by (major, minor, inode) or by
+    real path: overlay file systems show another device in the maps than `stat` gives.
+    A wrong match costs nothing but time: the writer checks the file's bytes."""
     try:
         lines = _MAPS.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:  # not Linux, or /proc not mounted: every tensor is copied, as before
@@ -89,8 +91,9 @@ def _file_mappings(identities: dict[tuple[int, int, int], str]) -> list[_Mapping
         span, _, offset, device, inode = fields[:5]
         major, _, minor = device.partition(":")
         key = (int(major, 16), int(minor, 16), int(inode))
-        if key not in identities:
+        name = identities.get(key, identities.get(fields[5]))
+        if name is None:
             continue
         start, _, end = span.partition("-")
-        found.append(_Mapping(int(start, 16), int(end, 16), int(offset, 16), identities[key]))
+        found.append(_Mapping(int(start, 16), int(end, 16), int(offset, 16), name))
     return found
