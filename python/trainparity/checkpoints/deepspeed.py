@@ -135,6 +135,7 @@ def _model_file_in(directory: Path) -> Path | None:
 def _tag_directory(directory: Path, tag: str | None) -> Path:
     if tag is None and _model_file_in(directory) is not None:
         return directory  # a tag directory itself
+    named_by = "given"
     if tag is None:
         latest = directory / "latest"
         if not latest.is_file():
@@ -142,12 +143,12 @@ def _tag_directory(directory: Path, tag: str | None) -> Path:
                 f"{str(latest)!r} is missing: {str(directory)!r} is not a DeepSpeed checkpoint "
                 "directory with a latest tag; pass tag='global_stepN' or the tag directory"
             )
-        tag = latest.read_text(encoding="utf-8").strip()
+        tag, named_by = latest.read_text(encoding="utf-8").strip(), "read from its latest file"
     tag_directory = directory / tag
     if not tag_directory.is_dir():
         raise FileNotFoundError(
             f"DeepSpeed checkpoint tag directory {str(tag_directory)!r} is missing "
-            f"(tag {tag!r}{' from the latest file' if tag is None else ''})"
+            f"(tag {tag!r}, {named_by})"
         )
     return tag_directory
 

@@ -1,0 +1,255 @@
+"""DeepSpeed ZeRO on 2 gloo CPU ranks: load_deepspeed on real checkpoints, and resume checks.
+
+`trainparity resume -- torchrun ... train.py` runs tests/fixtures/deepspeed_zero_train.py
+(ZeRO-2, AdamW, WarmupLR, engine.save_checkpoint/load_checkpoint) three times at
+once: clean (PASS) and with `load_optimizer_states=False` and
+`load_lr_scheduler_states=False` (both FAIL where the state was dropped). Two more
+jobs save the same training under ZeRO-1 and ZeRO-3. Everything runs in one
+module fixture. DeepSpeed JIT-builds its shm comm op with g++ on a rank's first
+`init_distributed`: the fixture builds it once, into $TORCH_EXTENSIONS_DIR when that
+is set (CI can keep it between runs) or else a directory of this test session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("deepspeed")
+
+from trainparity.checkpoints import load_checkpoint_directory, load_deepspeed  # noqa: E402
+
+SCRIPT = Path(__file__).resolve().parent / "fixtures" / "deepspeed_zero_train.py"
+SPLIT_STEP, TOTAL_STEP = 2, 5
+CHECKS = {
+    "clean": [],
+    "no_optimizer_states": ["--fault-no-optimizer-states"],
+    "no_lr_scheduler_states": ["--fault-no-lr-scheduler-states"],
+}
+OTHER_STAGES = (1, 3)
+PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
+BUILD_SHM_OP = (
+    "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
+)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("deepspeed")
+    project = root / "project"
+    project.mkdir()
+    shutil.copy(SCRIPT, project / "train.py")
+    (root / "tmp").mkdir()
+    environment = {
+        **os.environ,
+        "DS_ACCELERATOR": "cpu",
+        "OMP_NUM_THREADS": "1",
+        "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR")
+        or str(root / "torch_extensions"),
+        # `torchrun` as the template's first word is looked up in the children's PATH.
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "TMPDIR": str(root / "tmp"),
+    }
+    subprocess.run(
+        [sys.executable, "-c", BUILD_SHM_OP], env=environment, check=True, capture_output=True
+    )
+
+    processes = {}
+    for name, fault in CHECKS.items():
+        command = [
+            *(sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress"),
+            *("--split-step", str(SPLIT_STEP), "--total-step", str(TOTAL_STEP)),
+            *("--checkpoint", "{run_dir}/ck", "--work-dir", str(root / name)),
+            *("--", "torchrun", "--standalone", "--nproc-per-node=2", "{cwd}/train.py"),
+            *("--checkpoint", "{checkpoint}", "--end-step", "{end_step}"),
+            *("--resume", "{resume_from?}", *fault),
+        ]
+        processes[name] = subprocess.Popen(
+            command,
+            cwd=project,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    for stage in OTHER_STAGES:
+        processes[f"stage{stage}"] = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "torch.distributed.run", "--standalone"),
+                *("--nproc-per-node=2", "train.py", "--stage", str(stage)),
+                *("--checkpoint", str(root / f"stage{stage}"), "--end-step", str(TOTAL_STEP)),
+            ],
+            cwd=project,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    done: dict = {"root": root}
+    try:
+        for name, process in processes.items():
+            stdout, stderr = process.communicate(timeout=900)
+            done[name] = (process.returncode, stdout, stderr)
+    finally:
+        # On a timeout, the others stop too: a check and torchrun end their ranks on SIGTERM.
+        for process in processes.values():
+            if process.poll() is None:
+                process.terminate()
+                process.communicate(timeout=60)
+    return done
+
+
+def _report(runs: dict, name: str) -> dict:
+    returncode, stdout, stderr = runs[name]
+    assert stdout, f"{name} exited {returncode} with no report: {stderr[-3000:]}"
+    return json.loads(stdout)
+
+
+def _differences(report: dict) -> dict[str, dict]:
+    return {difference["path"]: difference for difference in report["all_differences"]}
+
+
+def _checkpoint(runs: dict) -> Path:
+    """The clean check's uninterrupted run's checkpoint: ZeRO-2 on 2 ranks, at TOTAL_STEP."""
+    return runs["root"] / "clean" / "baseline_a" / "ck"
+
+
+def test_a_clean_zero2_resume_passes(runs):
+    report = _report(runs, "clean")
+    assert report["outcome"] == "PASS", report["message"]
+    assert runs["clean"][0] == 0
+    assert report["message"] == f"final states are exactly equivalent at step {TOTAL_STEP}"
+    # Both ranks ran in every phase, under torchrun.
+    for process in report["processes"]:
+        assert [rank["rank"] for rank in process["ranks"]] == [0, 1], process
+
+
+def test_loading_without_optimizer_states_fails_at_the_optimizer_state(runs):
+    report = _report(runs, "no_optimizer_states")
+    assert report["outcome"] == "FAIL" and runs["no_optimizer_states"][0] == 1
+    differences = _differences(report)
+    # The moments restart from zero and AdamW counts its steps again from the split.
+    step = differences['optimizer.state["0.weight"].step']
+    assert "values=[5.0]" in step["baseline"] and "values=[3.0]" in step["candidate"]
+    for name in PARAMETERS:
+        assert f'optimizer.state["{name}"].exp_avg' in differences
+        assert f'fp32["{name}"]' in differences
+    # The scheduler was restored: its position and the learning rate agree.
+    assert "lr_scheduler.last_batch_iteration" not in differences
+    assert "optimizer.param_groups[0].lr" not in differences
+
+
+def test_loading_without_lr_scheduler_states_fails_at_the_scheduler(runs):
+    report = _report(runs, "no_lr_scheduler_states")
+    assert report["outcome"] == "FAIL" and runs["no_lr_scheduler_states"][0] == 1
+    differences = _differences(report)
+    # WarmupLR starts its warm-up again: 3 steps after the split instead of 5 in all.
+    position = differences["lr_scheduler.last_batch_iteration"]
+    assert (position["baseline"], position["candidate"]) == (
+        str(TOTAL_STEP - 1),
+        str(TOTAL_STEP - 3),
+    )
+    assert "optimizer.param_groups[0].lr" in differences
+    # The optimizer's own state was restored: its step count agrees.
+    assert not [path for path in differences if path.endswith(".step")]
+
+
+def test_load_deepspeed_reassembles_names_as_deepspeed_does(runs):
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    state = load_deepspeed(_checkpoint(runs))
+    theirs = get_fp32_state_dict_from_zero_checkpoint(str(_checkpoint(runs)))
+    assert list(state["fp32"]) == list(theirs) == PARAMETERS
+    for name in PARAMETERS:
+        assert torch.equal(state["fp32"][name], theirs[name]), name
+        # fp32 training: the module's weights are the master weights.
+        assert torch.equal(state["module"][name], theirs[name]), name
+        moments = state["optimizer"]["state"][name]
+        assert sorted(moments) == ["exp_avg", "exp_avg_sq", "step"]
+        assert moments["exp_avg"].shape == theirs[name].shape
+        assert moments["step"].item() == TOTAL_STEP
+    assert state["optimizer"]["param_groups"][0]["params"] == PARAMETERS
+    assert state["optimizer"]["param_groups"][0]["weight_decay"] == 0.01
+    assert state["lr_scheduler"] == {"last_batch_iteration": TOTAL_STEP - 1}
+    assert state["client_state"] == {"step": TOTAL_STEP}
+    assert (state["global_steps"], state["skipped_steps"]) == (TOTAL_STEP, 0)
+    assert state["zero"]["stage"] == 2 and state["zero"]["partition_count"] == 2
+    # The default observer's dispatch reads the same.
+    assert torch.equal(
+        load_checkpoint_directory(_checkpoint(runs))["fp32"]["2.bias"], theirs["2.bias"]
+    )
+
+
+def test_each_rank_partition_is_its_slice_of_the_reassembled_state(runs):
+    whole = load_deepspeed(_checkpoint(runs))
+    flat = {
+        key: torch.cat([whole["optimizer"]["state"][name][key].flatten() for name in PARAMETERS])
+        for key in ("exp_avg", "exp_avg_sq")
+    }
+    flat["fp32"] = torch.cat([whole["fp32"][name].flatten() for name in PARAMETERS])
+    covered = 0
+    for rank in (0, 1):
+        part = load_deepspeed(_checkpoint(runs), rank=rank)
+        (group,) = part["partition"]["groups"]
+        assert part["partition"]["rank"] == rank and group["offset"] == covered
+        window = slice(group["offset"], group["offset"] + group["numel"])
+        assert torch.equal(part["fp32"][0], flat["fp32"][window])
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(part["optimizer"]["state"][0][key], flat[key][window]), key
+        covered += group["numel"]
+    assert covered == flat["fp32"].numel()
+    with pytest.raises(ValueError, match="rank=2 is not a rank of this 2-rank checkpoint"):
+        load_deepspeed(_checkpoint(runs), rank=2)
+
+
+@pytest.mark.parametrize("stage", OTHER_STAGES)
+def test_zero1_and_zero3_checkpoints_read_as_the_same_training(runs, stage):
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    returncode, _stdout, stderr = runs[f"stage{stage}"]
+    assert returncode == 0, stderr[-3000:]
+    directory = runs["root"] / f"stage{stage}"
+    state, zero2 = load_deepspeed(directory), load_deepspeed(_checkpoint(runs))
+    theirs = get_fp32_state_dict_from_zero_checkpoint(str(directory))
+    assert state["zero"]["stage"] == stage
+    for name in PARAMETERS:
+        assert torch.equal(state["fp32"][name], theirs[name]), name
+        # The same seeds and data under another stage: equal up to reduction order.
+        torch.testing.assert_close(state["fp32"][name], zero2["fp32"][name])
+        for key, value in zero2["optimizer"]["state"][name].items():
+            torch.testing.assert_close(state["optimizer"]["state"][name][key], value)
+
+
+def test_an_explicit_tag_or_the_tag_directory_reads_the_same(runs):
+    latest = load_deepspeed(_checkpoint(runs))
+    for state in (
+        load_deepspeed(_checkpoint(runs), tag=f"global_step{TOTAL_STEP}"),
+        load_deepspeed(_checkpoint(runs) / f"global_step{TOTAL_STEP}"),
+    ):
+        assert state["global_steps"] == TOTAL_STEP
+        assert all(torch.equal(state["fp32"][n], latest["fp32"][n]) for n in PARAMETERS)
+
+
+def test_a_partial_or_damaged_directory_names_what_is_missing(runs, tmp_path):
+    copy = tmp_path / "ck"
+    shutil.copytree(_checkpoint(runs), copy)
+    tag = copy / f"global_step{TOTAL_STEP}"
+    (tag / "zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"rank 1's file zero_pp_rank_1_mp_rank_00_optim_states\.pt is missing",
+    ):
+        load_deepspeed(copy)
+    with pytest.raises(FileNotFoundError, match=r"tag directory .*global_step9.* is missing"):
+        load_deepspeed(copy, tag="global_step9")
+    (copy / "latest").unlink()
+    shutil.rmtree(tag)
+    with pytest.raises(FileNotFoundError, match=r"latest' is missing"):
+        load_deepspeed(copy)
