@@ -260,3 +260,23 @@ def test_a_resume_check_with_the_default_observer_refers_to_its_checkpoints(tmp_
     damaged[referenced[0]["reference"]["offset"]] ^= 0x10
     checkpoint.write_bytes(damaged)
     assert diff_snapshots(baseline, candidate).outcome is Outcome.ERROR
+
+
+def test_a_safetensors_file_loaded_by_an_observer_is_referenced_too(tmp_path):
+    """safetensors' load_file maps the file (as torch.load(mmap=True) does): its tensors are
+    referenced, and a flipped byte in one of them afterwards is an ERROR."""
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    checkpoint = tmp_path / "model.safetensors"
+    generator = torch.Generator().manual_seed(1)
+    expected = {"w": torch.randn(64, 32, generator=generator), "b": torch.arange(7.0)}
+    safetensors_torch.save_file(expected, checkpoint)
+    loaded = safetensors_torch.load_file(checkpoint)
+    info = _snapshot(loaded, checkpoint, tmp_path / "s.safetensors")
+    assert info.referenced_bytes == info.tensor_bytes
+    snapshot, _ = read_snapshot(info.path)
+    _assert_same_values(snapshot.state, expected)
+    entry = _manifest(info.path)["tensors"][0]
+    damaged = bytearray(checkpoint.read_bytes())
+    damaged[entry["reference"]["offset"] + entry["nbytes"] - 1] ^= 0x80
+    checkpoint.write_bytes(damaged)
+    assert diff_snapshots(info.path, info.path).outcome is Outcome.ERROR
