@@ -8,6 +8,8 @@ is an error, never a PASS.
 from __future__ import annotations
 
 import json
+import mmap
+import os
 import random
 import struct
 import sys
@@ -19,6 +21,7 @@ from trainparity import check_resume
 from trainparity.cases.command_case import CommandCase, observe_default
 from trainparity.comparison.snapshots import diff_snapshots
 from trainparity.outcomes import Outcome
+from trainparity.state.file_ranges import MappedFileLocator
 from trainparity.state.normalize import normalize_observation
 from trainparity.state.snapshot_file import (
     SNAPSHOT_FILE_FORMAT,
@@ -280,3 +283,30 @@ def test_a_safetensors_file_loaded_by_an_observer_is_referenced_too(tmp_path):
     damaged[entry["reference"]["offset"] + entry["nbytes"] - 1] ^= 0x80
     checkpoint.write_bytes(damaged)
     assert diff_snapshots(info.path, info.path).outcome is Outcome.ERROR
+
+
+def test_the_page_map_tells_a_written_tensor_from_one_that_is_still_the_files(tmp_path):
+    """Unwritten pages spare the writer a second read of the file; a written one must not."""
+    if not os.access("/proc/self/pagemap", os.R_OK):
+        pytest.skip("this machine's /proc/self/pagemap cannot be read")
+    checkpoint = tmp_path / "checkpoint.pt"
+    _save_checkpoint(checkpoint)
+    state = torch.load(checkpoint, weights_only=True, mmap=True)
+    weight = state["model"]["0.weight"]
+    locator = MappedFileLocator([checkpoint])
+    before = locator.locate(weight)
+    assert before is not None and before.unwritten
+    # A tensor on other pages than the weight's (a page the write copies holds its neighbours too).
+    page = mmap.PAGESIZE
+    pages = set(range(before.offset // page, (before.offset + weight.nbytes - 1) // page + 1))
+    apart = next(
+        tensor
+        for _, tensor in _flat(state)
+        if isinstance(tensor, torch.Tensor)
+        and (found := locator.locate(tensor)) is not None
+        and not pages & set(range(found.offset // page, (found.offset + tensor.nbytes) // page + 1))
+    )
+    weight.add_(1.0)
+    after, untouched = locator.locate(weight), locator.locate(apart)
+    assert after is not None and not after.unwritten and after.offset == before.offset
+    assert untouched is not None and untouched.unwritten

@@ -4,13 +4,16 @@
 memory is a private mapping of the checkpoint file. Such a tensor need not be
 copied into a snapshot: the snapshot can record the file and the byte offset
 instead. This module only says where a tensor's memory is mapped from
-(Linux's /proc/self/maps); snapshot_file.py checks that the file's bytes there
-still equal the tensor's before it records a reference, because a private
-mapping's pages stop following the file once the observer writes to them.
+(Linux's /proc/self/maps), and whether the tensor's memory is still the
+file's: a private mapping's page stops following the file once the observer
+writes to it (copy-on-write). /proc/self/pagemap tells that per page without
+reading the data, so the writer reads each tensor once; where it cannot tell,
+snapshot_file.py digests the file's bytes too before it records a reference.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -23,14 +26,23 @@ if TYPE_CHECKING:
 __all__ = ["FileRange", "MappedFileLocator"]
 
 _MAPS = Path("/proc/self/maps")
+_PAGEMAP = Path("/proc/self/pagemap")
+# pagemap entries read at a time: 8 MiB of entries cover 4 GiB of 4 KiB pages.
+_PAGEMAP_ENTRIES_PER_READ = 1 << 20
 
 
 @dataclass(frozen=True)
 class FileRange:
-    """A tensor's bytes at `offset` in the file at absolute `path`."""
+    """A tensor's bytes at `offset` in the file at absolute `path`.
+
+    `unwritten`: the memory is a mapping of this very file (device and inode)
+    and none of its pages was written by the process, so its bytes are the
+    file's bytes; False when that is not known.
+    """
 
     path: str
     offset: int
+    unwritten: bool = False
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,7 @@ class _Mapping:
     end: int
     file_offset: int
     path: str
+    same_file: bool  # matched by device and inode, not only by path
 
 
 class MappedFileLocator:
@@ -71,8 +84,42 @@ class MappedFileLocator:
             return None
         for mapping in self.mappings:
             if mapping.start <= address and address + nbytes <= mapping.end:
-                return FileRange(mapping.path, address - mapping.start + mapping.file_offset)
+                return FileRange(
+                    mapping.path,
+                    address - mapping.start + mapping.file_offset,
+                    unwritten=mapping.same_file and _pages_follow_the_file(address, nbytes),
+                )
         return None
+
+
+def _pages_follow_the_file(address: int, nbytes: int) -> bool:
+    """Whether no page of [address, address + nbytes) was written by this process.
+
+    In a private file mapping a page is absent (read from the file when
+    touched), present as a page of the file, or, once written, an anonymous
+    page (possibly swapped out). False when the pagemap cannot be read.
+    """
+    import torch
+
+    first = address // mmap.PAGESIZE
+    count = (address + nbytes - 1) // mmap.PAGESIZE - first + 1
+    try:
+        with open(_PAGEMAP, "rb", buffering=0) as stream:
+            for start in range(0, count, _PAGEMAP_ENTRIES_PER_READ):
+                entries = min(_PAGEMAP_ENTRIES_PER_READ, count - start)
+                buffer = bytearray(entries * 8)
+                stream.seek((first + start) * 8)
+                if stream.readinto(buffer) != len(buffer):
+                    return False
+                pages = torch.frombuffer(buffer, dtype=torch.int64)
+                present = pages < 0  # bit 63
+                swapped = ((pages >> 62) & 1).bool()
+                file_page = ((pages >> 61) & 1).bool()
+                if bool((swapped | (present & ~file_page)).any()):
+                    return False
+    except OSError:
+        return False
+    return True
 
 
 def _file_mappings(identities: dict[tuple[int, int, int] | str, str]) -> list[_Mapping]:
@@ -95,5 +142,7 @@ def _file_mappings(identities: dict[tuple[int, int, int] | str, str]) -> list[_M
         if name is None:
             continue
         start, _, end = span.partition("-")
-        found.append(_Mapping(int(start, 16), int(end, 16), int(offset, 16), name))
+        found.append(
+            _Mapping(int(start, 16), int(end, 16), int(offset, 16), name, key in identities)
+        )
     return found

@@ -209,11 +209,15 @@ def _confirmed_reference(tensor: FrozenTensor, digest: bytes) -> FileRange | Non
 
     A private mapping's page that the observer wrote to holds the observed
     value, not the file's: such a tensor, or one whose file changed since it
-    was mapped, is copied into the snapshot instead.
+    was mapped, is copied into the snapshot instead. A source whose pages
+    are known unwritten (file_ranges.py) holds the file's bytes: the digest
+    of the tensor is theirs, and the file is not read again.
     """
     source = tensor.source
     if source is None:
         return None
+    if source.unwritten:
+        return source
     try:
         with open(source.path, "rb") as stream:
             mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
