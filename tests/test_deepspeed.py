@@ -3,8 +3,9 @@
 `trainparity resume -- torchrun ... train.py` runs tests/fixtures/deepspeed_zero_train.py
 (ZeRO-2, AdamW, WarmupLR, engine.save_checkpoint/load_checkpoint) three times at
 once: clean (PASS) and with `load_optimizer_states=False` and
-`load_lr_scheduler_states=False` (both FAIL where the state was dropped). Two more
-jobs save the same training under ZeRO-1 and ZeRO-3. Everything runs in one
+`load_lr_scheduler_states=False` (both FAIL where the state was dropped); the clean
+check once more under the deepspeed launcher (`-- deepspeed ...`). Two more jobs save
+the same training under ZeRO-1 and ZeRO-3. Everything runs in one
 module fixture. DeepSpeed JIT-builds its shm comm op with g++ on a rank's first
 `init_distributed`: the fixture builds it once, into $TORCH_EXTENSIONS_DIR when that
 is set (CI can keep it between runs) or else a directory of this test session.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +81,24 @@ def runs(tmp_path_factory) -> dict:
             stderr=subprocess.PIPE,
             text=True,
         )
+    # The deepspeed launcher's ranks meet at its fixed --master_port, which trainparity cannot
+    # tell apart per phase: the phases run one after another (--sequential), on a port that
+    # was free a moment ago.
+    processes["launcher"] = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress"),
+            *("--sequential", "--split-step", str(SPLIT_STEP), "--total-step", str(TOTAL_STEP)),
+            *("--checkpoint", "{run_dir}/ck", "--work-dir", str(root / "launcher")),
+            *("--", "deepspeed", "--num_gpus", "2", "--master_port", str(_free_port())),
+            *("{cwd}/train.py", "--checkpoint", "{checkpoint}", "--end-step", "{end_step}"),
+            *("--resume", "{resume_from?}"),
+        ],
+        cwd=project,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for stage in OTHER_STAGES:
         processes[f"stage{stage}"] = subprocess.Popen(
             [
@@ -106,6 +126,12 @@ def runs(tmp_path_factory) -> dict:
     return done
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def _report(runs: dict, name: str) -> dict:
     returncode, stdout, stderr = runs[name]
     assert stdout, f"{name} exited {returncode} with no report: {stderr[-3000:]}"
@@ -129,6 +155,13 @@ def test_a_clean_zero2_resume_passes(runs):
     # Both ranks ran in every phase, under torchrun.
     for process in report["processes"]:
         assert [rank["rank"] for rank in process["ranks"]] == [0, 1], process
+
+
+def test_a_clean_resume_under_the_deepspeed_launcher_passes(runs):
+    report = _report(runs, "launcher")
+    assert report["outcome"] == "PASS", report["message"]
+    assert report["message"] == f"final states are exactly equivalent at step {TOTAL_STEP}"
+    assert report["case"].startswith("deepspeed --num_gpus 2 --master_port ")
 
 
 def test_loading_without_optimizer_states_fails_at_the_optimizer_state(runs):
