@@ -129,13 +129,21 @@ def test_a_tensor_the_observer_changed_or_built_is_copied_with_its_observed_valu
     observation["model"]["0.weight"].add_(1.0)  # copy-on-write: the page leaves the file
     observation["doubled"] = observation["model"]["2.bias"] * 2  # a new tensor
     observation["strided"] = observation["model"]["0.weight"].t()  # not contiguous
+    observation["rows"] = observation["model"]["2.weight"][2:5]  # inside the file, offset
+    observation["bits"] = observation["model"]["2.bias"].view(torch.int32)  # same bytes
     info = _snapshot(observation, checkpoint, tmp_path / "s.safetensors")
     referenced = {
         entry["name"] for entry in _manifest(info.path)["tensors"] if "reference" in entry
     }
     assert 'model["0.weight"]' not in referenced
     assert {"doubled", "strided"}.isdisjoint(referenced)
-    assert {'model["0.bias"]', 'model["2.bias"]', 'model["2.weight"]'} <= referenced
+    assert {'model["0.bias"]', 'model["2.bias"]', 'model["2.weight"]', "rows", "bits"} <= referenced
+    entries = {entry["name"]: entry for entry in _manifest(info.path)["tensors"]}
+    row_bytes = 32 * 4
+    assert (
+        entries["rows"]["reference"]["offset"]
+        == entries['model["2.weight"]']["reference"]["offset"] + 2 * row_bytes
+    )
     snapshot, _ = read_snapshot(info.path)
     _assert_same_values(snapshot.state, observation)
 
