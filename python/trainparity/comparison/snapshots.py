@@ -39,8 +39,10 @@ class SnapshotDiff(ReportedResult):
     known to differ, not by how much). `integrity` says how far the files'
     bytes were checked before the verdict: "verified" (every tensor's bytes
     against its recorded digest, and each manifest against its own digest) or
-    "digests trusted" (`trust_digests=True`: the tensor bytes were not
-    checked, and equal digests were taken as equal values).
+    "digests trusted" (`trust_digests=True`: the tensor bytes in the snapshot
+    files were not checked, and equal digests were taken as equal values;
+    ranges of checkpoint files that a snapshot refers to are verified all the
+    same, since no one vouched for those files).
     """
 
     outcome: Outcome
@@ -77,7 +79,8 @@ def diff_snapshots(
     (never a root cause). ABSTAIN: under a tolerance, only digests of the
     differing tensors were recorded, so closeness cannot be judged. ERROR: a
     file is missing, unreadable, damaged (its bytes no longer match its
-    recorded digests) or not a snapshot. Both files are verified before
+    recorded digests) or not a snapshot, or a checkpoint it refers to is
+    missing or changed after it was observed. Both files are verified before
     anything is compared, unless `trust_digests=True` vouches for them; the
     result's `integrity` says which. Raises TypeError for a comparison that
     is not ExactComparison/ToleranceComparison.
