@@ -1,10 +1,11 @@
 """DeepSpeed ZeRO on 2 gloo CPU ranks: load_deepspeed on real checkpoints, and resume checks.
 
 `trainparity resume -- torchrun ... train.py` runs tests/fixtures/deepspeed_zero_train.py
-(ZeRO-2, AdamW, WarmupLR, engine.save_checkpoint/load_checkpoint) three times at
-once: clean (PASS) and with `load_optimizer_states=False` and
-`load_lr_scheduler_states=False` (both FAIL where the state was dropped); the clean
-check once more under the deepspeed launcher (`-- deepspeed ...`). Two more jobs save
+(ZeRO-2, AdamW, WarmupLR, engine.save_checkpoint/load_checkpoint, record_ids) five
+times at once: clean (PASS) and with `load_optimizer_states=False`,
+`load_lr_scheduler_states=False`, `load_module_only=True` and a data position that
+is not saved (each FAILs where its state was lost); the clean check once more under
+the deepspeed launcher (`-- deepspeed ...`). Two more jobs save
 the same training under ZeRO-1 and ZeRO-3. Everything runs in one
 module fixture. DeepSpeed JIT-builds its shm comm op with g++ on a rank's first
 `init_distributed`: the fixture builds it once, into $TORCH_EXTENSIONS_DIR when that
@@ -34,6 +35,8 @@ CHECKS = {
     "clean": [],
     "no_optimizer_states": ["--fault-no-optimizer-states"],
     "no_lr_scheduler_states": ["--fault-no-lr-scheduler-states"],
+    "module_only": ["--fault-module-only"],
+    "data_position_not_saved": ["--fault-data-position-not-saved"],
 }
 OTHER_STAGES = (1, 3)
 PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
@@ -192,6 +195,42 @@ def test_loading_without_lr_scheduler_states_fails_at_the_scheduler(runs):
     assert "optimizer.param_groups[0].lr" in differences
     # The optimizer's own state was restored: its step count agrees.
     assert not [path for path in differences if path.endswith(".step")]
+
+
+def test_loading_the_module_only_fails_at_the_engine_counters_optimizer_and_scheduler(runs):
+    report = _report(runs, "module_only")
+    assert report["outcome"] == "FAIL" and runs["module_only"][0] == 1
+    differences = _differences(report)
+    # DeepSpeed's own step counter restarts with the optimizer and the scheduler.
+    steps = differences["global_steps"]
+    assert (steps["baseline"], steps["candidate"]) == (
+        str(TOTAL_STEP),
+        str(TOTAL_STEP - SPLIT_STEP),
+    )
+    assert {
+        "global_samples",
+        "lr_scheduler.last_batch_iteration",
+        'optimizer.state["0.weight"].step',
+    } <= set(differences)
+
+
+def test_a_data_position_not_saved_fails_at_the_first_repeated_sample_of_each_rank(runs):
+    report = _report(runs, "data_position_not_saved")
+    assert report["outcome"] == "FAIL" and runs["data_position_not_saved"][0] == 1
+    assert (
+        report["message"]
+        == f"first observed divergence at step {TOTAL_STEP}: coverage.epoch0.rank0"
+    )
+    primary = report["primary_difference"]
+    assert primary["reason"] == "sample_repeated"
+    assert (
+        "consumed again" in primary["candidate"]
+        and "candidate_resume's position 0" in primary["candidate"]
+    )
+    differences = _differences(report)
+    assert differences["coverage.epoch0.rank1"]["reason"] == "sample_repeated"
+    # The checkpoint itself was whole: the counters and the scheduler agree.
+    assert not {"global_steps", "lr_scheduler.last_batch_iteration"} & set(differences)
 
 
 def test_load_deepspeed_reassembles_names_as_deepspeed_does(runs):
