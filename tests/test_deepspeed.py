@@ -1,10 +1,12 @@
 """DeepSpeed ZeRO on 2 gloo CPU ranks: load_deepspeed on real checkpoints, and resume checks.
 
 `trainparity resume -- torchrun ... train.py` runs tests/fixtures/deepspeed_zero_train.py
-(ZeRO-2, AdamW, WarmupLR, engine.save_checkpoint/load_checkpoint, record_ids) five
+(ZeRO-2, AdamW, WarmupLR, engine.save_checkpoint/load_checkpoint, record_ids) seven
 times at once: clean (PASS) and with `load_optimizer_states=False`,
-`load_lr_scheduler_states=False`, `load_module_only=True` and a data position that
-is not saved (each FAILs where its state was lost); the clean check once more under
+`load_lr_scheduler_states=False`, `load_module_only=True`, a data position that
+is not saved, the configured learning rate put back after loading (DeepSpeed#4344's
+class) and a client warm-up scheduler DeepSpeed is not given (DeepSpeed#3875), each
+FAILing where its state was lost; the clean check once more under
 the deepspeed launcher (`-- deepspeed ...`). Two more jobs save
 the same training under ZeRO-1 and ZeRO-3. Everything runs in one
 module fixture. DeepSpeed JIT-builds its shm comm op with g++ on a rank's first
@@ -37,6 +39,8 @@ CHECKS = {
     "no_lr_scheduler_states": ["--fault-no-lr-scheduler-states"],
     "module_only": ["--fault-module-only"],
     "data_position_not_saved": ["--fault-data-position-not-saved"],
+    "config_lr_after_load": ["--fault-config-lr-after-load"],
+    "client_scheduler_not_given": ["--fault-client-scheduler-not-given"],
 }
 OTHER_STAGES = (1, 3)
 PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
@@ -145,6 +149,19 @@ def _differences(report: dict) -> dict[str, dict]:
     return {difference["path"]: difference for difference in report["all_differences"]}
 
 
+def _weights_and_moments() -> set[str]:
+    return {
+        path
+        for name in PARAMETERS
+        for path in (
+            f'fp32["{name}"]',
+            f'module["{name}"]',
+            f'optimizer.state["{name}"].exp_avg',
+            f'optimizer.state["{name}"].exp_avg_sq',
+        )
+    }
+
+
 def _checkpoint(runs: dict) -> Path:
     """The clean check's uninterrupted run's checkpoint: ZeRO-2 on 2 ranks, at TOTAL_STEP."""
     return runs["root"] / "clean" / "baseline_a" / "ck"
@@ -231,6 +248,29 @@ def test_a_data_position_not_saved_fails_at_the_first_repeated_sample_of_each_ra
     assert differences["coverage.epoch0.rank1"]["reason"] == "sample_repeated"
     # The checkpoint itself was whole: the counters and the scheduler agree.
     assert not {"global_steps", "lr_scheduler.last_batch_iteration"} & set(differences)
+
+
+def test_the_configured_lr_put_back_after_loading_fails_at_the_weights_it_stepped(runs):
+    report = _report(runs, "config_lr_after_load")
+    assert report["outcome"] == "FAIL" and runs["config_lr_after_load"][0] == 1
+    assert report["message"] == f'first observed divergence at step {TOTAL_STEP}: fp32["0.bias"]'
+    # The step after the split ran at the configured 0.05, not at the restored warm-up's rate:
+    # the weights it moved differ, and the moments of the steps after it. The restored WarmupLR
+    # set its own rate again at its next step, so the scheduler, the final learning rate, the
+    # optimizer's step count and DeepSpeed's counters agree: only the weights and moments differ.
+    assert set(_differences(report)) == _weights_and_moments()
+
+
+def test_a_client_scheduler_deepspeed_is_not_given_restarts_its_warmup(runs):
+    report = _report(runs, "client_scheduler_not_given")
+    assert report["outcome"] == "FAIL" and runs["client_scheduler_not_given"][0] == 1
+    differences = _differences(report)
+    # The linear warm-up of 6 steps counted 5 steps without a resume, 3 after it.
+    lr = differences["optimizer.param_groups[0].lr"]
+    assert (float(lr["baseline"]), float(lr["candidate"])) == pytest.approx((0.05, 0.05 * 4 / 6))
+    # DeepSpeed had no scheduler to save (both checkpoints hold none) and restored the
+    # optimizer's step count: the learning rate, and the weights and moments it moved, differ.
+    assert set(differences) == {"optimizer.param_groups[0].lr", *_weights_and_moments()}
 
 
 def test_load_deepspeed_reassembles_names_as_deepspeed_does(runs):
