@@ -16,12 +16,15 @@ is set (CI can keep it between runs) or else a directory of this test session.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,6 +47,8 @@ CHECKS = {
 }
 OTHER_STAGES = (1, 3)
 PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
+# Checks (or stage runs) at once: each check runs its phases side by side already.
+CONCURRENT_CHECKS = 2
 BUILD_SHM_OP = (
     "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
 )
@@ -70,66 +75,81 @@ def runs(tmp_path_factory) -> dict:
         [sys.executable, "-c", BUILD_SHM_OP], env=environment, check=True, capture_output=True
     )
 
-    processes = {}
+    commands: dict[str, Callable[[], list[str]]] = {}
     for name, fault in CHECKS.items():
-        command = [
-            *(sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress"),
-            *("--split-step", str(SPLIT_STEP), "--total-step", str(TOTAL_STEP)),
-            *("--checkpoint", "{run_dir}/ck", "--work-dir", str(root / name)),
-            *("--", "torchrun", "--standalone", "--nproc-per-node=2", "{cwd}/train.py"),
-            *("--checkpoint", "{checkpoint}", "--end-step", "{end_step}"),
-            *("--resume", "{resume_from?}", *fault),
-        ]
-        processes[name] = subprocess.Popen(
-            command,
-            cwd=project,
-            env=environment,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        commands[name] = functools.partial(
+            list,
+            (
+                *(sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress"),
+                *("--split-step", str(SPLIT_STEP), "--total-step", str(TOTAL_STEP)),
+                *("--checkpoint", "{run_dir}/ck", "--work-dir", str(root / name)),
+                *("--", "torchrun", "--standalone", "--nproc-per-node=2", "{cwd}/train.py"),
+                *("--checkpoint", "{checkpoint}", "--end-step", "{end_step}"),
+                *("--resume", "{resume_from?}", *fault),
+            ),
         )
     # The deepspeed launcher's ranks meet at its fixed --master_port, which trainparity cannot
     # tell apart per phase: the phases run one after another (--sequential), on a port that
-    # was free a moment ago.
-    processes["launcher"] = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress"),
-            *("--sequential", "--split-step", str(SPLIT_STEP), "--total-step", str(TOTAL_STEP)),
-            *("--checkpoint", "{run_dir}/ck", "--work-dir", str(root / "launcher")),
-            *("--", "deepspeed", "--num_gpus", "2", "--master_port", str(_free_port())),
-            *("{cwd}/train.py", "--checkpoint", "{checkpoint}", "--end-step", "{end_step}"),
-            *("--resume", "{resume_from?}"),
-        ],
-        cwd=project,
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # was free a moment before the check starts.
+    commands["launcher"] = lambda: [
+        *(sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress"),
+        *("--sequential", "--split-step", str(SPLIT_STEP), "--total-step", str(TOTAL_STEP)),
+        *("--checkpoint", "{run_dir}/ck", "--work-dir", str(root / "launcher")),
+        *("--", "deepspeed", "--num_gpus", "2", "--master_port", str(_free_port())),
+        *("{cwd}/train.py", "--checkpoint", "{checkpoint}", "--end-step", "{end_step}"),
+        *("--resume", "{resume_from?}"),
+    ]
     for stage in OTHER_STAGES:
-        processes[f"stage{stage}"] = subprocess.Popen(
-            [
+        commands[f"stage{stage}"] = functools.partial(
+            list,
+            (
                 *(sys.executable, "-m", "torch.distributed.run", "--standalone"),
                 *("--nproc-per-node=2", "train.py", "--stage", str(stage)),
                 *("--checkpoint", str(root / f"stage{stage}"), "--end-step", str(TOTAL_STEP)),
-            ],
-            cwd=project,
-            env=environment,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            ),
         )
     done: dict = {"root": root}
+    done.update(_run_a_few_at_a_time(commands, cwd=project, env=environment))
+    return done
+
+
+def _run_a_few_at_a_time(
+    commands: dict[str, Callable[[], list[str]]], *, cwd: Path, env: dict[str, str]
+) -> dict[str, tuple[int, str, str]]:
+    """Each command's (returncode, stdout, stderr), at most CONCURRENT_CHECKS running at once.
+
+    A check runs up to three two-rank phases at once; all ten commands at once would put
+    some 50 processes on the suite's two cores and starve the tests of the other worker.
+    Output goes to files, so a command that writes much never waits on a pipe nobody reads.
+    """
+    waiting = list(commands.items())
+    running: dict[str, tuple[subprocess.Popen, Path]] = {}
+    done: dict[str, tuple[int, str, str]] = {}
+    deadline = time.monotonic() + 1800
     try:
-        for name, process in processes.items():
-            stdout, stderr = process.communicate(timeout=900)
-            done[name] = (process.returncode, stdout, stderr)
+        while waiting or running:
+            while waiting and len(running) < CONCURRENT_CHECKS:
+                name, command = waiting.pop(0)
+                output = cwd.parent / "output" / name
+                output.mkdir(parents=True)
+                with (output / "stdout").open("w") as stdout, (output / "stderr").open("w") as err:
+                    process = subprocess.Popen(
+                        command(), cwd=cwd, env=env, stdout=stdout, stderr=err
+                    )
+                running[name] = (process, output)
+            for name, (process, output) in list(running.items()):
+                if process.poll() is not None:
+                    del running[name]
+                    texts = [(output / part).read_text() for part in ("stdout", "stderr")]
+                    done[name] = (process.returncode, *texts)
+            assert time.monotonic() < deadline, f"still running after 30 min: {sorted(running)}"
+            time.sleep(0.2)
     finally:
         # On a timeout, the others stop too: a check and torchrun end their ranks on SIGTERM.
-        for process in processes.values():
+        for process, _ in running.values():
             if process.poll() is None:
                 process.terminate()
-                process.communicate(timeout=60)
+            process.wait(timeout=60)
     return done
 
 
