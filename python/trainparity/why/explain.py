@@ -392,15 +392,7 @@ def _explained(
         tested = knobs[:budget]
         budget -= len(tested)
         # Every single knob at once: the reruns are independent and run side by side.
-        trials.extend(
-            _trials(
-                reruns,
-                sides,
-                [(knob, left, right) for knob, left, right in tested],
-                traced,
-                original,
-            )
-        )
+        trials.extend(_trials(reruns, sides, tested, traced, original))
         trials.extend(
             LeadTrial(knob.name, _text(left), _text(right), "not tested", "--max-reruns reached")
             for knob, left, right in knobs[len(tested) :]
