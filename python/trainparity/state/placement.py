@@ -5,9 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ShardPlacement"]
+__all__ = ["IndexRuns", "ShardPlacement"]
 
 KINDS = ("dtensor", "sharded_tensor")
+
+# (tensor dimension, ((first global index, length), ...)): where a strided shard's
+# rows along that dimension come from, run by run, in the local shard's order.
+IndexRuns = tuple[tuple[int, tuple[tuple[int, int], ...]], ...]
 
 
 @dataclass(frozen=True)
@@ -20,8 +24,14 @@ class ShardPlacement:
     `Partial(sum)`; a ShardedTensor's sharding spec); `coordinate` this
     rank's place in the mesh; `global_shape` the whole tensor's shape and
     `offsets` where the local shard starts in it, per dimension. Two ranks of
-    one run share everything but `coordinate` and `offsets`; the same rank
-    of two runs with the same layout shares all of it.
+    one run share everything but `coordinate`, `offsets` and `index_runs`;
+    the same rank of two runs with the same layout shares all of it.
+
+    `index_runs` is empty for a shard that is one block at `offsets` (every
+    placement but a strided one). A `_StridedShard` (FSDP2 over a
+    tensor-parallel dimension) interleaves: the local rows along such a
+    dimension are several runs of the global ones, listed there per
+    dimension; `offsets` then holds each run list's first index.
     """
 
     kind: str
@@ -30,6 +40,7 @@ class ShardPlacement:
     coordinate: tuple[int, ...]
     global_shape: tuple[int, ...]
     offsets: tuple[int, ...]
+    index_runs: IndexRuns = ()
 
     @property
     def layout(self) -> tuple[Any, ...]:
@@ -38,9 +49,13 @@ class ShardPlacement:
 
     def describe(self) -> str:
         mesh = "x".join(str(size) for size in self.mesh_shape)
+        strided = "".join(
+            f", dim {dim} rows {', '.join(f'{start}..{start + length - 1}' for start, length in runs)}"
+            for dim, runs in self.index_runs
+        )
         return (
             f"{self.kind} mesh {mesh} [{', '.join(self.placements)}] at {list(self.coordinate)}, "
-            f"global shape {list(self.global_shape)}, offsets {list(self.offsets)}"
+            f"global shape {list(self.global_shape)}, offsets {list(self.offsets)}{strided}"
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -51,6 +66,16 @@ class ShardPlacement:
             "coordinate": list(self.coordinate),
             "global_shape": list(self.global_shape),
             "offsets": list(self.offsets),
+            # Only a strided shard has the key: other placements are written as before.
+            **(
+                {
+                    "index_runs": [
+                        [dim, [list(run) for run in runs]] for dim, runs in self.index_runs
+                    ]
+                }
+                if self.index_runs
+                else {}
+            ),
         }
 
     @classmethod
@@ -68,9 +93,15 @@ class ShardPlacement:
             coordinate=_sizes(entry.get("coordinate")),
             global_shape=_sizes(entry.get("global_shape")),
             offsets=_sizes(entry.get("offsets")),
+            index_runs=_index_runs(entry.get("index_runs", [])),
         )
         if len(placement.offsets) != len(placement.global_shape):
             raise ValueError("shard offsets and global shape have different ranks")
+        for dim, runs in placement.index_runs:
+            if dim >= len(placement.global_shape) or any(
+                start + length > placement.global_shape[dim] for start, length in runs
+            ):
+                raise ValueError(f"shard index runs {runs!r} outside dimension {dim}")
         return placement
 
 
@@ -80,3 +111,18 @@ def _sizes(value: Any) -> tuple[int, ...]:
     ):
         raise ValueError(f"malformed size list {value!r} in a shard placement")
     return tuple(value)
+
+
+def _index_runs(value: Any) -> IndexRuns:
+    if not isinstance(value, list):
+        raise ValueError(f"malformed shard index runs {value!r}")
+    parsed = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], list):
+            raise ValueError(f"malformed shard index runs {item!r}")
+        (dim,) = _sizes([item[0]])
+        runs = tuple(_sizes(run) for run in item[1])
+        if any(len(run) != 2 for run in runs):
+            raise ValueError(f"malformed shard index runs {item!r}")
+        parsed.append((dim, tuple((start, length) for start, length in runs)))
+    return tuple(parsed)

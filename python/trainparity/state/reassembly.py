@@ -5,9 +5,12 @@ and resumed on 1 has no shard in common with it: both are compared on the
 global state instead, built here from each rank's state at one step.
 
 - A sharded tensor (one with a ShardPlacement) becomes its global tensor:
-  each distinct shard copied in at its offsets (replicas hold the same
-  shard and are taken once). Partial placements (unreduced sums) and shards
-  that do not cover the tensor are a ReassemblyError.
+  each distinct shard copied in at its offsets, or at its index runs for a
+  strided shard (FSDP2 over tensor parallel), on meshes of any number of
+  dimensions. Replicas (a Replicate mesh dimension: HSDP's replicate
+  dimension, a TP-replicated parameter) hold the same shard and are taken
+  once. Partial placements (unreduced sums) and shards that do not cover
+  the tensor are a ReassemblyError.
 - Where a rank kept only summaries (a summary-mode recording), the global
   tensor cannot be rebuilt: `summaries=True` replaces every tensor by its
   global summary instead (a mapping: count, sum, l2_norm, max_abs,
@@ -100,9 +103,10 @@ class _Builder:
                         f"{render_path(path)} is a Partial (unreduced) DTensor: reduce it "
                         "(.redistribute or .full_tensor) before recording it"
                     )
-                distinct.setdefault((shard.placement.offsets, shard.shape), rank)
+                where = (shard.placement.offsets, shard.shape, shard.placement.index_runs)
+                distinct.setdefault(where, rank)
             else:
-                distinct[((), shard.shape)] = rank
+                distinct[((), shard.shape, ())] = rank
         if self.summaries is not None:
             return self.summary(sorted(distinct.items()), path)
         if placement is None:
@@ -115,7 +119,7 @@ class _Builder:
         first = shards[places[0][1]]
         placement = first.placement
         assert placement is not None
-        covered = sum(math.prod(shape) for (_, shape), _ in places)
+        covered = sum(math.prod(shape) for (_, shape, _), _ in places)
         if covered != math.prod(placement.global_shape):
             raise ReassemblyError(
                 f"the shards of {render_path(path)} cover {covered} of "
@@ -124,16 +128,13 @@ class _Builder:
         import torch  # reassembly builds the global tensor: only where shards differ
 
         whole = torch.empty(placement.global_shape, dtype=info_for_text(first.dtype).dtype)
-        for (offsets, shape), rank in places:
+        for (offsets, shape, index_runs), rank in places:
             shard = shards[rank]
             if shard.data is None:
                 raise ReassemblyError(
                     f"rank {rank} stored no values of {render_path(path)} (a summary step)"
                 )
-            region = tuple(
-                slice(offset, offset + size) for offset, size in zip(offsets, shape, strict=True)
-            )
-            whole[region] = shard.to_tensor()
+            whole[_region(offsets, shape, dict(index_runs))] = shard.to_tensor()
         captured = FrozenTensor.capture(whole)
         return replace(captured, device=first.device, requires_grad=first.requires_grad)
 
@@ -150,6 +151,30 @@ class _Builder:
             "sum": math.fsum(part.sum for part in parts),
         }
         return FrozenMapping(tuple(sorted(combined.items())))
+
+
+def _region(offsets: tuple, shape: tuple, runs_by_dim: dict) -> tuple:
+    """The index of a shard's elements in the global tensor.
+
+    A block (no strided dimension) is a slice per dimension. A strided shard
+    takes its rows along each strided dimension from its runs: one index
+    vector per dimension, broadcast against the others (an outer product).
+    """
+    if not runs_by_dim:
+        return tuple(
+            slice(offset, offset + size) for offset, size in zip(offsets, shape, strict=True)
+        )
+    import torch  # only reassembly (which already imported it) gets here
+
+    vectors = []
+    for dim, (offset, size) in enumerate(zip(offsets, shape, strict=True)):
+        if dim in runs_by_dim:
+            rows = [torch.arange(start, start + length) for start, length in runs_by_dim[dim]]
+            vector = torch.cat(rows) if rows else torch.arange(0)
+        else:
+            vector = torch.arange(offset, offset + size)
+        vectors.append(vector.view([-1] + [1] * (len(shape) - dim - 1)))
+    return tuple(vectors)
 
 
 def holds_shards(value: FrozenValue) -> bool:

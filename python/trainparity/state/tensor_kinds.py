@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from trainparity.state.paths import StatePath
-from trainparity.state.placement import ShardPlacement
+from trainparity.state.placement import IndexRuns, ShardPlacement
 
 __all__ = ["readable_tensor"]
 
@@ -115,6 +115,9 @@ def _dtensor_placement(tensor: torch.Tensor) -> ShardPlacement:
     global_shape = tuple(int(size) for size in tensor.shape)
     offsets = _dtensor_offsets(global_shape, mesh, placements)
     coordinate = mesh.get_coordinate()
+    index_runs: IndexRuns = ()
+    if coordinate is not None and any(_is_strided(placement) for placement in placements):
+        index_runs = _strided_index_runs(global_shape, tuple(mesh.shape), coordinate, placements)
     return ShardPlacement(
         kind="dtensor",
         mesh_shape=tuple(int(size) for size in mesh.shape),
@@ -123,7 +126,49 @@ def _dtensor_placement(tensor: torch.Tensor) -> ShardPlacement:
         coordinate=tuple(int(c) for c in coordinate) if coordinate is not None else (),
         global_shape=global_shape,
         offsets=offsets,
+        index_runs=index_runs,
     )
+
+
+def _is_strided(placement: object) -> bool:
+    return type(placement).__name__ == "_StridedShard"
+
+
+def _strided_index_runs(
+    global_shape: tuple[int, ...], mesh_shape: tuple, coordinate: Sequence[int], placements: tuple
+) -> IndexRuns:
+    """The global rows of each strided-sharded dimension of this rank's shard, as runs.
+
+    A `_StridedShard` interleaves, so its shard is no block at one offset.
+    The rows come from torch's own rule: the placements split an index
+    vector in mesh order (as `compute_local_shape_and_global_offset` does,
+    which keeps only the first), each with its own `_split_tensor`.
+    """
+    rows: dict[int, torch.Tensor] = {}
+    for mesh_dim, placement in enumerate(placements):
+        dim = getattr(placement, "dim", None)
+        if dim is None or not hasattr(placement, "_split_tensor"):
+            continue  # Replicate, Partial: every rank of this mesh dimension has all rows
+        current = rows.get(dim, torch.arange(global_shape[dim]))
+        # The index vector laid along `dim`, as the placement splits a tensor there.
+        shaped = current.view([1] * dim + [current.numel()])
+        pieces, _ = placement._split_tensor(
+            shaped, int(mesh_shape[mesh_dim]), with_padding=False, contiguous=False
+        )
+        rows[dim] = pieces[int(coordinate[mesh_dim])].reshape(-1)
+    strided_dims = sorted({placement.dim for placement in placements if _is_strided(placement)})
+    return tuple((dim, _runs(rows[dim].tolist())) for dim in strided_dims)
+
+
+def _runs(indices: list[int]) -> tuple[tuple[int, int], ...]:
+    """`indices` as (start, length) runs of consecutive values, in order."""
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and runs[-1][0] + runs[-1][1] == index:
+            runs[-1][1] += 1
+        else:
+            runs.append([index, 1])
+    return tuple((start, length) for start, length in runs)
 
 
 def _dtensor_offsets(global_shape: tuple[int, ...], mesh: object, placements: tuple) -> tuple:
