@@ -233,11 +233,13 @@ def command_report_fields(
 
 
 def observe_default(path: Path) -> dict[str, Any]:
-    """A checkpoint directory through load_checkpoint_directory (DCP, or a ZeRO directory
-    with its `latest` file), else a `torch.load`'d dict (weights only).
+    """A checkpoint directory through load_checkpoint_directory (DCP, a ZeRO directory
+    with its `latest` file, or a directory of `.safetensors` files), a `.safetensors`
+    file through load_safetensors, else a `torch.load`'d dict (weights only).
 
-    A file in torch's zip format is memory-mapped, not read: its tensors stay
-    in the file, so the snapshot can refer to them instead of copying them.
+    A file in torch's zip format, a safetensors file and a DCP directory's
+    shard files are memory-mapped, not read: their tensors stay in the files,
+    so the snapshot can refer to them instead of copying them.
     """
     import zipfile
 
@@ -246,7 +248,11 @@ def observe_default(path: Path) -> dict[str, Any]:
     if path.is_dir():
         from trainparity.checkpoints.directories import load_checkpoint_directory
 
-        return load_checkpoint_directory(path)
+        return load_checkpoint_directory(path, mmap=True)
+    if path.name.endswith(".safetensors"):
+        from trainparity.checkpoints.safetensors_files import load_safetensors
+
+        return load_safetensors(path)
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     if not isinstance(state, Mapping):
         raise TypeError(

@@ -8,6 +8,13 @@ so nothing is copied through a temporary `torch.save` file. Non-tensor entries
 `torch.load(weights_only=True)` unless the caller allows pickles. The flat
 keys DCP stores (`optim.state.weight.exp_avg`) are put back into the nesting
 the saving code used, from the metadata's `planner_data`.
+
+With `mmap=True` an entry stored whole in one shard file (what an unsharded
+or replicated tensor becomes) is not read at all: the shard file is mapped
+copy-on-write, as `torch.load(mmap=True)` maps a file, and the entry is a
+view of its bytes there. A snapshot of such a state refers to the shard
+file's byte ranges instead of copying them (state/snapshot_file.py). Entries
+sharded across chunks are read as above.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.checkpoint.utils import _create_file_view
 
-__all__ = ["load_dcp"]
+__all__ = ["load_dcp", "mapped_whole_entries"]
 
 
 def load_dcp(
@@ -32,6 +40,7 @@ def load_dcp(
     *,
     keys: Iterable[str] | None = None,
     weights_only: bool = True,
+    mmap: bool = False,
 ) -> dict[str, Any]:
     """The state saved in DCP directory `path`, as a nested dict of CPU tensors and plain values.
 
@@ -40,7 +49,10 @@ def load_dcp(
     entries (DTensor/ShardedTensor from FSDP or TP) come back whole. Lists
     saved inside the state (e.g. `param_groups`) come back as lists.
     `weights_only=False` lets non-tensor entries be unpickled (only for
-    checkpoints you trust).
+    checkpoints you trust). `mmap=True` maps shard files instead of reading
+    them: an entry stored whole in one shard is a copy-on-write view of that
+    file (possibly not aligned to its element size), so the file must stay
+    in place and unchanged while the state is in use.
     """
     directory = Path(path)
     if not (directory / ".metadata").is_file():
@@ -62,14 +74,84 @@ def load_dcp(
             flat[key] = torch.empty(entry.size, dtype=entry.properties.dtype)
         else:
             flat[key] = None  # filled from its bytes by the planner
-    planner = _BytesPlanner(weights_only=weights_only)
-    with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(flat, storage_reader=reader, planner=planner, no_dist=True)
+    mapped = mapped_whole_entries(directory, metadata, flat) if mmap else {}
+    unread = {key: value for key, value in flat.items() if key not in mapped}
+    if unread:
+        planner = _BytesPlanner(weights_only=weights_only)
+        with warnings.catch_warnings():  # "assuming the intent is to load in a single process"
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(unread, storage_reader=reader, planner=planner, no_dist=True)
     nested: dict[str, Any] = {}
-    for key, value in flat.items():
+    for key in flat:
+        value = mapped[key] if key in mapped else unread[key]
         _set(nested, tuple(nesting.get(key, (key,))), value)
     return _lists_restored(nested)
+
+
+def mapped_whole_entries(
+    directory: Path, metadata: Any, wanted: dict[str, Any]
+) -> dict[str, torch.Tensor]:
+    """The tensor entries among `wanted` stored whole in one chunk, as views of their mapped shard files.
+
+    A DCP shard file holds each chunk as a `torch.save` archive at the
+    offset the metadata gives; its tensor bytes lie stored (uncompressed)
+    inside it. Each shard file is mapped once (private, copy-on-write, like
+    `torch.load(mmap=True)`), and each chunk's archive is unpickled with
+    torch's weights-only unpickler onto that mapping, so no tensor byte is
+    read here. An entry that is sharded over several chunks, transformed
+    (compressed) on save, or that does not unpickle to a tensor of the
+    metadata's dtype and size is left out: the caller reads it through
+    `dcp.load`, which copies.
+    """
+    chunks: dict[str, list[tuple[Any, Any]]] = {}
+    for index, info in metadata.storage_data.items():
+        chunks.setdefault(index.fqn, []).append((index, info))
+    files: dict[str, Any] = {}
+    found: dict[str, torch.Tensor] = {}
+    for key in wanted:
+        entry = metadata.state_dict_metadata.get(key)
+        stored = chunks.get(key, [])
+        if not isinstance(entry, TensorStorageMetadata) or len(stored) != 1:
+            continue
+        index, info = stored[0]
+        if info.transform_descriptors or any(index.offset or ()):
+            continue
+        tensor = _mapped_chunk(directory / info.relative_path, info, files)
+        if (
+            isinstance(tensor, torch.Tensor)
+            and tensor.dtype == entry.properties.dtype
+            and tensor.shape == entry.size
+        ):
+            found[key] = tensor
+    return found
+
+
+def _mapped_chunk(path: Path, info: Any, files: dict[str, Any]) -> Any:
+    """The object saved at `info`'s byte range of shard file `path`, its storages on the mapping.
+
+    None when it cannot be read this way (not a zip archive, a torch whose
+    private loader differs): the caller then reads it the copying way.
+    """
+    try:
+        if str(path) not in files:
+            files[str(path)] = torch.UntypedStorage.from_file(
+                str(path), False, os.path.getsize(path)
+            )
+        whole = files[str(path)]
+        if not 0 <= info.offset <= info.offset + info.length <= whole.nbytes():
+            return None
+        with open(path, "rb") as stream:
+            archive = torch._C.PyTorchFileReader(
+                _create_file_view(stream, info.offset, info.length)
+            )
+            return torch.serialization._load(
+                archive,
+                "cpu",
+                torch._weights_only_unpickler,
+                overall_storage=whole[info.offset : info.offset + info.length],
+            )
+    except Exception:  # a layout this reading does not know: dcp.load reads it instead
+        return None
 
 
 def _selected(key: str, path_of_key: tuple[Any, ...], wanted: set[str]) -> bool:

@@ -8,16 +8,23 @@ from typing import Any
 
 from trainparity.checkpoints.dcp import load_dcp
 from trainparity.checkpoints.deepspeed import is_deepspeed_checkpoint, load_deepspeed
+from trainparity.checkpoints.safetensors_files import is_safetensors_directory, load_safetensors
 
 __all__ = ["load_checkpoint_directory"]
 
 
-def load_checkpoint_directory(path: str | os.PathLike[str]) -> dict[str, Any]:
+def load_checkpoint_directory(
+    path: str | os.PathLike[str], *, mmap: bool = False
+) -> dict[str, Any]:
     """The state saved in directory `path`: a DCP directory (`.metadata`) through load_dcp,
     a DeepSpeed ZeRO directory (a `latest` file or a `<tag>/mp_rank_00_model_states.pt`)
-    through load_deepspeed, any other through load_dcp too, whose FileNotFoundError says
-    what a DCP directory lacks."""
+    through load_deepspeed, a directory of `.safetensors` files through load_safetensors
+    (always mapped), any other through load_dcp too, whose FileNotFoundError says
+    what a DCP directory lacks. `mmap=True`: load_dcp maps its shard files (see load_dcp)."""
     directory = Path(path)
-    if not (directory / ".metadata").is_file() and is_deepspeed_checkpoint(directory):
-        return load_deepspeed(directory)
-    return load_dcp(directory)
+    if not (directory / ".metadata").is_file():
+        if is_deepspeed_checkpoint(directory):
+            return load_deepspeed(directory)
+        if is_safetensors_directory(directory):
+            return load_safetensors(directory)
+    return load_dcp(directory, mmap=mmap)

@@ -23,12 +23,37 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["FileRange", "MappedFileLocator"]
+__all__ = ["FileRange", "MappedFileLocator", "checkpoint_files"]
 
 _MAPS = Path("/proc/self/maps")
 _PAGEMAP = Path("/proc/self/pagemap")
 # pagemap entries read at a time: 8 MiB of entries cover 4 GiB of 4 KiB pages.
 _PAGEMAP_ENTRIES_PER_READ = 1 << 20
+
+
+# A checkpoint directory's files a locator looks for: more is a directory that is no checkpoint.
+_MAX_CHECKPOINT_FILES = 100_000
+
+
+def checkpoint_files(checkpoint: str | os.PathLike[str]) -> list[Path]:
+    """The files whose bytes a state loaded from `checkpoint` may be mapped from.
+
+    A file is itself; a directory (DCP shards, safetensors shards, a ZeRO
+    tag directory) gives the regular files under it, symbolic links not
+    followed.
+    """
+    path = Path(checkpoint)
+    if path.is_file():
+        return [path]
+    found: list[Path] = []
+    for root, _, names in os.walk(path):
+        for name in names:
+            file = Path(root, name)
+            if file.is_file() and not file.is_symlink():
+                found.append(file)
+                if len(found) >= _MAX_CHECKPOINT_FILES:
+                    return found
+    return found
 
 
 @dataclass(frozen=True)

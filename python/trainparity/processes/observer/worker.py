@@ -39,6 +39,7 @@ def observe_one(
     case: Any, load_error: BaseException | None, request: dict[str, Any]
 ) -> dict[str, Any]:
     """Produce the result record of one observation request (CONTRACT §6.7 outcomes)."""
+    from trainparity.state.file_ranges import checkpoint_files
     from trainparity.state.freeze import UnsupportedStateError
     from trainparity.state.normalize import StableStateError, normalize_observation
     from trainparity.state.snapshot_file import write_snapshot
@@ -70,9 +71,10 @@ def observe_one(
             normalized,
             step=case.total_step,
             environment=_environment(),
-            # Tensors still mapped from the checkpoint file (torch.load(mmap=True)) are
-            # recorded as references to it, not copied (state/snapshot_file.py).
-            reference_files=(checkpoint,) if checkpoint.is_file() else (),
+            # Tensors still mapped from the checkpoint file or the files of a checkpoint
+            # directory (torch.load(mmap=True), safetensors, DCP shards) are recorded as
+            # references to them, not copied (state/snapshot_file.py).
+            reference_files=checkpoint_files(checkpoint),
         )
     except (UnsupportedStateError, StableStateError) as error:
         # The contract's message names the type only; the path is what a user needs next.
