@@ -13,6 +13,7 @@ from trainparity.native.cuda import DeviceTensorBytes
 from trainparity.native.dtypes import info_for_dtype, info_for_text
 from trainparity.state.file_ranges import FileRange
 from trainparity.state.paths import StatePath, render_path
+from trainparity.state.placed_shard import PlacedShard
 from trainparity.state.placement import ShardPlacement
 
 if TYPE_CHECKING:
@@ -161,9 +162,10 @@ def freeze(
     frozen (tensor subclasses other than DTensor/ShardedTensor and
     __torch_function__-only ones, non-strided, meta or quantized tensors,
     non-str mapping keys, arbitrary objects, cyclic containers). A DTensor
-    freezes to this rank's local shard and its placement, never gathered. With copy=False tensor leaves are
-    zero-copy views of contiguous CPU tensors, and CUDA tensors stay on their
-    GPU: only for a comparison that finishes before the live state changes.
+    freezes to this rank's local shard and its placement, never gathered; so
+    does a PlacedShard (a plain local tensor with the placement its owner
+    knows). With copy=False tensor leaves are zero-copy views of contiguous
+    CPU tensors, and CUDA tensors stay on their GPU: only for a comparison that finishes before the live state changes.
     `locate` (copy=False only) names the file range a tensor's memory is
     mapped from, kept as the leaf's `source`.
     """
@@ -183,6 +185,10 @@ class _Freezer:
             return value  # type: ignore[return-value]
         if _is_tensor(value):
             return _freeze_tensor(value, path, copy=self.copy, locate=self.locate)
+        if isinstance(value, PlacedShard):
+            return _freeze_tensor(
+                value.local, path, copy=self.copy, locate=self.locate, placement=value.placement
+            )
         if isinstance(value, Mapping):
             return self._container(value, path, self._mapping)
         if isinstance(value, (list, tuple)):
@@ -229,11 +235,30 @@ def _freeze_tensor(
     *,
     copy: bool,
     locate: Callable[[torch.Tensor], FileRange | None] | None = None,
+    placement: ShardPlacement | None = None,
 ) -> FrozenTensor:
+    """`tensor` frozen; `placement`, when given, is the one a PlacedShard declares for it."""
     from trainparity.state.tensor_kinds import readable_tensor
 
     # Every tensor passes this gate before its bytes can reach the C core (tensor_kinds.py).
-    local, placement = readable_tensor(tensor, path, UnsupportedStateError)
+    local, own_placement = readable_tensor(tensor, path, UnsupportedStateError)
+    if placement is None:
+        placement = own_placement
+    elif own_placement is not None:
+        raise UnsupportedStateError(
+            path, "a PlacedShard's local tensor is itself sharded: give its local shard instead"
+        )
+    elif len(local.shape) != len(placement.global_shape) or any(
+        offset + size > whole
+        for offset, size, whole in zip(
+            placement.offsets, local.shape, placement.global_shape, strict=False
+        )
+    ):
+        raise UnsupportedStateError(
+            path,
+            f"a PlacedShard of shape {list(local.shape)} at offsets {list(placement.offsets)} "
+            f"does not fit in its global shape {list(placement.global_shape)}",
+        )
     if info_for_dtype(local.dtype) is None:
         raise UnsupportedStateError(path, f"tensor dtype {local.dtype}")
     detached = local.detach()

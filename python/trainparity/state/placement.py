@@ -7,7 +7,8 @@ from typing import Any
 
 __all__ = ["IndexRuns", "ShardPlacement"]
 
-KINDS = ("dtensor", "sharded_tensor")
+# "zero_fragment": a ZeRO optimizer rank's 1-D fragment of a flattened parameter.
+KINDS = ("dtensor", "sharded_tensor", "zero_fragment")
 
 # (tensor dimension, ((first global index, length), ...)): where a strided shard's
 # rows along that dimension come from, run by run, in the local shard's order.
@@ -18,8 +19,9 @@ IndexRuns = tuple[tuple[int, tuple[tuple[int, int], ...]], ...]
 class ShardPlacement:
     """A local shard's place: enough to compare shard by shard, or to reassemble the global tensor.
 
-    `kind` is "dtensor" or "sharded_tensor"; `mesh_shape` the device mesh
-    (a ShardedTensor's is the number of shards); `placements` the rendered
+    `kind` is "dtensor", "sharded_tensor" or "zero_fragment"; `mesh_shape`
+    the device mesh (a ShardedTensor's is the number of shards, a ZeRO
+    fragment's the partition group's size); `placements` the rendered
     placement per mesh dimension (`Shard(dim=0)`, `Replicate()`,
     `Partial(sum)`; a ShardedTensor's sharding spec); `coordinate` this
     rank's place in the mesh; `global_shape` the whole tensor's shape and
