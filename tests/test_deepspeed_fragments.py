@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from trainparity.state.freeze import UnsupportedStateError, freeze
 from trainparity.state.placed_shard import PlacedShard
 from trainparity.state.placement import ShardPlacement
