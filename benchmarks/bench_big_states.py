@@ -22,8 +22,17 @@ case (5 x 4096^2 MLP + Adam) with the default observer, against its four
 training phases run one after another by hand, their saves included;
 target <= 1.3 (issue 43).
 
-`--large` measures an 8 GiB state instead (not in CI: it needs about 30 GiB
-of disk and memory for the page cache to stay warm).
+`--formats` (default `torch,dcp,safetensors`) says which checkpoints of
+the same state are measured, each against its own reader: the torch file
+against `torch.load(mmap=False)` + touch; a DCP directory (saved by
+`torch.distributed.checkpoint.save`, one process) against
+`torch.distributed.checkpoint.load` into a state dict of allocated tensors +
+touch; a `.safetensors` file against safetensors' `load_file` + touch (and
+against the torch file's baseline, the issue's yardstick).
+
+`--gib 8` (or `--large`) measures an 8 GiB state instead (not in CI: it
+needs about 30 GiB of disk with all three formats, and memory for the page
+cache to stay warm).
 """
 
 from __future__ import annotations
@@ -110,6 +119,69 @@ def load_and_touch(checkpoint: Path) -> None:
         tensor.sum()
 
 
+def save_dcp(checkpoint: Path, directory: Path) -> None:
+    """The torch file's state saved as a DCP directory (one process, one shard file)."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    with warnings.catch_warnings():  # "assuming the intent is to save in a single process"
+        warnings.simplefilter("ignore")
+        dcp.save(state, checkpoint_id=directory, no_dist=True)
+
+
+def dcp_load_and_touch(directory: Path, like: Path) -> None:
+    """DCP's own load: into a state dict of tensors allocated like the saved ones, then a sum each."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    template = torch.load(like, map_location="cpu", weights_only=True, mmap=True)
+    state = _allocated_like(template)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.load(state, checkpoint_id=directory, no_dist=True)
+    for tensor in _tensors(state):
+        tensor.sum()
+
+
+def _allocated_like(value: object) -> object:
+    if isinstance(value, torch.Tensor):
+        return torch.empty_like(value)
+    if isinstance(value, dict):
+        return {key: _allocated_like(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_allocated_like(item) for item in value]
+    return value
+
+
+def save_safetensors(checkpoint: Path, target: Path) -> None:
+    """The torch file's tensors as one safetensors file, keyed by their dotted paths."""
+    from safetensors.torch import save_file
+
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+    save_file(dict(_named_tensors(state)), target)
+
+
+def _named_tensors(value: object, prefix: str = ""):
+    if isinstance(value, torch.Tensor):
+        yield prefix, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _named_tensors(item, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _named_tensors(item, f"{prefix}.{index}" if prefix else str(index))
+
+
+def safetensors_load_and_touch(target: Path) -> None:
+    from safetensors.torch import load_file
+
+    for tensor in load_file(target, device="cpu").values():
+        tensor.sum()
+
+
 def observe_and_read(case: CommandCase, checkpoint: Path, snapshot: Path) -> int:
     """The worker's observation and snapshot, then the parent's verified read; snapshot bytes."""
     request = {"checkpoint": str(checkpoint), "snapshot": str(snapshot)}
@@ -147,31 +219,113 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where the files go")
     parser.add_argument("--skip-copy", action="store_true")
     parser.add_argument("--check", action="store_true", help="also time a whole check_resume")
+    parser.add_argument(
+        "--formats",
+        default="torch,dcp,safetensors",
+        help="comma-separated: torch, dcp, safetensors (default all three)",
+    )
     arguments = parser.parse_args()
     gib = 8.0 if arguments.large else arguments.gib
+    formats = [name for name in arguments.formats.split(",") if name]
+    unknown = set(formats) - {"torch", "dcp", "safetensors"}
+    if unknown:
+        parser.error(
+            f"--formats: unknown {', '.join(sorted(unknown))}; use torch, dcp, safetensors"
+        )
     directory = Path(tempfile.mkdtemp(prefix="bench-big-states-", dir=arguments.dir))
     try:
-        run(directory, gib, arguments.repeats, arguments.skip_copy)
+        run(directory, gib, arguments.repeats, arguments.skip_copy, formats)
         if arguments.check:
             whole_check(directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run(directory: Path, gib: float, repeats: int, skip_copy: bool) -> None:
+def run(directory: Path, gib: float, repeats: int, skip_copy: bool, formats: list[str]) -> None:
     checkpoint = directory / "checkpoint.pt"
     state_bytes = write_checkpoint(checkpoint, gib)
     print(
         f"machine: {os.cpu_count()} CPUs, torch {torch.__version__}; "
         f"state {state_bytes / 2**30:.2f} GiB, checkpoint {checkpoint.stat().st_size / 2**30:.2f} GiB"
     )
+    torch_baseline = median_seconds(lambda: load_and_touch(checkpoint), repeats)
+    if "torch" in formats:
+        run_torch(directory, checkpoint, state_bytes, repeats, skip_copy, torch_baseline)
+    if "dcp" in formats:
+        dcp_directory = directory / "dcp"
+        save_dcp(checkpoint, dcp_directory)
+        baseline = median_seconds(lambda: dcp_load_and_touch(dcp_directory, checkpoint), repeats)
+        run_other(
+            directory,
+            "DCP directory",
+            dcp_directory,
+            "dcp.load + touch",
+            baseline,
+            repeats,
+            state_bytes,
+        )
+        shutil.rmtree(dcp_directory)
+    if "safetensors" in formats:
+        target = directory / "checkpoint.safetensors"
+        save_safetensors(checkpoint, target)
+        baseline = median_seconds(lambda: safetensors_load_and_touch(target), repeats)
+        run_other(
+            directory,
+            "safetensors file",
+            target,
+            "load_file + touch",
+            baseline,
+            repeats,
+            state_bytes,
+        )
+        print(
+            "    (the torch file's baseline, torch.load(mmap=False) + touch: "
+            f"{torch_baseline:.3f} s)"
+        )
+        target.unlink()
+
+
+def run_other(
+    directory: Path,
+    what: str,
+    checkpoint: Path,
+    reader: str,
+    baseline: float,
+    repeats: int,
+    state_bytes: int,
+) -> None:
+    """Observation + snapshot + verified read of a DCP directory or safetensors file."""
+    case = CommandCase(
+        template=["python", "train.py", "{checkpoint}"],
+        checkpoint="{run_dir}/" + checkpoint.name,
+        total_step=1,
+    )
+    snapshot = directory / "other.safetensors"
+    ours = median_seconds(lambda: observe_and_read(case, checkpoint, snapshot), repeats)
+    snapshot_bytes = observe_and_read(case, checkpoint, snapshot)
+    snapshot.unlink()
+    print(f"  {what}: {reader} {baseline:.3f} s (its baseline)")
+    print(
+        f"    observation + snapshot + verified read: {ours:.3f} s = {ours / baseline:.2f}x "
+        f"(target <= {ISSUE_TIME_TARGET}); snapshot bytes / state {snapshot_bytes / state_bytes:.2e} "
+        f"(target <= {ISSUE_BYTES_TARGET})"
+    )
+
+
+def run_torch(
+    directory: Path,
+    checkpoint: Path,
+    state_bytes: int,
+    repeats: int,
+    skip_copy: bool,
+    baseline: float,
+) -> None:
     case = CommandCase(
         template=["python", "train.py", "{checkpoint}"],
         checkpoint="{run_dir}/checkpoint.pt",
         total_step=1,
     )
     first, second = directory / "a.safetensors", directory / "b.safetensors"
-    baseline = median_seconds(lambda: load_and_touch(checkpoint), repeats)
     ours = median_seconds(lambda: observe_and_read(case, checkpoint, first), repeats)
     snapshot_bytes = observe_and_read(case, checkpoint, second)
     print(f"  torch.load(mmap=False) + touch every tensor: {baseline:.3f} s (baseline)")
