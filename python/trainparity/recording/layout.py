@@ -10,29 +10,38 @@ JSON list of the same tagged nodes, and one fixed-size record per tensor.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
+from trainparity.state.file_ranges import FileRange
 from trainparity.state.freeze import FrozenMapping, FrozenTensor, UnsupportedStateError, freeze
 from trainparity.state.normalize import normalize_observation
 from trainparity.state.tree_codec import decode_tree, encode_tree, placement_entry
+
+if TYPE_CHECKING:
+    import torch
 
 _SCALAR_TAGS = frozenset("n?ifsb")
 _SLOT = ["v"]
 
 
-def split_state(state: Mapping[str, object]) -> tuple[str, str, list[FrozenTensor]]:
+def split_state(
+    state: Mapping[str, object],
+    *,
+    locate: Callable[[torch.Tensor], FileRange | None] | None = None,
+) -> tuple[str, str, list[FrozenTensor]]:
     """(layout JSON, scalars JSON, tensors in table order) of one observation.
 
     Normalised and frozen as `observe_checkpoint` results are (numpy values
-    to Python, keys to str), without copying tensor values.
+    to Python, keys to str), without copying tensor values. `locate`: see
+    freeze (the file ranges tensors are mapped from, kept as their `source`).
     """
     normalized = normalize_observation(state)
     if not isinstance(normalized, dict):
         raise UnsupportedStateError(
             (), f"recorded state is a {type(state).__name__}, not a mapping"
         )
-    frozen = freeze(normalized, copy=False)
+    frozen = freeze(normalized, copy=False, locate=locate)
     tree, named = encode_tree(frozen)
     scalars: list[Any] = []
     skeleton = _hollowed(tree, scalars)

@@ -251,7 +251,13 @@ class _Recorder:
         from trainparity.recording.layout import split_state
         from trainparity.state.summaries import summarize_tensor
 
-        layout, scalars, tensors = split_state(state)
+        # Full mode may copy a tensor mapped from a file file to file (value_writes.py).
+        locate = None
+        if self.mode == "full":
+            from trainparity.state.file_ranges import MappedFileLocator
+
+            locate = MappedFileLocator.of_mapped_files().locate
+        layout, scalars, tensors = split_state(state, locate=locate)
         if self.stream is None:
             self._open()
         if layout != self.layout_text:
@@ -279,21 +285,25 @@ class _Recorder:
             + b"\0" * (-len(scalar_bytes) % 8)
             + bytes(records)
         )
-        self._frame(STEP, meta, [tensor.data for tensor in tensors] if full else [])
+        self._frame(
+            STEP, meta, [(tensor.data, tensor.source) for tensor in tensors] if full else []
+        )
         self.records += 1
 
-    def _frame(self, kind: bytes, meta: bytes, values: list[Any]) -> None:
-        """Append one frame; the stream is flushed, so a completed step survives a killed process."""
-        from trainparity.native.cuda import write_buffer
-        from trainparity.recording.frames import frame_header, frame_trailer
+    def _frame(self, kind: bytes, meta: bytes, values: list[tuple[Any, Any]]) -> None:
+        """Append one frame; the stream is flushed, so a completed step survives a killed process.
 
-        data_length = sum(padded_length(len(value)) for value in values)
+        `values`: (tensor bytes, the file range they are mapped from or None).
+        """
+        from trainparity.recording.frames import frame_header, frame_trailer
+        from trainparity.recording.value_writes import write_values
+
+        data_length = sum(padded_length(len(value)) for value, _ in values)
         header = frame_header(kind, len(meta), data_length)
         padded_meta = meta + b"\0" * (-len(meta) % 8)
         self.stream.write(header + padded_meta)
-        for value in values:
-            write_buffer(self.stream, value)
-            self.stream.write(b"\0" * (-len(value) % 8))
+        if values:
+            write_values(self.stream, values)
         from trainparity.native.core import core
 
         self.stream.write(frame_trailer(header, padded_meta, core.DIGEST_VERSION))

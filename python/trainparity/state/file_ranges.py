@@ -97,6 +97,19 @@ class MappedFileLocator:
             identities[device] = identities[os.path.realpath(file)] = os.path.abspath(file)
         self.mappings = _file_mappings(identities) if identities else []
 
+    @classmethod
+    def of_mapped_files(cls) -> MappedFileLocator:
+        """A locator over every file this process maps writable and private, whichever it is.
+
+        That is how `torch.load(mmap=True)`, safetensors and DCP's mapped reads
+        map a file's tensors; record() uses it to copy such a tensor's bytes
+        file to file (recording/value_writes.py). A mapping counts as the
+        file's only when the path still names the mapped device and inode.
+        """
+        locator = cls(())
+        locator.mappings = _writable_file_mappings()
+        return locator
+
     def locate(self, tensor: torch.Tensor) -> FileRange | None:
         """The file range holding `tensor`'s elements, or None when they are not in one of the files."""
         if not self.mappings or tensor.device.type != "cpu" or not tensor.is_contiguous():
@@ -169,5 +182,41 @@ def _file_mappings(identities: dict[tuple[int, int, int] | str, str]) -> list[_M
         start, _, end = span.partition("-")
         found.append(
             _Mapping(int(start, 16), int(end, 16), int(offset, 16), name, key in identities)
+        )
+    return found
+
+
+def _writable_file_mappings() -> list[_Mapping]:
+    """This process's private writable mappings of regular files (a library's data segment too:
+    no tensor lies there, so it is never matched)."""
+    try:
+        lines = _MAPS.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+    identities: dict[str, tuple[int, int, int] | None] = {}
+    found = []
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or not fields[1].startswith("rw") or not fields[5].startswith("/"):
+            continue
+        span, _, offset, device, inode = fields[:5]
+        path = fields[5]
+        if path not in identities:
+            try:
+                status = os.stat(path)
+                identities[path] = (
+                    os.major(status.st_dev),
+                    os.minor(status.st_dev),
+                    status.st_ino,
+                )
+            except OSError:  # e.g. "/path (deleted)": no file to copy from
+                identities[path] = None
+        major, _, minor = device.partition(":")
+        mapped = (int(major, 16), int(minor, 16), int(inode))
+        start, _, end = span.partition("-")
+        found.append(
+            _Mapping(
+                int(start, 16), int(end, 16), int(offset, 16), path, identities[path] == mapped
+            )
         )
     return found
