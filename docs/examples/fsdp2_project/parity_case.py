@@ -1,5 +1,8 @@
 """The FSDP2 resume cases: torchrun per phase on `plan.world_size` ranks (2 by default), a DCP directory.
 
+The 2-D cases (TwoDimResumeCase and below) run 4 ranks on a ("dp", "tp")
+mesh or HSDP (layouts.py).
+
 With FSDP2_EXAMPLE_LAUNCHER=fork (run_parity.py --fork-ranks) a phase is
 `python train.py --fork-ranks N` instead: one process that forks its ranks.
 """
@@ -21,6 +24,8 @@ class FsdpResumeCase:
     split_step = 2
     total_step = 4
     fault = None
+    layout_arguments: tuple[str, ...] = ()  # train.py's --layout and what goes with it
+    rank_count = RANKS
 
     def command(self, plan):
         script = [
@@ -32,6 +37,7 @@ class FsdpResumeCase:
         ]
         if plan.resume_from is not None:
             script += ["--resume", str(plan.resume_from)]
+        script += self.layout_arguments
         if self.fault is not None:
             script += ["--fault", self.fault]
         if os.environ.get(LAUNCHER_VARIABLE) == "fork":
@@ -42,7 +48,7 @@ class FsdpResumeCase:
 
     def ranks(self, plan) -> int:
         # check_resume(world_sizes=...) sets plan.world_size per phase: an elastic resume.
-        return plan.world_size or RANKS
+        return plan.world_size or self.rank_count
 
     def checkpoint_path(self, run_dir: Path) -> Path:
         return run_dir / "checkpoint"  # a DCP directory, written by every rank
@@ -132,3 +138,39 @@ class SummedGradientsRunsCase(WorldSizeRunsCase):
         "ranks2": {"args": ["--record-gradients"]},
         "ranks2_summed": {"args": ["--record-gradients", "--fault", "sum-gradients"]},
     }
+
+
+TWO_D = ("--layout", "dp-tp", "--global-batch", "12", "--dropout")
+
+
+class TwoDimResumeCase(FsdpResumeCase):
+    """FSDP2 x TP on a 2x2 ("dp", "tp") mesh: model, optimizer, scheduler, data, dropout RNG."""
+
+    name = "example_fsdp2_tp_resume"
+    rank_count = 4
+    layout_arguments = TWO_D
+
+
+class HsdpResumeCase(TwoDimResumeCase):
+    """HSDP: fully_shard on a 2x2 ("replicate", "shard") mesh."""
+
+    name = "example_hsdp_resume"
+    layout_arguments = ("--layout", "hsdp", "--global-batch", "12", "--dropout")
+
+
+class TpOptimizerDroppedCase(TwoDimResumeCase):
+    """The moments of the tensor-parallel parameters are left out of the load."""
+
+    fault = "tp-optimizer-dropped"
+
+
+class EmbeddingReplicatedOnLoadCase(TwoDimResumeCase):
+    """The resumed run leaves the embedding out of the TP plan: Shard(0) over "tp" becomes Replicate."""
+
+    fault = "embedding-replicated-on-load"
+
+
+class TpRngNotRestoredCase(TwoDimResumeCase):
+    """The second TP rank of each group does not restore its dropout generator."""
+
+    fault = "tp-rng-not-restored"
