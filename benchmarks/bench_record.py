@@ -9,6 +9,15 @@ targets from docs/trajectories.md:
 - full-mode record() ≤ 1.2× a torch.save of the same state;
 - summary mode stores ≤ 128 bytes per tensor per step;
 - the resume quickstart with record() after every step ≤ 1.1× its time without.
+
+And how full mode writes (issue 43), against what the machine allows:
+- full record() / one buffered `write` of the same bytes from memory (the
+  floor: the kernel's one copy into the page cache);
+- full record() of the same state loaded with `torch.load(mmap=True)` (its
+  tensors copied file to file by copy_file_range) / full record() from memory;
+- whether `O_DIRECT` works on the recording's file system, and a direct
+  write's time / the buffered write's (page-aligned buffer, sizes in whole
+  pages).
 """
 
 from __future__ import annotations
@@ -58,6 +67,86 @@ def recorded(
     return seconds
 
 
+def buffered_write(state: dict[str, torch.Tensor], target: Path, flags: int = 0) -> None:
+    """One write per tensor of its own memory, O_CREAT|O_TRUNC plus `flags` (e.g. O_DIRECT)."""
+    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | flags)
+    try:
+        for tensor in state.values():
+            os.write(descriptor, memoryview(tensor.numpy()).cast("B"))
+    finally:
+        os.close(descriptor)
+    target.unlink()
+
+
+def page_aligned_like(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state copied into anonymous mappings (page-aligned, sizes in whole pages): O_DIRECT's terms."""
+    import mmap
+
+    aligned = {}
+    for name, tensor in state.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        buffer = mmap.mmap(-1, -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE)
+        copy = torch.frombuffer(buffer, dtype=torch.uint8)
+        copy[:nbytes].copy_(tensor.view(torch.uint8).reshape(-1))
+        aligned[name] = copy
+    return aligned
+
+
+def write_paths(state: dict[str, torch.Tensor], work: Path, repeats: int, fresh) -> None:
+    """Full mode's write path against a plain write, a mapped state, and O_DIRECT.
+
+    CPU time of the process (user and system: the kernel's copy is system
+    time), which the other processes of a loaded machine disturb less than
+    wall time; O_DIRECT's cost is waiting for the device, so it is wall time.
+    """
+    cpu = time.process_time
+
+    def middle(times: list[float]) -> float:
+        return sorted(times)[len(times) // 2]
+
+    full = middle([recorded(state, "full", fresh(), clock=cpu) for _ in range(repeats)])
+    plain = median_seconds(lambda: buffered_write(state, work / "plain"), repeats, clock=cpu)
+    print("write paths, CPU time:")
+    print(
+        f"full record() / one write of the same bytes: {full / plain:.2f}  "
+        f"(record {full * 1e3:.1f} ms, write {plain * 1e3:.1f} ms)"
+    )
+    checkpoint = work / "mapped.pt"
+    torch.save(state, checkpoint)
+
+    def mapped_write() -> float:  # a fresh mapping each time: its pages not yet in this process
+        mapped_state = torch.load(checkpoint, weights_only=True, mmap=True)
+        began = cpu()
+        buffered_write(mapped_state, work / "plain")
+        return cpu() - began
+
+    def mapped_record() -> float:
+        return recorded(
+            torch.load(checkpoint, weights_only=True, mmap=True), "full", fresh(), clock=cpu
+        )
+
+    written = middle([mapped_write() for _ in range(repeats)])
+    copied = middle([mapped_record() for _ in range(repeats)])
+    print(
+        f"full record() of an mmap-loaded state (copy_file_range) / writing its memory: "
+        f"{copied / written:.2f}  (record {copied * 1e3:.1f} ms, write {written * 1e3:.1f} ms)"
+    )
+    checkpoint.unlink()
+    aligned = page_aligned_like(state)
+    buffered = median_seconds(lambda: buffered_write(aligned, work / "buffered"), repeats)
+    try:
+        direct = median_seconds(
+            lambda: buffered_write(aligned, work / "direct", os.O_DIRECT), repeats
+        )
+    except (OSError, AttributeError) as error:
+        print(f"O_DIRECT: not available here ({error})")
+    else:
+        print(
+            f"O_DIRECT works here; direct / buffered write (wall): {direct / buffered:.2f}  "
+            f"(direct {direct * 1e3:.1f} ms, buffered {buffered * 1e3:.1f} ms)"
+        )
+
+
 def bytes_per_tensor(work: Path) -> float:
     tensors = {f"t{index}": torch.randn(256) for index in range(1000)}
     with recording_to(work / "bytes", mode="summary") as path:
@@ -86,6 +175,7 @@ def main() -> int:
     parser.add_argument("--megabytes", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-quickstart", action="store_true")
+    parser.add_argument("--skip-write-paths", action="store_true")
     arguments = parser.parse_args()
     state = state_of(arguments.megabytes)
     with tempfile.TemporaryDirectory(prefix="bench-record-") as work_text:
@@ -114,6 +204,8 @@ def main() -> int:
             lambda: torch.save(state, work / "state.pt"), repeats=arguments.repeats
         )
         per_tensor = bytes_per_tensor(work)
+        if not arguments.skip_write_paths:
+            write_paths(state, work, arguments.repeats, fresh)
     print(f"state: {arguments.megabytes} MiB float32 in 16 tensors; medians of {arguments.repeats}")
     print(
         f"summary record() speed / digest speed: {digest / summary:.2f}  (target >= 0.8; "
