@@ -29,7 +29,8 @@ from trainparity.outcomes import Outcome
 _HINT_MARK = "observe='module:function'"
 DEFAULT_OBSERVER_HINT = (
     "the default observer reads a DCP directory (load_dcp), a ZeRO checkpoint directory "
-    "(a latest file and its tag directory) or a file that "
+    "(a latest file and its tag directory), a .safetensors file or directory of them, "
+    "or a file that "
     "torch.load(weights_only=True) reads as a dict; for any other checkpoint pass "
     f"{_HINT_MARK} (--observe), a function that returns the state to compare"
 )
