@@ -64,8 +64,8 @@ def load_deepspeed_universal(
         if not (tag_directory / needed).is_file():
             raise FileNotFoundError(
                 f"{str(tag_directory / needed)!r} is missing: {str(tag_directory)!r} is not a "
-                "complete universal checkpoint (ds_to_universal writes it last but one; was "
-                "the conversion interrupted?)"
+                "complete universal checkpoint (ds_to_universal writes the parameters' files, "
+                "then zero/optimizer_state.pt, then the model states: was it interrupted?)"
             )
     with _deepspeed_classes_allowed():
         model_states = _load(tag_directory / MODEL_FILE, weights_only)
