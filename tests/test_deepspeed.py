@@ -1,17 +1,20 @@
-"""DeepSpeed ZeRO on 2 gloo CPU ranks: load_deepspeed on real checkpoints, and resume checks.
+"""DeepSpeed ZeRO on 2 gloo CPU ranks: the example project's checks, and load_deepspeed on real checkpoints.
 
-`trainparity resume -- torchrun ... train.py` runs tests/fixtures/deepspeed_zero_train.py
-(ZeRO-2, AdamW, WarmupLR, engine.save_checkpoint/load_checkpoint, record_ids) seven
-times at once: clean (PASS) and with `load_optimizer_states=False`,
-`load_lr_scheduler_states=False`, `load_module_only=True`, a data position that
-is not saved, the configured learning rate put back after loading (DeepSpeed#4344's
-class) and a client warm-up scheduler DeepSpeed is not given (DeepSpeed#3875), each
-FAILing where its state was lost; the clean check once more under
-the deepspeed launcher (`-- deepspeed ...`). Two more jobs save
-the same training under ZeRO-1 and ZeRO-3. Everything runs in one
-module fixture. DeepSpeed JIT-builds its shm comm op with g++ on a rank's first
-`init_distributed`: the fixture builds it once, into $TORCH_EXTENSIONS_DIR when that
-is set (CI can keep it between runs) or else a directory of this test session.
+`trainparity resume -- torchrun ... train.py` runs docs/examples/deepspeed_project/train.py
+(ZeRO-2, AdamW, WarmupLR, engine.save_checkpoint/load_checkpoint, record() of the
+engine's state after loading and after every step, record_ids): clean (PASS) and
+with `load_optimizer_states=False`, `load_lr_scheduler_states=False`,
+`load_module_only=True`, a data position that is not saved, the configured
+learning rate put back after loading (DeepSpeed#4344's class) and a client
+warm-up scheduler DeepSpeed is not given (DeepSpeed#3875), each FAILing at the
+step and path where its state was lost; the clean check once more under the
+deepspeed launcher (`-- deepspeed ...`). The project's own cases
+(parity_case.py) run ZeRO-3 clean and with two of the faults. One more job
+saves the training under ZeRO-1, and one records the initial state on 1 rank.
+Everything runs in one module fixture, two commands at a time. DeepSpeed
+JIT-builds its shm comm op with g++ on a rank's first `init_distributed`: the
+fixture builds it once, into $TORCH_EXTENSIONS_DIR when that is set (CI can
+keep it between runs) or else a directory of this test session.
 """
 
 from __future__ import annotations
@@ -33,19 +36,21 @@ import torch
 pytest.importorskip("deepspeed")
 
 from trainparity.checkpoints import load_checkpoint_directory, load_deepspeed  # noqa: E402
+from trainparity.recording.reader import read_recordings  # noqa: E402
+from trainparity.state.reassembly import global_state  # noqa: E402
 
-SCRIPT = Path(__file__).resolve().parent / "fixtures" / "deepspeed_zero_train.py"
+PROJECT = Path(__file__).resolve().parent.parent / "docs" / "examples" / "deepspeed_project"
 SPLIT_STEP, TOTAL_STEP = 2, 5
-CHECKS = {
-    "clean": [],
-    "no_optimizer_states": ["--fault-no-optimizer-states"],
-    "no_lr_scheduler_states": ["--fault-no-lr-scheduler-states"],
-    "module_only": ["--fault-module-only"],
-    "data_position_not_saved": ["--fault-data-position-not-saved"],
-    "config_lr_after_load": ["--fault-config-lr-after-load"],
-    "client_scheduler_not_given": ["--fault-client-scheduler-not-given"],
-}
-OTHER_STAGES = (1, 3)
+FAULTS = (
+    "no-optimizer-states",
+    "no-lr-scheduler-states",
+    "module-only",
+    "data-position-not-saved",
+    "config-lr-after-load",
+    "client-scheduler-not-given",
+)
+# The project's ZeRO-3 cases (parity_case.py), through the case's own command.
+ZERO3_CASES = ("Zero3ResumeCase", "Zero3NoOptimizerStatesCase", "Zero3ConfigLrAfterLoadCase")
 PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
 # Checks (or stage runs) at once: each check runs its phases side by side already.
 CONCURRENT_CHECKS = 2
@@ -58,8 +63,9 @@ BUILD_SHM_OP = (
 def runs(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("deepspeed")
     project = root / "project"
-    project.mkdir()
-    shutil.copy(SCRIPT, project / "train.py")
+    shutil.copytree(
+        PROJECT, project, ignore=shutil.ignore_patterns("__pycache__", ".trainparity-*")
+    )
     (root / "tmp").mkdir()
     environment = {
         **os.environ,
@@ -75,12 +81,13 @@ def runs(tmp_path_factory) -> dict:
         [sys.executable, "-c", BUILD_SHM_OP], env=environment, check=True, capture_output=True
     )
 
+    resume = (sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress")
     commands: dict[str, Callable[[], list[str]]] = {}
-    for name, fault in CHECKS.items():
+    for name, fault in {"clean": (), **{f: ("--fault", f) for f in FAULTS}}.items():
         commands[name] = functools.partial(
             list,
             (
-                *(sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress"),
+                *resume,
                 *("--split-step", str(SPLIT_STEP), "--total-step", str(TOTAL_STEP)),
                 *("--checkpoint", "{run_dir}/ck", "--work-dir", str(root / name)),
                 *("--", "torchrun", "--standalone", "--nproc-per-node=2", "{cwd}/train.py"),
@@ -92,22 +99,34 @@ def runs(tmp_path_factory) -> dict:
     # tell apart per phase: the phases run one after another (--sequential), on a port that
     # was free a moment before the check starts.
     commands["launcher"] = lambda: [
-        *(sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress"),
+        *resume,
         *("--sequential", "--split-step", str(SPLIT_STEP), "--total-step", str(TOTAL_STEP)),
         *("--checkpoint", "{run_dir}/ck", "--work-dir", str(root / "launcher")),
         *("--", "deepspeed", "--num_gpus", "2", "--master_port", str(_free_port())),
         *("{cwd}/train.py", "--checkpoint", "{checkpoint}", "--end-step", "{end_step}"),
         *("--resume", "{resume_from?}"),
     ]
-    for stage in OTHER_STAGES:
-        commands[f"stage{stage}"] = functools.partial(
-            list,
-            (
-                *(sys.executable, "-m", "torch.distributed.run", "--standalone"),
-                *("--nproc-per-node=2", "train.py", "--stage", str(stage)),
-                *("--checkpoint", str(root / f"stage{stage}"), "--end-step", str(TOTAL_STEP)),
-            ),
+    for case in ZERO3_CASES:
+        commands[case] = functools.partial(
+            list, (*resume, f"parity_case:{case}", "--work-dir", str(root / case))
         )
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone")
+    commands["stage1"] = functools.partial(
+        list,
+        (
+            *(*torchrun, "--nproc-per-node=2", "train.py", "--stage", "1"),
+            *("--checkpoint", str(root / "stage1"), "--end-step", str(TOTAL_STEP)),
+        ),
+    )
+    # The initial state on 1 rank, recorded: its fragments are whole parameters.
+    commands["one_rank"] = functools.partial(
+        list,
+        (
+            *("env", f"TRAINPARITY_RECORD={root / 'one_rank_recording'}"),
+            *(*torchrun, "--nproc-per-node=1", "train.py"),
+            *("--checkpoint", str(root / "one_rank"), "--end-step", "0"),
+        ),
+    )
     done: dict = {"root": root}
     done.update(_run_a_few_at_a_time(commands, cwd=project, env=environment))
     return done
@@ -165,8 +184,20 @@ def _report(runs: dict, name: str) -> dict:
     return json.loads(stdout)
 
 
-def _differences(report: dict) -> dict[str, dict]:
+def _failed(runs: dict, name: str) -> dict:
+    report = _report(runs, name)
+    assert report["outcome"] == "FAIL" and runs[name][0] == 1, report["message"]
+    return report
+
+
+def _first(report: dict) -> dict[str, dict]:
+    """The differences at the first divergent step of the recorded trajectories, by path."""
     return {difference["path"]: difference for difference in report["all_differences"]}
+
+
+def _final(report: dict) -> dict[str, dict]:
+    """The differences of the final checkpoints (load_deepspeed's paths), by path."""
+    return {difference["path"]: difference for difference in report["final_state_differences"]}
 
 
 def _weights_and_moments() -> set[str]:
@@ -187,11 +218,22 @@ def _checkpoint(runs: dict) -> Path:
     return runs["root"] / "clean" / "baseline_a" / "ck"
 
 
-def test_a_clean_zero2_resume_passes(runs):
-    report = _report(runs, "clean")
+def _zero3_checkpoint(runs: dict) -> Path:
+    return runs["root"] / "Zero3ResumeCase" / "baseline_a" / "checkpoint"
+
+
+@pytest.mark.parametrize("name", ["clean", "Zero3ResumeCase"])
+def test_a_clean_zero2_or_zero3_resume_passes_step_by_step(runs, name):
+    report = _report(runs, name)
     assert report["outcome"] == "PASS", report["message"]
-    assert runs["clean"][0] == 0
+    assert runs[name][0] == 0
     assert report["message"] == f"final states are exactly equivalent at step {TOTAL_STEP}"
+    # Every step's engine state was recorded and compared, rank by rank.
+    every_step = list(range(TOTAL_STEP + 1))
+    assert report["trajectory"]["recorded_steps"]["baseline_a"] == {
+        "rank0": every_step,
+        "rank1": every_step,
+    }
     # Both ranks ran in every phase, under torchrun.
     for process in report["processes"]:
         assert [rank["rank"] for rank in process["ranks"]] == [0, 1], process
@@ -204,93 +246,137 @@ def test_a_clean_resume_under_the_deepspeed_launcher_passes(runs):
     assert report["case"].startswith("deepspeed --num_gpus 2 --master_port ")
 
 
-def test_loading_without_optimizer_states_fails_at_the_optimizer_state(runs):
-    report = _report(runs, "no_optimizer_states")
-    assert report["outcome"] == "FAIL" and runs["no_optimizer_states"][0] == 1
-    differences = _differences(report)
-    # The moments restart from zero and AdamW counts its steps again from the split.
-    step = differences['optimizer.state["0.weight"].step']
+@pytest.mark.parametrize("name", ["no-optimizer-states", "Zero3NoOptimizerStatesCase"])
+def test_loading_without_optimizer_states_fails_right_after_loading(runs, name):
+    report = _failed(runs, name)
+    # Right after load_checkpoint: AdamW holds no moments, and the learning rate is the one
+    # WarmupLR had set before its first step (0), not the restored one.
+    assert report["first_divergent_step"] == SPLIT_STEP
+    assert report["message"] == (
+        f"first observed divergence at step {SPLIT_STEP}: rank0.optimizer.param_groups[0].lr"
+    )
+    first = _first(report)
+    assert float(first["rank0.optimizer.param_groups[0].lr"]["candidate"]) == 0.0
+    moments = first['rank0.optimizer.state["0.weight"].exp_avg']
+    assert moments["reason"] == "missing_candidate"
+    assert "zero_fragment mesh 2" in moments["baseline"]
+    # At the end, the moments restarted from zero and AdamW counted its steps from the split.
+    step = _final(report)['optimizer.state["0.weight"].step']
     assert "values=[5.0]" in step["baseline"] and "values=[3.0]" in step["candidate"]
-    for name in PARAMETERS:
-        assert f'optimizer.state["{name}"].exp_avg' in differences
-        assert f'fp32["{name}"]' in differences
-    # The scheduler was restored: its position and the learning rate agree.
-    assert "lr_scheduler.last_batch_iteration" not in differences
-    assert "optimizer.param_groups[0].lr" not in differences
+    assert "lr_scheduler.last_batch_iteration" not in _final(report)
 
 
-def test_loading_without_lr_scheduler_states_fails_at_the_scheduler(runs):
-    report = _report(runs, "no_lr_scheduler_states")
-    assert report["outcome"] == "FAIL" and runs["no_lr_scheduler_states"][0] == 1
-    differences = _differences(report)
-    # WarmupLR starts its warm-up again: 3 steps after the split instead of 5 in all.
-    position = differences["lr_scheduler.last_batch_iteration"]
+def test_loading_without_lr_scheduler_states_fails_at_the_scheduler_after_loading(runs):
+    report = _failed(runs, "no-lr-scheduler-states")
+    assert report["first_divergent_step"] == SPLIT_STEP
+    first = _first(report)
+    # WarmupLR starts its warm-up again.
+    position = first["rank0.lr_scheduler.last_batch_iteration"]
+    assert (position["baseline"], position["candidate"]) == (str(SPLIT_STEP - 1), "-1")
+    # The optimizer's own state was restored: its moments agree at that step.
+    assert not [path for path in first if "optimizer.state" in path]
+    position = _final(report)["lr_scheduler.last_batch_iteration"]
     assert (position["baseline"], position["candidate"]) == (
         str(TOTAL_STEP - 1),
-        str(TOTAL_STEP - 3),
+        str(TOTAL_STEP - SPLIT_STEP - 1),
     )
-    assert "optimizer.param_groups[0].lr" in differences
-    # The optimizer's own state was restored: its step count agrees.
-    assert not [path for path in differences if path.endswith(".step")]
 
 
-def test_loading_the_module_only_fails_at_the_engine_counters_optimizer_and_scheduler(runs):
-    report = _report(runs, "module_only")
-    assert report["outcome"] == "FAIL" and runs["module_only"][0] == 1
-    differences = _differences(report)
+def test_loading_the_module_only_fails_at_the_engine_counters_after_loading(runs):
+    report = _failed(runs, "module-only")
+    assert report["first_divergent_step"] == SPLIT_STEP
+    first = _first(report)
     # DeepSpeed's own step counter restarts with the optimizer and the scheduler.
-    steps = differences["global_steps"]
+    steps = first["rank0.global_steps"]
+    assert (steps["baseline"], steps["candidate"]) == (str(SPLIT_STEP), "0")
+    assert {"rank0.global_samples", "rank0.lr_scheduler.last_batch_iteration"} <= set(first)
+    steps = _final(report)["global_steps"]
     assert (steps["baseline"], steps["candidate"]) == (
         str(TOTAL_STEP),
         str(TOTAL_STEP - SPLIT_STEP),
     )
-    assert {
-        "global_samples",
-        "lr_scheduler.last_batch_iteration",
-        'optimizer.state["0.weight"].step',
-    } <= set(differences)
 
 
-def test_a_data_position_not_saved_fails_at_the_first_repeated_sample_of_each_rank(runs):
-    report = _report(runs, "data_position_not_saved")
-    assert report["outcome"] == "FAIL" and runs["data_position_not_saved"][0] == 1
-    assert (
-        report["message"]
-        == f"first observed divergence at step {TOTAL_STEP}: coverage.epoch0.rank0"
+def test_a_data_position_not_saved_fails_at_the_first_step_on_repeated_samples(runs):
+    report = _failed(runs, "data-position-not-saved")
+    # The checkpoint was whole: the state after loading agrees; the first step after it
+    # trains on samples of epoch 0 again, and the weights it moves differ.
+    assert report["message"] == (
+        f"first observed divergence at step {SPLIT_STEP + 1}: coverage.epoch0.rank0"
     )
-    primary = report["primary_difference"]
-    assert primary["reason"] == "sample_repeated"
-    assert (
-        "consumed again" in primary["candidate"]
-        and "candidate_resume's position 0" in primary["candidate"]
+    first = _first(report)
+    assert first["coverage.epoch0.rank1"]["reason"] == "sample_repeated"
+    assert 'rank0.fp32["0.weight"]' in first
+    assert not {"rank0.global_steps", "rank0.lr_scheduler.last_batch_iteration"} & set(first)
+    coverage = [path for path in _final(report) if path.startswith("coverage.epoch0.rank")]
+    assert coverage, sorted(_final(report))
+
+
+@pytest.mark.parametrize("name", ["config-lr-after-load", "Zero3ConfigLrAfterLoadCase"])
+def test_the_configured_lr_put_back_after_loading_fails_at_the_learning_rate(runs, name):
+    report = _failed(runs, name)
+    assert report["message"] == (
+        f"first observed divergence at step {SPLIT_STEP}: rank0.optimizer.param_groups[0].lr"
     )
-    differences = _differences(report)
-    assert differences["coverage.epoch0.rank1"]["reason"] == "sample_repeated"
-    # The checkpoint itself was whole: the counters and the scheduler agree.
-    assert not {"global_steps", "lr_scheduler.last_batch_iteration"} & set(differences)
+    assert set(_first(report)) == {"rank0.optimizer.param_groups[0].lr"}
+    assert float(_first(report)["rank0.optimizer.param_groups[0].lr"]["candidate"]) == 0.05
+    # The restored WarmupLR set its own rate again at its next step: at the end, only the
+    # weights and moments that the step after the split moved differ (ZeRO-3 saves no module
+    # weights of its own: placeholders, equal).
+    expected = _weights_and_moments()
+    if name.startswith("Zero3"):
+        expected = {path for path in expected if not path.startswith("module")}
+    assert set(_final(report)) == expected
 
 
-def test_the_configured_lr_put_back_after_loading_fails_at_the_weights_it_stepped(runs):
-    report = _report(runs, "config_lr_after_load")
-    assert report["outcome"] == "FAIL" and runs["config_lr_after_load"][0] == 1
-    assert report["message"] == f'first observed divergence at step {TOTAL_STEP}: fp32["0.bias"]'
-    # The step after the split ran at the configured 0.05, not at the restored warm-up's rate:
-    # the weights it moved differ, and the moments of the steps after it. The restored WarmupLR
-    # set its own rate again at its next step, so the scheduler, the final learning rate, the
-    # optimizer's step count and DeepSpeed's counters agree: only the weights and moments differ.
-    assert set(_differences(report)) == _weights_and_moments()
+def test_a_client_scheduler_deepspeed_is_not_given_fails_at_the_first_step_after_loading(runs):
+    report = _failed(runs, "client-scheduler-not-given")
+    # load_checkpoint restored the optimizer's learning rate; the warm-up's next step
+    # counts from zero: 6-step linear warm-up, 0.05 * 4/6 without a resume, 0.05 * 2/6 after.
+    assert report["message"] == (
+        f"first observed divergence at step {SPLIT_STEP + 1}: rank0.optimizer.param_groups[0].lr"
+    )
+    lr = _first(report)["rank0.optimizer.param_groups[0].lr"]
+    assert (float(lr["baseline"]), float(lr["candidate"])) == pytest.approx(
+        (0.05 * 4 / 6, 0.05 * 2 / 6)
+    )
+    assert set(_final(report)) == {"optimizer.param_groups[0].lr", *_weights_and_moments()}
 
 
-def test_a_client_scheduler_deepspeed_is_not_given_restarts_its_warmup(runs):
-    report = _report(runs, "client_scheduler_not_given")
-    assert report["outcome"] == "FAIL" and runs["client_scheduler_not_given"][0] == 1
-    differences = _differences(report)
-    # The linear warm-up of 6 steps counted 5 steps without a resume, 3 after it.
-    lr = differences["optimizer.param_groups[0].lr"]
-    assert (float(lr["baseline"]), float(lr["candidate"])) == pytest.approx((0.05, 0.05 * 4 / 6))
-    # DeepSpeed had no scheduler to save (both checkpoints hold none) and restored the
-    # optimizer's step count: the learning rate, and the weights and moments it moved, differ.
-    assert set(differences) == {"optimizer.param_groups[0].lr", *_weights_and_moments()}
+def test_each_rank_recorded_its_fragments_which_reassemble_to_the_checkpoint(runs):
+    recordings = read_recordings(runs["root"] / "clean" / "recordings" / "baseline_a")
+    assert sorted(recordings) == [0, 1]
+    final = [recordings[rank].steps[-1] for rank in (0, 1)]
+    assert {record.step for record in final} == {TOTAL_STEP}
+    fragments = [record.state.as_dict()["fp32"].as_dict()["0.weight"] for record in final]
+    # ZeRO-2 splits the flat group [0.weight, 0.bias, 2.weight, 2.bias] (49 elements) in two.
+    assert [fragment.placement.offsets for fragment in fragments] == [(0,), (26,)]
+    assert [fragment.shape for fragment in fragments] == [(26,), (6,)]
+    assert fragments[0].placement.kind == "zero_fragment"
+    whole = global_state([record.state for record in final]).as_dict()
+    saved = load_deepspeed(_checkpoint(runs))
+    for name in PARAMETERS:
+        flat = saved["fp32"][name].flatten()
+        assert torch.equal(whole["fp32"].as_dict()[name].to_tensor(), flat), name
+        moments = whole["optimizer"].as_dict()["state"].as_dict()[name].as_dict()
+        assert torch.equal(
+            moments["exp_avg"].to_tensor(), saved["optimizer"]["state"][name]["exp_avg"].flatten()
+        )
+
+
+def test_two_ranks_fragments_compare_on_names_with_one_rank_whole_parameters(runs):
+    returncode, _stdout, stderr = runs["one_rank"]
+    assert returncode == 0, stderr[-3000:]
+    one = read_recordings(runs["root"] / "one_rank_recording")
+    two = read_recordings(runs["root"] / "clean" / "recordings" / "baseline_a")
+    initial_one = global_state([one[0].steps[0].state]).as_dict()
+    initial_two = global_state([two[rank].steps[0].state for rank in (0, 1)]).as_dict()
+    assert one[0].steps[0].state.as_dict()["fp32"].as_dict()["0.weight"].shape == (32,)
+    for name in PARAMETERS:
+        assert torch.equal(
+            initial_one["fp32"].as_dict()[name].to_tensor(),
+            initial_two["fp32"].as_dict()[name].to_tensor(),
+        ), name
 
 
 def test_load_deepspeed_reassembles_names_as_deepspeed_does(runs):
@@ -341,13 +427,14 @@ def test_each_rank_partition_is_its_slice_of_the_reassembled_state(runs):
         load_deepspeed(_checkpoint(runs), rank=2)
 
 
-@pytest.mark.parametrize("stage", OTHER_STAGES)
+@pytest.mark.parametrize("stage", [1, 3])
 def test_zero1_and_zero3_checkpoints_read_as_the_same_training(runs, stage):
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-    returncode, _stdout, stderr = runs[f"stage{stage}"]
-    assert returncode == 0, stderr[-3000:]
-    directory = runs["root"] / f"stage{stage}"
+    if stage == 1:
+        returncode, _stdout, stderr = runs["stage1"]
+        assert returncode == 0, stderr[-3000:]
+    directory = runs["root"] / "stage1" if stage == 1 else _zero3_checkpoint(runs)
     state, zero2 = load_deepspeed(directory), load_deepspeed(_checkpoint(runs))
     theirs = get_fp32_state_dict_from_zero_checkpoint(str(directory))
     assert state["zero"]["stage"] == stage
