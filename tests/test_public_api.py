@@ -248,11 +248,12 @@ def test_outcome_is_a_string_enum():
 def test_production_sources_name_no_framework():
     package = Path(trainparity.__file__).resolve().parent
     integrations = package / "integrations"  # names its libraries by design; the core does not
-    # DeepSpeed's checkpoint reader goes beside load_dcp in checkpoints/ (DESIGN.md): the
-    # reader itself, the directory dispatch the default observer calls, and their exports.
+    # DeepSpeed's checkpoint readers go beside load_dcp in checkpoints/ (DESIGN.md): the
+    # readers themselves (ZeRO and universal), the directory dispatch the default observer calls, and their exports.
     # Each imports deepspeed lazily, inside a function (test_checkpoints_import_no_framework).
     deepspeed_reader = {
-        package / "checkpoints" / name for name in ("deepspeed.py", "directories.py", "__init__.py")
+        package / "checkpoints" / name
+        for name in ("deepspeed.py", "deepspeed_universal.py", "directories.py", "__init__.py")
     }
     for source in package.rglob("*.py"):
         if source.is_relative_to(integrations) or source in deepspeed_reader:
