@@ -25,6 +25,8 @@ class ProcessExecutionPlan:
 
     `world_size` is the rank count this phase must run with when the check
     was given `world_sizes` (an elastic resume); None: the case's own.
+    `layout` is the layout (a name the case reads: e.g. a device mesh) this
+    phase must run on when the check was given `layouts`; None: the case's own.
     """
 
     phase: str
@@ -33,6 +35,7 @@ class ProcessExecutionPlan:
     end_step: int
     resume_from: Path | None = None
     world_size: int | None = None
+    layout: str | None = None
 
 
 @runtime_checkable

@@ -37,7 +37,7 @@ class FsdpResumeCase:
         ]
         if plan.resume_from is not None:
             script += ["--resume", str(plan.resume_from)]
-        script += self.layout_arguments
+        script += self.layout_for(plan)
         if self.fault is not None:
             script += ["--fault", self.fault]
         if os.environ.get(LAUNCHER_VARIABLE) == "fork":
@@ -45,6 +45,9 @@ class FsdpResumeCase:
         return torchrun_command(
             script, nproc_per_node=self.ranks(plan), log_dir=plan.run_dir / "ranks"
         )
+
+    def layout_for(self, plan) -> tuple[str, ...]:
+        return self.layout_arguments
 
     def ranks(self, plan) -> int:
         # check_resume(world_sizes=...) sets plan.world_size per phase: an elastic resume.
@@ -168,6 +171,34 @@ class EmbeddingReplicatedOnLoadCase(TwoDimResumeCase):
     """The resumed run leaves the embedding out of the TP plan: Shard(0) over "tp" becomes Replicate."""
 
     fault = "embedding-replicated-on-load"
+
+
+class LayoutChangeCase(TwoDimResumeCase):
+    """Saved on one 4-rank layout, resumed on another (check_resume(layouts=...)).
+
+    `dp4`: FSDP2 over 4 ranks; `dp2xtp2`: FSDP2 x TP on a 2x2 ("dp", "tp")
+    mesh. No dropout: a mask drawn for 16 columns on one layout and for 8 on
+    the other are different random streams.
+    """
+
+    name = "example_fsdp2_layout_change"
+    LAYOUTS = {"dp4": ("--layout", "dp"), "dp2xtp2": ("--layout", "dp-tp")}
+
+    def layout_for(self, plan) -> tuple[str, ...]:
+        # check_resume(layouts=...) sets plan.layout per phase (the baselines run on the first).
+        return (*self.LAYOUTS[plan.layout or "dp2xtp2"], "--global-batch", "12")
+
+
+class MomentsZeroedOnReshardCase(LayoutChangeCase):
+    """Layout change: the resharded optimizer moments are loaded as zeros."""
+
+    fault = "moments-zeroed-on-reshard"
+
+
+class LayoutPerRankSamplerPositionCase(LayoutChangeCase):
+    """Layout change: the data position kept per rank, times the new data-parallel size."""
+
+    fault = "per-rank-sampler-position"
 
 
 class TpRngNotRestoredCase(TwoDimResumeCase):

@@ -1,9 +1,11 @@
 """Run FSDP2 resume checks (check_runs for a case with variants); exit 0 when every one PASSes.
 
-Usage: python run_parity.py [CaseClass [2,1]]... [--fork-ranks]
+Usage: python run_parity.py [CaseClass [2,1 | dp4:dp2xtp2]]... [--fork-ranks]
 
-`2,1` after a case saves on 2 ranks and resumes on 1 (an elastic resume),
-compared under a tolerance: two world sizes sum the gradients in another order.
+`2,1` after a case saves on 2 ranks and resumes on 1 (an elastic resume);
+`dp4:dp2xtp2` saves on one layout and resumes on another (check_resume's
+`layouts`). Both are compared under a tolerance: another world size or mesh
+sums the gradients in another order.
 Several cases run one after the other in this process (its imports paid
 once), each writing trainparity-report-<case>[-2-1].json here; with
 TRAINPARITY_START=warm they also share their warm servers (each imports
@@ -30,8 +32,10 @@ tolerance = ToleranceComparison(rtol=1e-4, atol=1e-6)
 temporary = root / ".trainparity-runs" / f"tmp-{os.getpid()}"
 
 
-def check(case: str, world_sizes: tuple[int, ...] | None) -> Outcome:
-    label = case + ("" if world_sizes is None else "-" + "-".join(map(str, world_sizes)))
+def check(case: str, resharding: tuple | None) -> Outcome:
+    label = case + ("" if resharding is None else "-" + "-".join(map(str, resharding)))
+    by_layout = resharding is not None and isinstance(resharding[0], str)
+    world_sizes = None if by_layout else resharding
     work_dir = root / ".trainparity-runs" / label
     shutil.rmtree(work_dir, ignore_errors=True)  # nothing of an earlier run (its checkpoints) stays
     temporary.mkdir(parents=True, exist_ok=True)
@@ -48,8 +52,9 @@ def check(case: str, world_sizes: tuple[int, ...] | None) -> Outcome:
     else:
         result = check_resume(
             f"parity_case:{case}",
-            comparison=None if world_sizes is None else tolerance,
+            comparison=None if resharding is None else tolerance,
             world_sizes=world_sizes,
+            layouts=resharding if by_layout else None,
             **options,
         )
     print(label, result.outcome.value, result.message)
@@ -60,13 +65,16 @@ def check(case: str, world_sizes: tuple[int, ...] | None) -> Outcome:
     return result.outcome
 
 
-def requested(arguments: list[str]) -> list[tuple[str, tuple[int, ...] | None]]:
-    """(case, world sizes) pairs: a `2,1` argument belongs to the case before it."""
-    checks: list[tuple[str, tuple[int, ...] | None]] = []
+def requested(arguments: list[str]) -> list[tuple[str, tuple | None]]:
+    """(case, world sizes or layouts) pairs: a `2,1` or `dp4:dp2xtp2` belongs to the case before it."""
+    checks: list[tuple[str, tuple | None]] = []
     for argument in arguments:
-        if "," in argument:
+        if "," in argument or ":" in argument:
             case = checks.pop()[0] if checks else "FsdpResumeCase"
-            checks.append((case, tuple(int(size) for size in argument.split(","))))
+            if ":" in argument:
+                checks.append((case, tuple(argument.split(":"))))
+            else:
+                checks.append((case, tuple(int(size) for size in argument.split(","))))
         else:
             checks.append((argument, None))
     return checks or [("FsdpResumeCase", None)]
@@ -77,6 +85,6 @@ if __name__ == "__main__":
         os.environ[parity_case.LAUNCHER_VARIABLE] = "fork"  # read by the case's command()
     checks = requested([argument for argument in sys.argv[1:] if argument != "--fork-ranks"])
     with shared_warm_servers():
-        outcomes = [check(case, world_sizes) for case, world_sizes in checks]
+        outcomes = [check(case, resharding) for case, resharding in checks]
     shutil.rmtree(temporary, ignore_errors=True)
     sys.exit(0 if all(outcome is Outcome.PASS for outcome in outcomes) else 1)

@@ -31,9 +31,10 @@ tensor-parallel ranks share their group's samples.
 fresh-optimizer-load, uneven-shard-offsets, cached-state-dict-hook,
 scheduler-not-restored; for a resume on another world size,
 per-rank-sampler-position, per-rank-step-counter, optimizer-dropped-on-reshard;
-for check_runs of 2 ranks against 1, sum-gradients; and on a 2-D mesh
+for check_runs of 2 ranks against 1, sum-gradients; on a 2-D mesh
 ("2-D meshes"), tp-optimizer-dropped, embedding-replicated-on-load,
-tp-rng-not-restored.
+tp-rng-not-restored; and for a resume on another layout (dp4 <-> dp2 x tp2),
+moments-zeroed-on-reshard.
 """
 
 import argparse
@@ -220,6 +221,8 @@ def save(args, model, optimizer, scheduler, generators, step, data, cached_model
     torch.save(noise.get_state(), args.checkpoint / f"rng-rank{rank}.pt")
     if dropout is not None:
         torch.save(dropout.get_state(), args.checkpoint / f"dropout-rank{rank}.pt")
+    if rank == 0:  # which layout saved: a resume on another one reshards
+        (args.checkpoint / "layout.txt").write_text(f"{args.layout} {dist.get_world_size()}\n")
     dist.barrier()  # every rank's files exist before any rank exits
 
 
@@ -240,7 +243,10 @@ def load(args, model, optimizer, scheduler, noise, dropout, data) -> tuple[int, 
             del optimizer_state["state"][name]
     train = {"step": 0, "scheduler_epoch": 0, "samples_per_rank": 0}
     state = {"model": model_state, "optim": optimizer_state, "train": train}
-    resharded = len(list(args.resume.glob("rng-rank*.pt"))) != world_size
+    saved_layout = args.resume / "layout.txt"
+    resharded = len(list(args.resume.glob("rng-rank*.pt"))) != world_size or (
+        saved_layout.exists() and saved_layout.read_text().split()[0] != str(args.layout)
+    )
     if args.fault == "optimizer-dropped-on-reshard" and resharded:
         # The bug: "optimizer state cannot be resharded", so only the model is loaded.
         del state["optim"]
@@ -259,6 +265,11 @@ def load(args, model, optimizer, scheduler, noise, dropout, data) -> tuple[int, 
             # The dropped moments would stop a strict load; the bug's author turned it off.
             options=StateDictOptions(strict=args.fault != "tp-optimizer-dropped"),
         )
+    if args.fault == "moments-zeroed-on-reshard" and resharded:
+        # The bug (Megatron-LM#5077's class): the resharded optimizer state arrives as zeros.
+        for moments in optimizer.state.values():
+            for key in ("exp_avg", "exp_avg_sq"):
+                moments[key].zero_()
     if args.fault == "uneven-shard-offsets":
         _copy_embedding_rows_by_hand(args.resume, model, rank, world_size)
     if args.fault != "scheduler-not-restored":

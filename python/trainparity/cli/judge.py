@@ -55,6 +55,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
         executor=PlanReplay(directory),
         split_steps=plan.get("split_steps"),
         world_sizes=plan.get("world_sizes"),
+        layouts=plan.get("layouts"),
     )
     leads = environment_leads(
         _fingerprint(directory, "baseline_a"), _fingerprint(directory, "candidate_resume")

@@ -40,6 +40,13 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         help="each candidate phase's rank count (one more than the split steps), for a CASE "
         "whose command() reads plan.world_size; check_resume(world_sizes=...)",
     )
+    chain.add_argument(
+        "--layouts",
+        type=_layout_names,
+        metavar="L1,L2,...",
+        help="each candidate phase's layout name, such as dp4,dp2xtp2 (one more than the split "
+        "steps), for a CASE whose command() reads plan.layout; check_resume(layouts=...)",
+    )
     common.add_tolerance_options(parser)
     parser.add_argument(
         "--explain",
@@ -80,7 +87,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
 
 
 def _chain(arguments: argparse.Namespace) -> dict[str, Any]:
-    """check_resume's split_steps/world_sizes from --split-steps/--world-sizes, checked.
+    """check_resume's split_steps/world_sizes/layouts from their options, checked.
 
     What needs the case (how many rank counts its chain takes, the steps
     against its total step) is checked with the case, as check_resume does.
@@ -95,15 +102,36 @@ def _chain(arguments: argparse.Namespace) -> dict[str, Any]:
             f"--world-sizes needs one rank count per candidate phase: {len(steps) + 1} for "
             f"{len(steps)} split steps, got {len(sizes)} ({','.join(map(str, sizes))})"
         )
+    layouts = arguments.layouts
+    if steps is not None and layouts is not None and len(layouts) != len(steps) + 1:
+        raise common.UsageError(
+            f"--layouts needs one layout name per candidate phase: {len(steps) + 1} for "
+            f"{len(steps)} split steps, got {len(layouts)} ({','.join(layouts)})"
+        )
     if getattr(arguments, "template", None) is not None:
         if sizes is not None:
             raise common.UsageError(
                 "--world-sizes needs a CASE whose command() reads plan.world_size: a command "
                 "template has no field for the rank count"
             )
+        if layouts is not None:
+            raise common.UsageError(
+                "--layouts needs a CASE whose command() reads plan.layout: a command "
+                "template has no field for the layout"
+            )
         if steps is not None and arguments.split_step is None:
             arguments.split_step = steps[0]  # a template's case needs its first split
-    return {"split_steps": steps, "world_sizes": sizes}
+    return {"split_steps": steps, "world_sizes": sizes, "layouts": layouts}
+
+
+def _layout_names(text: str) -> tuple[str, ...]:
+    """Comma-separated layout names, such as `dp4,dp2xtp2` (argparse type)."""
+    names = tuple(text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated layout names such as dp4,dp2xtp2, got {text!r}"
+        )
+    return names
 
 
 def _plan(

@@ -90,6 +90,7 @@ class TrainingPhase:
     run_dir: Path
     resume_from: Path | None = None
     world_size: int | None = None  # the rank count asked of the case (an elastic resume)
+    layout: str | None = None  # the layout asked of the case (a layout change)
     extra_args: tuple[str, ...] = ()
     extra_env: Mapping[str, str] = field(default_factory=dict)
     emptied: tuple[Path, ...] = ()
@@ -219,6 +220,7 @@ class PhaseChildren:
             end_step=phase.end_step,
             resume_from=phase.resume_from,
             world_size=phase.world_size,
+            layout=phase.layout,
         )
         try:
             argv = [*validated_command(self.case.command(plan)), *phase.extra_args]

@@ -57,6 +57,7 @@ def check_resume(
     executor: PhaseExecutor | None = None,
     split_steps: Sequence[int] | None = None,
     world_sizes: Sequence[int] | None = None,
+    layouts: Sequence[str] | None = None,
     start: str | None = None,
     explain: bool = False,
 ) -> ProcessResumeResult:
@@ -71,7 +72,11 @@ def check_resume(
     process: `(2, 4)` with total_step 6 saves at 2, resumes and saves at 4,
     resumes to 6. `world_sizes` gives each candidate phase its rank count
     (`plan.world_size`; the baselines run on the first): `(2, 1)` saves on 2
-    ranks and resumes on 1. `timeout` applies to each child. `parallel=None` runs
+    ranks and resumes on 1. `layouts` gives each candidate phase a layout
+    name (`plan.layout`; the baselines run on the first): `("dp4", "dp2xtp2")`
+    saves on one device mesh and resumes on another. A phase on another world
+    size or layout than the first is compared on global tensors reassembled
+    from its shards. `timeout` applies to each child. `parallel=None` runs
     the independent phases concurrently on CPU and sequentially when the case
     declares `device = "cuda..."`; True/False force it. `progress=True`
     prints phase start/end lines to stderr; a callable receives ProgressEvent
@@ -103,6 +108,7 @@ def check_resume(
         environment=environment,
         split_steps=split_steps,
         world_sizes=world_sizes,
+        layouts=layouts,
     )
     if not explain:
         return result
@@ -132,6 +138,7 @@ class ProcessResumeRunner(CheckRunner):
         staged_checkpoint_hook: Callable[[Path], None] | None = None,
         split_steps: Sequence[int] | None = None,
         world_sizes: Sequence[int] | None = None,
+        layouts: Sequence[str] | None = None,
     ) -> ProcessResumeResult:
         started = time.perf_counter()
         command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
@@ -143,7 +150,7 @@ class ProcessResumeRunner(CheckRunner):
         }
         try:
             loaded, child_environment, chain = resume_case_setup(
-                case, environment, split_steps, world_sizes
+                case, environment, split_steps, world_sizes, layouts
             )
         except Exception as error:  # importing runs the user's module: anything can fail
             failure = setup_failure("process ", error, command_dir=command_dir)
@@ -184,6 +191,7 @@ def resume_case_setup(
     environment: Mapping[str, str] | None,
     split_steps: Sequence[int] | None = None,
     world_sizes: Sequence[int] | None = None,
+    layouts: Sequence[str] | None = None,
 ) -> tuple[ProcessResumeCase, dict[str, str], tuple[CandidatePhase, ...]]:
     """Load and validate the case, its candidate chain and the children's environment (CONTRACT §6.2, §6.5)."""
     case, module_spec = resolved_case(spec, load_process_case)
@@ -199,5 +207,5 @@ def resume_case_setup(
         )
     if split_steps is None:
         split_steps = getattr(case, "split_steps", None) or (split,)
-    chain = candidate_chain(split_steps, world_sizes, total)
+    chain = candidate_chain(split_steps, world_sizes, total, layouts)
     return case, child_environment(module_spec, environment), chain

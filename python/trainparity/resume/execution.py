@@ -35,7 +35,7 @@ from trainparity.recording.resume import (
     recording_directory,
 )
 from trainparity.recording.resume_envelope import ResumeEnvelope
-from trainparity.resume.chain import CandidatePhase, chain_report
+from trainparity.resume.chain import CandidatePhase, chain_report, on_another_layout
 from trainparity.resume.noise_decision import (
     baseline_names,
     event_verdict,
@@ -60,16 +60,16 @@ def resume_phases(
     case: ProcessResumeCase,
     chain: Sequence[CandidatePhase],
     baselines: Sequence[str] = ("baseline_a", "baseline_b"),
-) -> list[tuple[str, int, int | None]]:
-    """Each phase of a resume check, in order: (name, the step it trains to, its rank count).
+) -> list[tuple[str, int, int | None, str | None]]:
+    """Each phase of a resume check, in order: (name, the step it trains to, its rank count, layout).
 
-    The baselines are the uninterrupted run at the rank count that saved first
-    (two, or NoiseComparison's `baselines`).
+    The baselines are the uninterrupted run at the rank count and layout that
+    saved first (two, or NoiseComparison's `baselines`).
     """
-    baseline_size = chain[0].world_size
+    first = chain[0]
     return [
-        *((name, case.total_step, baseline_size) for name in baselines),
-        *((phase.name, phase.end_step, phase.world_size) for phase in chain),
+        *((name, case.total_step, first.world_size, first.layout) for name in baselines),
+        *((phase.name, phase.end_step, phase.world_size, phase.layout) for phase in chain),
     ]
 
 
@@ -116,10 +116,11 @@ class ResumeExecution:
                     end_step,
                     root / name,
                     world_size=world_size,
+                    layout=layout,
                     extra_env=phase_recording_environment(root, name, split_steps),
                     emptied=(recording_directory(root, name),),
                 )
-                for name, end_step, world_size in phases
+                for name, end_step, world_size, layout in phases
             },
             timings=self.timings,
             timing_keys=_TIMING_KEYS,
@@ -171,7 +172,7 @@ class ResumeExecution:
             self.settings.run_root,
             self.policy,
             tuple(
-                (phase.name, phase.from_step, phase.world_size != self.chain[0].world_size)
+                (phase.name, phase.from_step, on_another_layout(phase, self.chain[0]))
                 for phase in self.chain
             ),
         )
@@ -310,7 +311,7 @@ class ResumeExecution:
             policy,
             self.baselines,
             tuple(
-                (phase.name, phase.from_step, phase.world_size != self.chain[0].world_size)
+                (phase.name, phase.from_step, on_another_layout(phase, self.chain[0]))
                 for phase in self.chain
             ),
         )

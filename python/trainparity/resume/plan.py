@@ -48,13 +48,14 @@ def write_plan(
     comparison: ComparisonPolicy | None = None,
     split_steps: Sequence[int] | None = None,
     world_sizes: Sequence[int] | None = None,
+    layouts: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Write DIR/plan.json and DIR/<phase>.sh for every phase of a resume check; return the plan.
 
-    `split_steps` and `world_sizes` are check_resume's. Raises the check's
+    `split_steps`, `world_sizes` and `layouts` are check_resume's. Raises the check's
     setup errors (CaseSetupError for the user's input).
     """
-    loaded, _, chain = resume_case_setup(case, environment, split_steps, world_sizes)
+    loaded, _, chain = resume_case_setup(case, environment, split_steps, world_sizes, layouts)
     root = Path(directory).resolve()
     root.mkdir(parents=True, exist_ok=True)
     reported, spec = case_names(case)
@@ -64,11 +65,11 @@ def write_plan(
         link.name: before.name for before, link in zip(chain[:-1], chain[1:], strict=True)
     }
     phases = []
-    for name, end_step, world_size in resume_phases(loaded, chain):
+    for name, end_step, world_size, layout in resume_phases(loaded, chain):
         run_dir = root / name
         before = loads_from.get(name)
         resume_from = loaded.checkpoint_path(run_dir) if before else None
-        plan = ProcessExecutionPlan(name, cwd, run_dir, end_step, resume_from, world_size)
+        plan = ProcessExecutionPlan(name, cwd, run_dir, end_step, resume_from, world_size, layout)
         argv = validated_command(loaded.command(plan))
         variables = {
             **dict(environment or {}),
@@ -104,7 +105,8 @@ def write_plan(
         "phases": phases,
     }
     # A chain or an elastic resume: what `trainparity judge` hands check_resume again.
-    for key, given in (("split_steps", split_steps), ("world_sizes", world_sizes)):
+    given_keys = (("split_steps", split_steps), ("world_sizes", world_sizes), ("layouts", layouts))
+    for key, given in given_keys:
         if given is not None:
             plan[key] = list(given)
     (root / PLAN_FILE).write_text(
