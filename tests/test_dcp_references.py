@@ -232,6 +232,15 @@ def test_the_default_observer_refers_to_safetensors_files(tmp_path, layout):
     assert result.outcome is Outcome.ERROR and "changed after it was observed" in result.message
 
 
+def test_a_directory_with_more_than_safetensors_files_is_not_read_as_its_weights(tmp_path):
+    """A trainer's checkpoint directory: reading model.safetensors alone would leave the
+    optimizer unobserved, so the default observer refuses it (load_dcp's message)."""
+    _save_safetensors(tmp_path / "model.safetensors", 1, ["a"])
+    torch.save({"state": {}}, tmp_path / "optimizer.pt")
+    with pytest.raises(FileNotFoundError, match="not a DCP checkpoint directory"):
+        observe_default(tmp_path)
+
+
 def test_a_key_in_two_safetensors_files_is_refused(tmp_path):
     _save_safetensors(tmp_path / "one.safetensors", 1, ["a"])
     _save_safetensors(tmp_path / "two.safetensors", 2, ["a"])

@@ -4,8 +4,12 @@ safetensors' own reader maps the file copy-on-write (`load_file` builds its
 tensors on `torch.UntypedStorage.from_file`), so no tensor byte is read
 here, and a snapshot of the state refers to the file's byte ranges instead
 of copying them (state/snapshot_file.py). A directory is what a sharded
-model is saved as (`model-00001-of-00002.safetensors`, ... beside an
-`index.json`): every `.safetensors` file in it, its keys merged.
+model is saved as (`model-00001-of-00002.safetensors`, ... beside a
+`model.safetensors.index.json`): every `.safetensors` file in it, its keys
+merged. A directory that holds anything else (a trainer's `optimizer.pt`,
+`trainer_state.json`, `rng_state.pth`) is not one: reading only its
+weights would leave the rest of the state unobserved, so the default
+observer refuses it and asks for an observer of the user's own.
 """
 
 from __future__ import annotations
@@ -17,12 +21,18 @@ from typing import Any
 __all__ = ["SAFETENSORS_SUFFIX", "is_safetensors_directory", "load_safetensors"]
 
 SAFETENSORS_SUFFIX = ".safetensors"
+_INDEX_SUFFIX = ".safetensors.index.json"  # which file holds which key: no state of its own
 
 
 def is_safetensors_directory(path: str | os.PathLike[str]) -> bool:
-    """Whether directory `path` holds `.safetensors` files (and no DCP `.metadata`)."""
+    """Whether directory `path` holds `.safetensors` files and nothing else but their index."""
     directory = Path(path)
-    return not (directory / ".metadata").is_file() and any(_files(directory))
+    if not directory.is_dir():
+        return False
+    names = [entry.name for entry in directory.iterdir()]
+    return any(name.endswith(SAFETENSORS_SUFFIX) for name in names) and all(
+        name.endswith((SAFETENSORS_SUFFIX, _INDEX_SUFFIX)) for name in names
+    )
 
 
 def load_safetensors(path: str | os.PathLike[str]) -> dict[str, Any]:
