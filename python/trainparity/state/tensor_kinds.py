@@ -14,6 +14,7 @@ process. Every tensor is therefore sorted here, in Python, into:
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 
@@ -117,7 +118,12 @@ def _dtensor_placement(tensor: torch.Tensor) -> ShardPlacement:
     coordinate = mesh.get_coordinate()
     index_runs: IndexRuns = ()
     if coordinate is not None and any(_is_strided(placement) for placement in placements):
-        index_runs = _strided_index_runs(global_shape, tuple(mesh.shape), coordinate, placements)
+        index_runs = _strided_index_runs(
+            global_shape,
+            tuple(int(size) for size in mesh.shape),
+            tuple(int(c) for c in coordinate),
+            placements,
+        )
     return ShardPlacement(
         kind="dtensor",
         mesh_shape=tuple(int(size) for size in mesh.shape),
@@ -134,8 +140,13 @@ def _is_strided(placement: object) -> bool:
     return type(placement).__name__ == "_StridedShard"
 
 
+# Every record() of a state asks again for the same few parameters' shapes and placements.
+@functools.lru_cache(maxsize=1024)
 def _strided_index_runs(
-    global_shape: tuple[int, ...], mesh_shape: tuple, coordinate: Sequence[int], placements: tuple
+    global_shape: tuple[int, ...],
+    mesh_shape: tuple[int, ...],
+    coordinate: tuple[int, ...],
+    placements: tuple,
 ) -> IndexRuns:
     """The global rows of each strided-sharded dimension of this rank's shard, as runs.
 
@@ -155,20 +166,20 @@ def _strided_index_runs(
         pieces, _ = placement._split_tensor(
             shaped, int(mesh_shape[mesh_dim]), with_padding=False, contiguous=False
         )
-        rows[dim] = pieces[int(coordinate[mesh_dim])].reshape(-1)
+        rows[dim] = pieces[coordinate[mesh_dim]].reshape(-1)
     strided_dims = sorted({placement.dim for placement in placements if _is_strided(placement)})
-    return tuple((dim, _runs(rows[dim].tolist())) for dim in strided_dims)
+    return tuple((dim, _runs(rows[dim])) for dim in strided_dims)
 
 
-def _runs(indices: list[int]) -> tuple[tuple[int, int], ...]:
-    """`indices` as (start, length) runs of consecutive values, in order."""
-    runs: list[list[int]] = []
-    for index in indices:
-        if runs and runs[-1][0] + runs[-1][1] == index:
-            runs[-1][1] += 1
-        else:
-            runs.append([index, 1])
-    return tuple((start, length) for start, length in runs)
+def _runs(indices: torch.Tensor) -> tuple[tuple[int, int], ...]:
+    """`indices` (1-D) as (start, length) runs of consecutive values, in order."""
+    count = indices.numel()
+    if count == 0:
+        return ()
+    breaks = torch.nonzero(indices[1:] - indices[:-1] != 1).reshape(-1) + 1
+    starts = torch.cat([torch.zeros(1, dtype=breaks.dtype), breaks])
+    ends = torch.cat([breaks, torch.full((1,), count, dtype=breaks.dtype)])
+    return tuple(zip(indices[starts].tolist(), (ends - starts).tolist(), strict=True))
 
 
 def _dtensor_offsets(global_shape: tuple[int, ...], mesh: object, placements: tuple) -> tuple:
