@@ -12,10 +12,12 @@ SameGlobalOrder. Every assertion reads the reports of those runs.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError
+from trainparity.cli.main import main
 from trainparity.resume.chain import candidate_chain, chain_report, on_another_layout
 
 from tests.fixtures.example_projects import copied_project, run_parity_groups
@@ -98,3 +100,33 @@ def test_layouts_name_one_layout_per_candidate_phase():
         candidate_chain((2,), None, 4, ("dp4",))
     with pytest.raises(CaseSetupTypeError, match="layouts must be a sequence"):
         candidate_chain((2,), None, 4, "dp4")
+
+
+def test_the_cli_plan_hands_each_phase_its_layout_and_keeps_them_for_judge(capsys, tmp_path):
+    plan = tmp_path / "plan"
+    case = "parity_case:LayoutChangeCase"
+    code = main(
+        ["resume", case, "--cwd", str(EXAMPLE), "--layouts", "dp4,dp2xtp2"]
+        + ["--plan-only", str(plan)]
+    )
+    assert code == 0, capsys.readouterr().err
+    written = json.loads((plan / "plan.json").read_text(encoding="utf-8"))
+    assert written["layouts"] == ["dp4", "dp2xtp2"]  # what `trainparity judge` hands back
+    layouts = {
+        phase["name"]: phase["argv"][phase["argv"].index("--layout") + 1]
+        for phase in written["phases"]
+    }
+    # The baselines run on the first layout, as they run on the first world size.
+    assert layouts == {
+        "baseline_a": "dp",
+        "baseline_b": "dp",
+        "candidate_split": "dp",
+        "candidate_resume": "dp-tp",
+    }
+
+
+def test_the_cli_refuses_layouts_for_a_command_template(capsys):
+    template = ["--split-step", "2", "--total-step", "4", "--checkpoint", "{run_dir}/ck.pt"]
+    code = main(["resume", *template, "--layouts", "dp4,dp2xtp2", "--", "python", "train.py"])
+    assert code == 4
+    assert "--layouts needs a CASE whose command() reads plan.layout" in capsys.readouterr().err
