@@ -3,9 +3,10 @@
 `trainparity resume deepspeed_universal_case:... --world-sizes 2,N` runs
 tests/fixtures/deepspeed_universal_train.py: the resumed phase converts the split's
 checkpoint with DeepSpeed's `ds_to_universal` and loads it with `load_universal`.
-Three checks in one module fixture, two at a time: the clean resume on 1 rank and
-on 3 (PASS under the tolerance), and the optimizer's states skipped at the new world
-size (FAIL at AdamW's step count). The universal directory each resumed phase wrote
+Four checks in one module fixture, two at a time: the clean resume on 1 rank and
+on 3 (PASS under the tolerance), the optimizer's states skipped at the new world
+size (FAIL at AdamW's step count), and a converted directory without its step
+files (ERROR: the resumed run stops). The universal directory each resumed phase wrote
 is then read by name (`load_checkpoint_directory`) and compared with the 2-rank
 checkpoint it came from. DeepSpeed's shm comm op is built once per test session
 (see _extensions_directory).
@@ -43,6 +44,7 @@ CHECKS = {
     "clean_on_1": ("UniversalResumeCase", "2,1"),
     "clean_on_3": ("UniversalResumeCase", "2,3"),
     "optimizer_states_skipped": ("OptimizerStatesSkippedCase", "2,1"),
+    "step_files_left_out": ("StepFilesLeftOutCase", "2,1"),
 }
 PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
 CONCURRENT_CHECKS = 2  # each check runs its phases side by side already
@@ -179,6 +181,15 @@ def test_optimizer_states_skipped_at_the_new_world_size_fail_at_the_step_count(r
         or path.startswith("optimizer.param_groups")
     ]
     assert _resumed_phase_ranks(report) == [0]
+    assert report["first_divergent_step"] == TOTAL_STEP  # no record(): the final states
+
+
+def test_a_converted_directory_without_its_step_files_stops_the_resumed_run(runs):
+    report = _report(runs, "step_files_left_out")
+    assert report["outcome"] == "ERROR", report["message"]
+    # torch's AdamW finds the moments ds_to_universal wrote but no step count: it cannot go on.
+    assert report["message"].startswith("candidate_resume child exited with status 1")
+    assert "KeyError: 'step'" in report["message"]
 
 
 def _split_checkpoint(runs: dict, name: str) -> Path:
