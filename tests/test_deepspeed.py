@@ -9,8 +9,10 @@ learning rate put back after loading (DeepSpeed#4344's class) and a client
 warm-up scheduler DeepSpeed is not given (DeepSpeed#3875), each FAILing at the
 step and path where its state was lost; the clean check once more under the
 deepspeed launcher (`-- deepspeed ...`). The project's own cases
-(parity_case.py) run ZeRO-3 clean and with two of the faults. One more job
-saves the training under ZeRO-1, and one records the initial state on 1 rank.
+(parity_case.py) run ZeRO-3 clean and with two of the faults, and its
+hf_cases.py the Hugging Face Trainer with a DeepSpeed config (clean, and the
+optimizer states not loaded). One more job saves the training under ZeRO-1,
+and one records the initial state on 1 rank.
 Everything runs in one module fixture, two commands at a time. DeepSpeed
 JIT-builds its shm comm op with g++ on a rank's first `init_distributed`: the
 fixture builds it once, into $TORCH_EXTENSIONS_DIR when that is set (CI can
@@ -20,6 +22,7 @@ keep it between runs) or else a directory of this test session.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import shutil
@@ -51,6 +54,8 @@ FAULTS = (
 )
 # The project's ZeRO-3 cases (parity_case.py), through the case's own command.
 ZERO3_CASES = ("Zero3ResumeCase", "Zero3NoOptimizerStatesCase", "Zero3ConfigLrAfterLoadCase")
+# The Hugging Face Trainer with a DeepSpeed config (hf_cases.py, train_hf.py).
+TRAINER_CASES = ("TrainerDeepSpeedResumeCase", "TrainerDeepSpeedNoOptimizerStatesCase")
 PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
 # Checks (or stage runs) at once: each check runs its phases side by side already.
 CONCURRENT_CHECKS = 2
@@ -110,6 +115,11 @@ def runs(tmp_path_factory) -> dict:
         commands[case] = functools.partial(
             list, (*resume, f"parity_case:{case}", "--work-dir", str(root / case))
         )
+    if importlib.util.find_spec("transformers") is not None:
+        for case in TRAINER_CASES:
+            commands[case] = functools.partial(
+                list, (*resume, f"hf_cases:{case}", "--work-dir", str(root / case))
+            )
     torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone")
     commands["stage1"] = functools.partial(
         list,
@@ -341,6 +351,38 @@ def test_a_client_scheduler_deepspeed_is_not_given_fails_at_the_first_step_after
         (0.05 * 4 / 6, 0.05 * 2 / 6)
     )
     assert set(_final(report)) == {"optimizer.param_groups[0].lr", *_weights_and_moments()}
+
+
+def _trainer_report(runs: dict, name: str) -> dict:
+    if name not in runs:
+        pytest.skip("the Hugging Face Trainer cases need transformers")
+    return _report(runs, name)
+
+
+def test_the_trainer_resuming_without_optimizer_states_fails_right_after_loading(runs):
+    report = _trainer_report(runs, "TrainerDeepSpeedNoOptimizerStatesCase")
+    assert report["outcome"] == "FAIL", report["message"]
+    assert report["message"] == (
+        f"first observed divergence at step {SPLIT_STEP}: rank0.optimizer.param_groups[0].lr"
+    )
+    first = _first(report)
+    moments = first['rank0.optimizer.state["transformer.wte.weight"].exp_avg']
+    assert moments["reason"] == "missing_candidate"
+    assert "zero_fragment mesh 2" in moments["baseline"]
+    # The Trainer's observer reads the engine's checkpoint inside its own.
+    assert 'deepspeed.optimizer.state["transformer.wte.weight"].step' in _final(report)
+
+
+def test_the_trainer_resume_under_deepspeed_parts_on_the_weights_alone(runs):
+    # Found here, not explained: after an exact round trip (step 2) the first step of the
+    # resumed Trainer updates the weights differently from identical gradients (the moments,
+    # learning rate, step counts and DeepSpeed's counters agree); DeepSpeed resuming the same
+    # kind of training directly (test_a_clean_zero2_or_zero3_resume_passes_step_by_step) is
+    # exact. When this starts to PASS, the cause went away: make it the clean PASS case.
+    report = _trainer_report(runs, "TrainerDeepSpeedResumeCase")
+    assert report["outcome"] == "FAIL", report["message"]
+    assert report["first_divergent_step"] == SPLIT_STEP + 1
+    assert {path.split("[")[0] for path in _first(report)} == {"rank0.fp32", "rank0.module"}
 
 
 def test_each_rank_recorded_its_fragments_which_reassemble_to_the_checkpoint(runs):

@@ -24,11 +24,12 @@ its own trajectory.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from trainparity.cases.phase_plan import PhasePlan, current_phase_plan
+from trainparity.checkpoints.deepspeed import is_deepspeed_checkpoint, load_deepspeed
 from trainparity.integrations._common import (
     NeedsUnpickling,
     RecordingCollator,
@@ -81,10 +82,22 @@ def resume_from() -> str | None:
 
 
 class TrainParityCallback(transformers.TrainerCallback):
-    """Follows the phase plan: stop and save at its end step, publish the checkpoint, record steps."""
+    """Follows the phase plan: stop and save at its end step, publish the checkpoint, record steps.
 
-    def __init__(self, id_column: str | None = None) -> None:
+    `state`, when given, is what each step records instead of the model's,
+    optimizer's and scheduler's `state_dict()` (called only when a check
+    records): under DeepSpeed, `lambda: trainparity.integrations.deepspeed.
+    engine_state(trainer.model_wrapped)`.
+    """
+
+    def __init__(
+        self,
+        id_column: str | None = None,
+        *,
+        state: Callable[[], Mapping[str, object]] | None = None,
+    ) -> None:
         self.plan: PhasePlan | None = current_phase_plan()
+        self.state = state
         self.recording = recording_requested()
         self.published = False
         self.id_column = id_column
@@ -106,7 +119,8 @@ class TrainParityCallback(transformers.TrainerCallback):
             # The round trip: what was loaded, at the split step, before any training.
             record_step(
                 state.global_step,
-                lambda: _live_state(kwargs.get("model"), kwargs.get("optimizer"), kwargs),
+                self.state
+                or (lambda: _live_state(kwargs.get("model"), kwargs.get("optimizer"), kwargs)),
             )
 
     def _record_ids_of(self, loader: Any) -> None:
@@ -145,7 +159,9 @@ class TrainParityCallback(transformers.TrainerCallback):
         if self.collator is not None:  # before record(), which places them at this step
             self._record_trained_ids()
         if self.recording:
-            record_step(state.global_step, lambda: _live_state(model, optimizer, kwargs))
+            record_step(
+                state.global_step, self.state or (lambda: _live_state(model, optimizer, kwargs))
+            )
         if self.plan is not None and state.global_step >= self.plan.end_step:
             control.should_save = True
             control.should_training_stop = True
@@ -215,6 +231,7 @@ def observe_huggingface_checkpoint(
     | `config`, `generation_config` | the model's JSON configs | json |
     | `files` | any other file (tokenizer, ...): size and SHA-256 | bytes |
     | `not_observed` | files that need full unpickling (`training_args.bin`), with the reason | - |
+    | `deepspeed` | a DeepSpeed engine's `latest` and `global_step<N>/` (`TrainingArguments(deepspeed=...)`) | `load_deepspeed` |
 
     `log_history` is a top-level key so that it sorts before `model`: a
     run whose data or loss went wrong first shows at the step whose logged
@@ -265,6 +282,10 @@ def observe_huggingface_checkpoint(
         else:
             files[name] = file_fingerprint(entry)
     observation["model"] = model
+    if is_deepspeed_checkpoint(path):
+        # Trainer(args.deepspeed=...) saves the engine's checkpoint in the same folder (`latest`,
+        # `global_step<N>/`): the fp32 master weights, optimizer and scheduler live there.
+        observation["deepspeed"] = load_deepspeed(path)
     if rng:
         observation["rng"] = rng
     if files:
