@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from trainparity import Outcome, compare_states
 from trainparity.state.freeze import UnsupportedStateError, freeze
 from trainparity.state.placed_shard import PlacedShard
 from trainparity.state.placement import ShardPlacement
@@ -47,3 +48,15 @@ def test_a_fragment_that_does_not_fit_its_placement_is_unsupported_state():
     flat_rank = PlacedShard(torch.zeros(1, 2), fragment.placement)
     with pytest.raises(UnsupportedStateError, match=r"at fp32\.w"):
         freeze({"fp32": {"w": flat_rank}})
+
+
+def test_equal_values_at_another_offset_are_a_placement_difference():
+    flat = torch.arange(8, dtype=torch.float32)
+    here, shifted = _fragment(flat, 6, 2, 1, 2), _fragment(flat, 5, 2, 1, 2)
+    same_values = PlacedShard(torch.tensor([6.0, 7.0]), shifted.placement)
+    result = compare_states({"w": here}, {"w": same_values})
+    assert result.outcome is Outcome.FAIL
+    assert result.first_difference.reason == "tensor_placement"
+    assert "offsets [6]" in result.first_difference.baseline
+    assert "offsets [5]" in result.first_difference.candidate
+    assert compare_states({"w": here}, {"w": _fragment(flat, 6, 2, 1, 2)}).outcome is Outcome.PASS
