@@ -127,13 +127,20 @@ def _dtensor_placement(tensor: torch.Tensor) -> ShardPlacement:
     return ShardPlacement(
         kind="dtensor",
         mesh_shape=tuple(int(size) for size in mesh.shape),
-        placements=tuple(repr(placement) for placement in placements),
+        placements=_rendered(placements),
         # A rank outside the mesh holds an empty local tensor and no coordinate.
         coordinate=tuple(int(c) for c in coordinate) if coordinate is not None else (),
         global_shape=global_shape,
         offsets=offsets,
         index_runs=index_runs,
     )
+
+
+# A torch placement's repr costs a fraction of a millisecond, as do its offsets: a state's
+# DTensors share a few placements, and record() sees the same ones at every step.
+@functools.lru_cache(maxsize=1024)
+def _rendered(placements: tuple) -> tuple[str, ...]:
+    return tuple(repr(placement) for placement in placements)
 
 
 def _is_strided(placement: object) -> bool:
@@ -182,6 +189,7 @@ def _runs(indices: torch.Tensor) -> tuple[tuple[int, int], ...]:
     return tuple(zip(indices[starts].tolist(), (ends - starts).tolist(), strict=True))
 
 
+@functools.lru_cache(maxsize=1024)
 def _dtensor_offsets(global_shape: tuple[int, ...], mesh: object, placements: tuple) -> tuple:
     """The local shard's global offsets, from torch's own rule (uneven shards included)."""
     for module_name in ("torch.distributed.tensor._utils", "torch.distributed._tensor._utils"):
