@@ -110,10 +110,13 @@ def _warm_up() -> None:
     check's critical path. The environment fingerprint is still taken at
     the first observation: one that initialises CUDA gets its CUDA facts.
     """
-    import torch  # noqa: F401 - the default observer's and the writer's
+    try:
+        import torch  # noqa: F401 - the default observer's and the writer's
 
-    import trainparity.state.normalize  # noqa: F401
-    import trainparity.state.snapshot_file  # noqa: F401
+        import trainparity.state.normalize  # noqa: F401
+        import trainparity.state.snapshot_file  # noqa: F401
+    except Exception:  # noqa: S110 - the observation that needs them reports it as its ERROR
+        pass
 
 
 def _with_hint(text: str, case: Any) -> str:
