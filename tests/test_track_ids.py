@@ -168,6 +168,25 @@ def test_two_swapped_ids_name_the_global_batch_position_phase_and_where_they_wen
     )
 
 
+def test_a_phase_where_only_some_ranks_report_ids_names_those_ranks(tmp_path):
+    """Under tensor parallel only the first rank of each TP group reports its group's IDs:
+    ranks 0 and 2 of a 2 x 2 mesh. The message names them, not "3 ranks"."""
+    swapped = list(SEQUENCE)
+    swapped[20], swapped[33] = swapped[33], swapped[20]
+    write_run(tmp_path / "ref", SEQUENCE, 2, 8)
+    write_run(tmp_path / "a", swapped, 2, 8, stop=2)
+    share = 4
+    for start in range(16, len(swapped), 8):
+        for group, rank in enumerate((0, 2)):
+            part = swapped[start + group * share : start + (group + 1) * share]
+            record_ids(part, epoch=0, directory=tmp_path / "b", rank=rank)
+    flush_ids()
+    result = audit_global_order(tmp_path / "ref", [tmp_path / "a", tmp_path / "b"])
+    assert (result.outcome, result.global_batch, result.position) == ("FAIL", 2, 4)
+    assert (result.phase, result.rank) == (1, 2)
+    assert "(phase B on ranks 0 and 2, rank 2)" in result.difference.candidate, result
+
+
 def test_a_repeated_global_batch_and_a_short_run_are_named(tmp_path):
     write_run(tmp_path / "ref", SEQUENCE, 2, 8)
     write_run(tmp_path / "a", SEQUENCE, 2, 8, stop=3)

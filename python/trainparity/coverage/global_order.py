@@ -399,7 +399,7 @@ def _failure(
     moved = _moved(np, run, batch, where, moved_positions, expected)
     where_text = f"epoch {epoch}, global batch {batch}, position {in_batch}"
     if phase is not None:
-        ranks = f"{world_sizes[phase]} rank{'' if world_sizes[phase] == 1 else 's'}"
+        ranks = _ranks_text(run.phases[phase].ranks)
         where_text += f" ({_phase_name(phase, count)} on {ranks}, rank {rank}"
         where_text += f", during step {step})" if step is not None else ")"
     baseline_text = (
@@ -434,6 +434,18 @@ def _failure(
         moved,
         world_sizes,
     )
+
+
+def _ranks_text(ranks: Sequence[_Rank | None]) -> str:
+    """'4 ranks' when ranks 0..3 all recorded IDs; 'ranks 0 and 2' when only some did
+    (under tensor parallel only the first rank of each TP group reports its group's IDs)."""
+    reporting = [index for index, rank in enumerate(ranks) if rank is not None]
+    if len(reporting) == len(ranks):
+        return f"{len(ranks)} rank{'' if len(ranks) == 1 else 's'}"
+    if len(reporting) == 1:
+        return f"rank {reporting[0]} alone"
+    listed = ", ".join(map(str, reporting[:-1]))
+    return f"ranks {listed} and {reporting[-1]}"
 
 
 def _repeat_text(np: Any, run: _Layout, where: dict[int, int], taken: Any, position: int) -> str:
