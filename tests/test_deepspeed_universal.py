@@ -5,8 +5,10 @@ tests/fixtures/deepspeed_universal_train.py: the resumed phase converts the spli
 checkpoint with DeepSpeed's `ds_to_universal` and loads it with `load_universal`.
 Four checks in one module fixture, two at a time: the clean resume on 1 rank and
 on 3 (PASS under the tolerance), the optimizer's states skipped at the new world
-size (FAIL at AdamW's step count), and a converted directory without its step
-files (ERROR: the resumed run stops). The universal directory each resumed phase wrote
+size (FAIL right after loading, AdamW's step count among what is missing), and a
+converted directory without its step files (ERROR: the resumed run stops). The
+script records the engine's state (`engine_state`) after loading and after every
+step, so each step is compared on names reassembled from the ranks' fragments. The universal directory each resumed phase wrote
 is then read by name (`load_checkpoint_directory`) and compared with the 2-rank
 checkpoint it came from. DeepSpeed's shm comm op is built once per test session
 (see _extensions_directory).
@@ -47,6 +49,7 @@ CHECKS = {
     "step_files_left_out": ("StepFilesLeftOutCase", "2,1"),
 }
 PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
+REASSEMBLED = "global tensors, reassembled from every rank's shards"
 CONCURRENT_CHECKS = 2  # each check runs its phases side by side already
 BUILD_SHM_OP = (
     "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
@@ -160,28 +163,43 @@ def test_a_clean_resume_at_another_world_size_passes_under_the_tolerance(runs, n
         ("candidate_resume", ranks),
     ]
     assert _resumed_phase_ranks(report) == list(range(ranks))
+    # Every step's record, 2 (right after loading) to 4, compared on reassembled names.
+    trajectory = report["trajectory"]
+    assert trajectory["compared_on"] == {"candidate_resume": REASSEMBLED}
+    recorded = trajectory["recorded_steps"]["candidate_resume"]
+    assert recorded == {f"rank{rank}": [SPLIT_STEP, 3, TOTAL_STEP] for rank in range(ranks)}
 
 
 def test_optimizer_states_skipped_at_the_new_world_size_fail_at_the_step_count(runs):
     report = _report(runs, "optimizer_states_skipped")
     assert report["outcome"] == "FAIL", report["message"]
     assert runs["optimizer_states_skipped"][0] == 1
+    # Right after loading, on the reassembled names: WarmupLR was restored but has not set
+    # the rate yet (0.0), and AdamW holds no state at all: no moments, no step count.
+    assert report["first_divergent_step"] == SPLIT_STEP
+    primary = report["primary_difference"]
+    assert primary["path"] == "optimizer.param_groups[0].lr"
+    assert (primary["baseline"], primary["candidate"]) == ("0.019342640361727077", "0.0")
     differences = _differences(report)
-    # AdamW counts its steps again from the split: 2 after the resume against 4.
     for name in PARAMETERS:
-        step = differences[f'optimizer.state["{name}"].step']
-        assert "values=[4.0]" in step["baseline"] and "values=[2.0]" in step["candidate"]
-        assert f'optimizer.state["{name}"].exp_avg_sq' in differences
-        assert f'fp32["{name}"]' in differences
-    # The rest of the model states file was loaded: counters, scheduler, client state agree.
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert differences[f'optimizer.state["{name}"].{key}']["candidate"] == "<missing>"
+    # What loading did restore agrees there: the weights, DeepSpeed's counters, the scheduler.
     assert not [
         path
         for path in differences
-        if path.startswith(("global_", "lr_scheduler", "client_state", "coverage"))
-        or path.startswith("optimizer.param_groups")
+        if path.startswith(("fp32", "module", "global_", "lr_scheduler", "coverage"))
     ]
+    # At the end AdamW has counted 2 steps against 4; the rest of the checkpoint agrees.
+    final = {difference["path"]: difference for difference in report["final_state_differences"]}
+    for name in PARAMETERS:
+        step = final[f'optimizer.state["{name}"].step']
+        assert "values=[4.0]" in step["baseline"] and "values=[2.0]" in step["candidate"]
+    assert not [
+        path for path in final if path.startswith(("global_", "lr_scheduler", "client_state"))
+    ]
+    assert report["trajectory"]["compared_on"] == {"candidate_resume": REASSEMBLED}
     assert _resumed_phase_ranks(report) == [0]
-    assert report["first_divergent_step"] == TOTAL_STEP  # no record(): the final states
 
 
 def test_a_converted_directory_without_its_step_files_stops_the_resumed_run(runs):
