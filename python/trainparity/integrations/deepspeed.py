@@ -14,8 +14,9 @@ In the training script::
 `engine_state(engine)` gives, with the paths `load_deepspeed` gives a
 checkpoint:
 
-- `module[name]`: the weights the module computes with; under ZeRO-1/2 the
-  whole tensor (every rank holds it), under ZeRO-3 this rank's partition;
+- `module[name]`: the parameters the module computes with (frozen ones
+  too) and its persistent buffers; under ZeRO-1/2 the whole tensor (every
+  rank holds it), under ZeRO-3 a parameter's partition on this rank;
 - `fp32[name]`: this rank's fragment of the fp32 master weights;
 - `optimizer.state[name].<key>`: this rank's fragment of each optimizer
   state of the parameter's shape (`exp_avg`, `exp_avg_sq`), and `step`;
@@ -62,7 +63,6 @@ class _Fragment:
     length: int
     flat: Any  # the fp32 flat partition (a key of the base optimizer's state)
     flat_start: int  # where the held elements start in `flat`
-    module_local: Any  # the module's own tensor: whole (ZeRO-1/2) or this rank's partition (ZeRO-3)
 
 
 def engine_state(engine: Any) -> dict[str, Any]:
@@ -80,17 +80,10 @@ def engine_state(engine: Any) -> dict[str, Any]:
     # The data-parallel group the ZeRO optimizer partitions over (no collective: local queries).
     world = int(deepspeed.comm.get_world_size(group=zero.dp_process_group))
     rank = int(deepspeed.comm.get_rank(group=zero.dp_process_group))
-    module: dict[str, Any] = {}
     fp32: dict[str, Any] = {}
     optimizer_state: dict[str, Any] = {}
     for fragment in fragments:
-        placement = _placement(stage, world, rank, fragment)
-        if stage == 3:
-            module[fragment.name] = PlacedShard(
-                fragment.module_local.narrow(0, 0, fragment.length), placement
-            )
-        else:
-            module[fragment.name] = fragment.module_local
+        placement = _placement(stage, world, rank, fragment.numel, fragment.start)
         fp32[fragment.name] = PlacedShard(_held(fragment, fragment.flat), placement)
         flat_state = base.state.get(fragment.flat, {})
         entry: dict[str, Any] = {
@@ -103,7 +96,7 @@ def engine_state(engine: Any) -> dict[str, Any]:
             entry["step"] = flat_state["step"]
         optimizer_state[fragment.name] = entry
     return {
-        "module": module,
+        "module": _module_state(engine, stage, world, rank),
         "fp32": fp32,
         "optimizer": {
             "state": optimizer_state,
@@ -141,13 +134,7 @@ def _zero12_fragments(engine: Any) -> Iterator[_Fragment]:
                 length = int(mapping.lp_fragment_address.numel)
                 flat_start = int(mapping.hp_fragment_address.start)
             yield _Fragment(
-                names[id(parameter)],
-                parameter.numel(),
-                start,
-                length,
-                flat,
-                flat_start,
-                parameter.detach(),
+                names[id(parameter)], parameter.numel(), start, length, flat, flat_start
             )
 
 
@@ -163,20 +150,48 @@ def _zero3_fragments(engine: Any) -> Iterator[_Fragment]:
     for name, parameter in engine.module.named_parameters():
         if not parameter.requires_grad:
             continue
-        rank = int(zero._get_param_partition_rank(parameter))
-        size = int(parameter.ds_tensor.ds_numel)
-        numel = int(parameter.ds_numel)
-        start = min(rank * size, numel)
+        start, length = _zero3_span(zero, parameter)
         group_index, flat_start, _ = zero.grad_position[zero.get_param_id(parameter)]
         yield _Fragment(
             name,
-            numel,
+            int(parameter.ds_numel),
             start,
-            min(size, numel - start),
+            length,
             zero.fp32_partitioned_groups_flat[group_index],
             int(flat_start),
-            parameter.ds_tensor.detach(),
         )
+
+
+def _zero3_span(zero: Any, parameter: Any) -> tuple[int, int]:
+    """(first element, length) of the part of a ZeRO-3 parameter this rank holds, padding left out."""
+    rank = int(zero._get_param_partition_rank(parameter))
+    size = int(parameter.ds_tensor.ds_numel)
+    numel = int(parameter.ds_numel)
+    start = min(rank * size, numel)
+    return start, min(size, numel - start)
+
+
+def _module_state(engine: Any, stage: int, world: int, rank: int) -> dict[str, Any]:
+    """The module's parameters (ZeRO-3: this rank's partition of each) and persistent buffers.
+
+    Frozen parameters too: they have no fp32 master copy or optimizer state,
+    but they are the module's state. Buffers are never partitioned.
+    """
+    state: dict[str, Any] = {}
+    for name, parameter in engine.module.named_parameters():
+        if stage == 3:
+            start, length = _zero3_span(engine.optimizer, parameter)
+            state[name] = PlacedShard(
+                parameter.ds_tensor.detach().narrow(0, 0, length),
+                _placement(stage, world, rank, int(parameter.ds_numel), start),
+            )
+        else:
+            state[name] = parameter.detach()
+    for prefix, submodule in engine.module.named_modules():
+        for name, buffer in submodule.named_buffers(recurse=False):
+            if buffer is not None and name not in submodule._non_persistent_buffers_set:
+                state[f"{prefix}.{name}" if prefix else name] = buffer.detach()
+    return state
 
 
 def _parameter_names(engine: Any) -> dict[int, str]:
@@ -200,12 +215,12 @@ def _held(fragment: _Fragment, flat: Any) -> Any:
     return flat.detach().narrow(0, fragment.flat_start, fragment.length)
 
 
-def _placement(stage: int, world: int, rank: int, fragment: _Fragment) -> ShardPlacement:
+def _placement(stage: int, world: int, rank: int, numel: int, start: int) -> ShardPlacement:
     return ShardPlacement(
         kind="zero_fragment",
         mesh_shape=(world,),
         placements=(f"ZeroFragment(stage={stage})",),
         coordinate=(rank,),
-        global_shape=(fragment.numel,),
-        offsets=(fragment.start,),
+        global_shape=(numel,),
+        offsets=(start,),
     )
