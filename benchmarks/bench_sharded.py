@@ -1,7 +1,7 @@
 """Sharded and elastic costs: record() of an FSDP2 state per rank, chained and elastic checks vs by hand.
 
     python benchmarks/bench_sharded.py [--megabytes 64] [--repeats 5] [--skip-elastic] [--record-only]
-        [--two-d]
+        [--two-d] [--deepspeed [--million 100]]
 
 Prints one line per ratio, with the targets of issue 22:
 
@@ -13,6 +13,15 @@ Prints one line per ratio, with the targets of issue 22:
   mesh (each layer ColwiseParallel over "tp", then fully_shard over "dp":
   placements (_StridedShard(dim=0, sf=2), Shard(dim=0)), a quarter per
   rank) ≤ 0.35× the full state on one rank;
+- with --deepspeed (issue 44), `load_deepspeed` of a ZeRO-2 checkpoint of a
+  model of `--million` million parameters saved by 2 gloo ranks
+  (deepspeed_checkpoint_job.py) ≤ 1.5× DeepSpeed's own
+  `get_fp32_state_dict_from_zero_checkpoint` of the same directory (median
+  wall time, page cache warm), and the bytes each reads through read() (the
+  process's `rchar`) against the directory's size. load_deepspeed maps the
+  files (torch.load(mmap=True)) and reads none through read(); its bytes are
+  touched once, when the partitions are copied into named tensors. Needs
+  `deepspeed`; its shm op is built on the first run ($TORCH_EXTENSIONS_DIR);
 - check_resume with split_steps=(2, 4) (tests/fixtures/chain_job.py) and
   with world_sizes=(2, 1) (docs/examples/fsdp2_project) ≤ 1.1× the sum of
   their phases run by hand, one after the other (wall time).
@@ -28,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from timing import median_seconds
 
 REPO = Path(__file__).resolve().parent.parent
 FSDP2_PROJECT = REPO / "docs" / "examples" / "fsdp2_project"
@@ -156,6 +167,49 @@ def check_versus_by_hand(label: str, spec: str, cwd: Path, phases, **options) ->
     )
 
 
+def read_characters() -> int:
+    """Bytes this process has read through read() and friends so far (/proc/self/io `rchar`)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise RuntimeError("/proc/self/io has no rchar line")
+
+
+def deepspeed_load_ratio(million: int, repeats: int) -> None:
+    """load_deepspeed against DeepSpeed's own fp32 reassembly of one ZeRO-2 checkpoint."""
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    from trainparity.checkpoints import load_deepspeed
+
+    with tempfile.TemporaryDirectory(prefix="bench-deepspeed-") as scratch:
+        checkpoint = Path(scratch) / "checkpoint"
+        environment = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+        job = Path(__file__).resolve().parent / "deepspeed_checkpoint_job.py"
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        command += ["--nproc-per-node=2", str(job), "--checkpoint", str(checkpoint)]
+        command += ["--million", str(million)]
+        subprocess.run(command, env=environment, check=True, stdout=subprocess.DEVNULL)
+        size = sum(file.stat().st_size for file in checkpoint.rglob("*") if file.is_file())
+        theirs = median_seconds(
+            lambda: get_fp32_state_dict_from_zero_checkpoint(str(checkpoint)), repeats
+        )
+        ours = median_seconds(lambda: load_deepspeed(checkpoint), repeats)
+        before = read_characters()
+        get_fp32_state_dict_from_zero_checkpoint(str(checkpoint))
+        their_read = read_characters() - before
+        before = read_characters()
+        state = load_deepspeed(checkpoint)
+        our_read = read_characters() - before
+        parameters = sum(tensor.numel() for tensor in state["fp32"].values())
+    print(
+        f"load_deepspeed, ZeRO-2 on 2 ranks, {parameters / 1e6:.0f}M parameters "
+        f"({size / 2**30:.2f} GiB on disk): {ours:.2f} s vs DeepSpeed's "
+        f"get_fp32_state_dict_from_zero_checkpoint {theirs:.2f} s = {ours / theirs:.2f}x "
+        f"(target <= 1.5); read() bytes / directory size: load_deepspeed "
+        f"{our_read / size:.2f}x (it maps the files: torch.load(mmap=True)), DeepSpeed "
+        f"{their_read / size:.2f}x"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=int, default=64)
@@ -163,8 +217,13 @@ def main() -> int:
     parser.add_argument("--skip-elastic", action="store_true")
     parser.add_argument("--record-only", action="store_true")
     parser.add_argument("--two-d", action="store_true", help="record() on a 2x2 (dp, tp) mesh")
+    parser.add_argument("--deepspeed", action="store_true", help="load_deepspeed vs DeepSpeed")
+    parser.add_argument("--million", type=int, default=100, help="--deepspeed's model size")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
+    if arguments.deepspeed:
+        deepspeed_load_ratio(arguments.million, arguments.repeats)
+        return 0
     if arguments.worker is not None:
         record_worker(arguments.megabytes, arguments.repeats, arguments.worker, arguments.two_d)
         return 0
