@@ -2,8 +2,8 @@
 
     DS_ACCELERATOR=cpu torchrun --standalone --nproc-per-node=2 train_hf.py [--fault NAME]
 
-`TrainingArguments(deepspeed=<a config dict>)`: ZeRO-2, DeepSpeed's AdamW
-(torch's, `torch_adam`) and WarmupDecayLR, their "auto" values filled by
+`TrainingArguments(deepspeed=<a config dict>)`: ZeRO-2, the config's AdamW
+(torch's: `torch_adam` in its params) and WarmupDecayLR, their "auto" values filled by
 the Trainer. A 1-layer GPT-2 from a local config (no downloads). The
 Trainer saves and resumes the engine's checkpoint (`latest`,
 `global_step<N>/`) inside its own `checkpoint-<N>`; TrainParityCallback
@@ -57,9 +57,18 @@ DEEPSPEED = {
     "zero_optimization": {"stage": 2},
     "optimizer": {
         "type": "AdamW",
-        # DeepSpeed's fused Adam needs an accelerator: torch's AdamW on the CPU.
-        "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
-        "torch_adam": True,
+        "params": {
+            "lr": "auto",
+            "betas": "auto",
+            "eps": "auto",
+            "weight_decay": "auto",
+            # torch's AdamW. Without it, on the CPU accelerator, DeepSpeed's FusedAdam keeps
+            # beta**step in its C++ optimizer object, not in the checkpoint: a resumed run
+            # recomputes it with pow() where the uninterrupted one multiplied step by step,
+            # and the first step after the resume moves the weights by a rounding's worth
+            # (docs/distributed.md, "DeepSpeed ZeRO").
+            "torch_adam": True,
+        },
     },
     "scheduler": {
         "type": "WarmupDecayLR",
