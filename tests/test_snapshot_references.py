@@ -216,7 +216,7 @@ def _rewrite_manifest(path: Path, edit) -> None:
     ("edit", "says"),
     [
         (lambda m: m.update(format=SNAPSHOT_FILE_FORMAT), "is a reference, which format"),
-        (lambda m: m.update(format="trainparity-snapshot/3"), "manifest format is"),
+        (lambda m: m.update(format="trainparity-snapshot/4"), "manifest format is"),
         (lambda m: m["tensors"][0].update(reference={"path": 7, "offset": 0}), "malformed ref"),
         (lambda m: m["tensors"][0]["reference"].update(offset=-8), "refers to bytes"),
         (lambda m: m["tensors"][0]["reference"].update(offset=True), "malformed reference"),

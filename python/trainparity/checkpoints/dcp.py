@@ -13,8 +13,13 @@ With `mmap=True` an entry stored whole in one shard file (what an unsharded
 or replicated tensor becomes) is not read at all: the shard file is mapped
 copy-on-write, as `torch.load(mmap=True)` maps a file, and the entry is a
 view of its bytes there. A snapshot of such a state refers to the shard
-file's byte ranges instead of copying them (state/snapshot_file.py). Entries
-sharded across chunks are read as above.
+file's byte ranges instead of copying them (state/snapshot_file.py). An
+entry sharded over several chunks by rows (FSDP's Shard(0): each rank's chunk
+a range of whole rows, so the global tensor's bytes are the chunks' bytes in
+row order) is assembled from the mapped chunks into one tensor, and its
+pieces (file, offset, length per chunk) are registered for the snapshot
+writer (file_ranges.register_pieces), which refers to them instead of copying.
+Other sharded entries (column or strided chunks) are read by `dcp.load`.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.checkpoint.utils import _create_file_view
 
-__all__ = ["load_dcp", "mapped_whole_entries"]
+from trainparity.state.file_ranges import FilePiece, register_pieces
+
+__all__ = ["assembled_row_entries", "load_dcp", "mapped_whole_entries"]
 
 
 def load_dcp(
@@ -52,7 +59,9 @@ def load_dcp(
     checkpoints you trust). `mmap=True` maps shard files instead of reading
     them: an entry stored whole in one shard is a copy-on-write view of that
     file (possibly not aligned to its element size), so the file must stay
-    in place and unchanged while the state is in use.
+    in place and unchanged while the state is in use. An entry sharded by
+    rows is assembled from the mapped chunks (a copy, as `dcp.load` makes)
+    and remembered as the file pieces it came from, for snapshot references.
     """
     directory = Path(path)
     if not (directory / ".metadata").is_file():
@@ -74,7 +83,12 @@ def load_dcp(
             flat[key] = torch.empty(entry.size, dtype=entry.properties.dtype)
         else:
             flat[key] = None  # filled from its bytes by the planner
-    mapped = mapped_whole_entries(directory, metadata, flat) if mmap else {}
+    mapped: dict[str, torch.Tensor] = {}
+    if mmap:
+        files: dict[str, Any] = {}
+        mapped = mapped_whole_entries(directory, metadata, flat, files)
+        rest = {key: value for key, value in flat.items() if key not in mapped}
+        mapped |= assembled_row_entries(directory, metadata, rest, files)
     unread = {key: value for key, value in flat.items() if key not in mapped}
     if unread:
         planner = _BytesPlanner(weights_only=weights_only)
@@ -89,7 +103,7 @@ def load_dcp(
 
 
 def mapped_whole_entries(
-    directory: Path, metadata: Any, wanted: dict[str, Any]
+    directory: Path, metadata: Any, wanted: dict[str, Any], files: dict[str, Any] | None = None
 ) -> dict[str, torch.Tensor]:
     """The tensor entries among `wanted` stored whole in one chunk, as views of their mapped shard files.
 
@@ -101,12 +115,11 @@ def mapped_whole_entries(
     read here. An entry that is sharded over several chunks, transformed
     (compressed) on save, or that does not unpickle to a tensor of the
     metadata's dtype and size is left out: the caller reads it through
-    `dcp.load`, which copies.
+    `dcp.load`, which copies. `files` holds the shard files mapped so far
+    (by path), shared with assembled_row_entries so each is mapped once.
     """
-    chunks: dict[str, list[tuple[Any, Any]]] = {}
-    for index, info in metadata.storage_data.items():
-        chunks.setdefault(index.fqn, []).append((index, info))
-    files: dict[str, Any] = {}
+    chunks = _chunks_by_key(metadata)
+    files = {} if files is None else files
     found: dict[str, torch.Tensor] = {}
     for key in wanted:
         entry = metadata.state_dict_metadata.get(key)
@@ -124,6 +137,88 @@ def mapped_whole_entries(
         ):
             found[key] = tensor
     return found
+
+
+def assembled_row_entries(
+    directory: Path, metadata: Any, wanted: dict[str, Any], files: dict[str, Any]
+) -> dict[str, torch.Tensor]:
+    """The tensor entries among `wanted` sharded by whole rows, assembled from their mapped chunks.
+
+    FSDP2 saves a Shard(0) parameter (and its optimizer moments) as one chunk
+    per rank, each a range of whole rows in the rank's shard file, so the
+    global tensor's bytes are the chunks' bytes in row order. Each such entry
+    is copied into one new tensor from the mapped chunks (one read of its
+    bytes, what `dcp.load` costs), and its pieces (shard file, byte offset,
+    length per chunk) are registered (file_ranges.register_pieces) so that a
+    snapshot refers to them. Chunks that split columns or other dimensions,
+    overlap, leave gaps, were transformed on save, or do not unpickle onto
+    the mapping as contiguous tensors are left to `dcp.load`.
+    """
+    found: dict[str, torch.Tensor] = {}
+    for key, stored in _chunks_by_key(metadata).items():
+        entry = metadata.state_dict_metadata.get(key)
+        if key not in wanted or not isinstance(entry, TensorStorageMetadata) or len(stored) < 2:
+            continue
+        rows = _row_ranges(entry, stored)
+        if rows is None:
+            continue
+        whole = torch.empty(entry.size, dtype=entry.properties.dtype)
+        pieces = []
+        for first_row, sizes, _, info in rows:
+            path = directory / info.relative_path
+            chunk = _mapped_chunk(path, info, files) if not info.transform_descriptors else None
+            if (
+                not isinstance(chunk, torch.Tensor)
+                or chunk.dtype != whole.dtype
+                or chunk.shape != sizes
+                or not chunk.is_contiguous()
+            ):
+                break
+            whole.narrow(0, first_row, chunk.shape[0]).copy_(chunk)
+            nbytes = chunk.numel() * chunk.element_size()
+            if nbytes:
+                offset = chunk.data_ptr() - files[str(path)].data_ptr()
+                pieces.append(FilePiece(str(path.absolute()), offset, nbytes))
+        else:
+            if pieces:
+                register_pieces(whole, pieces)
+            found[key] = whole
+    return found
+
+
+def _row_ranges(
+    entry: TensorStorageMetadata, stored: list[tuple[Any, Any]]
+) -> list[tuple[int, torch.Size, Any, Any]] | None:
+    """(first row, chunk sizes, index, storage info) of `stored`'s chunks in row order, when
+    they tile `entry`'s tensor by whole rows without gaps or overlaps; else None."""
+    size = tuple(entry.size)
+    if not size:
+        return None
+    sizes_at = {tuple(chunk.offsets): tuple(chunk.sizes) for chunk in entry.chunks}
+    ordered = sorted(stored, key=lambda item: tuple(item[0].offset or ()))
+    next_row = 0
+    rows = []
+    for index, info in ordered:
+        offset = tuple(index.offset or ())
+        sizes = sizes_at.get(offset)
+        if (
+            sizes is None
+            or len(offset) != len(size)
+            or offset[0] != next_row
+            or any(offset[1:])
+            or sizes[1:] != size[1:]
+        ):
+            return None
+        rows.append((next_row, torch.Size(sizes), index, info))
+        next_row += sizes[0]
+    return rows if next_row == size[0] else None
+
+
+def _chunks_by_key(metadata: Any) -> dict[str, list[tuple[Any, Any]]]:
+    chunks: dict[str, list[tuple[Any, Any]]] = {}
+    for index, info in metadata.storage_data.items():
+        chunks.setdefault(index.fqn, []).append((index, info))
+    return chunks
 
 
 def _mapped_chunk(path: Path, info: Any, files: dict[str, Any]) -> Any:

@@ -9,13 +9,21 @@ file's: a private mapping's page stops following the file once the observer
 writes to it (copy-on-write). /proc/self/pagemap tells that per page without
 reading the data, so the writer reads each tensor once; where it cannot tell,
 snapshot_file.py digests the file's bytes too before it records a reference.
+
+A tensor a loader assembled from several file ranges (a DCP entry sharded
+over the ranks' shard files: load_dcp copies each chunk's rows into one
+tensor) is no mapping, but its bytes are the concatenation of those ranges.
+The loader says so with `register_pieces`; the locator then names the
+pieces, and the snapshot writer digests them from the files before it
+records a reference of several pieces.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterable
+import weakref
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +31,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["FileRange", "MappedFileLocator", "checkpoint_files"]
+__all__ = ["FilePiece", "FileRange", "MappedFileLocator", "checkpoint_files", "register_pieces"]
 
 _MAPS = Path("/proc/self/maps")
 _PAGEMAP = Path("/proc/self/pagemap")
@@ -68,6 +76,38 @@ class FileRange:
     path: str
     offset: int
     unwritten: bool = False
+    # When set, the tensor's bytes are these ranges one after the other (path and offset
+    # are then the first piece's); a single range otherwise.
+    pieces: tuple[FilePiece, ...] = ()
+
+
+@dataclass(frozen=True)
+class FilePiece:
+    """`length` bytes at `offset` in the file at absolute `path`: one piece of a tensor's bytes."""
+
+    path: str
+    offset: int
+    length: int
+
+
+# data_ptr -> (the assembled tensor, weakly; its byte count; its pieces). Weak so that a
+# registration never keeps a state alive; a dead or resized entry is ignored and dropped.
+_ASSEMBLED: dict[int, tuple[weakref.ref, int, tuple[FilePiece, ...]]] = {}
+
+
+def register_pieces(tensor: torch.Tensor, pieces: Sequence[FilePiece]) -> None:
+    """Say that contiguous CPU `tensor`'s bytes were copied from `pieces`, in order.
+
+    Only a hint for the snapshot writer, which digests the pieces' bytes and
+    records a reference only when they equal the tensor's (an observer may
+    have changed the tensor since).
+    """
+    for address, (alive, _, _) in list(_ASSEMBLED.items()):
+        if alive() is None:
+            del _ASSEMBLED[address]
+    nbytes = tensor.numel() * tensor.element_size()
+    if nbytes and tensor.is_contiguous() and sum(piece.length for piece in pieces) == nbytes:
+        _ASSEMBLED[tensor.data_ptr()] = (weakref.ref(tensor), nbytes, tuple(pieces))
 
 
 @dataclass(frozen=True)
@@ -95,6 +135,7 @@ class MappedFileLocator:
                 continue
             device = (os.major(status.st_dev), os.minor(status.st_dev), status.st_ino)
             identities[device] = identities[os.path.realpath(file)] = os.path.abspath(file)
+        self.named = {key: name for key, name in identities.items() if isinstance(key, str)}
         self.mappings = _file_mappings(identities) if identities else []
 
     @classmethod
@@ -120,6 +161,9 @@ class MappedFileLocator:
         address = tensor.data_ptr()
         if nbytes == 0 or address == 0:
             return None
+        assembled = self._assembled(address, nbytes)
+        if assembled is not None:
+            return assembled
         for mapping in self.mappings:
             if mapping.start <= address and address + nbytes <= mapping.end:
                 return FileRange(
@@ -128,6 +172,19 @@ class MappedFileLocator:
                     unwritten=mapping.same_file and _pages_follow_the_file(address, nbytes),
                 )
         return None
+
+    def _assembled(self, address: int, nbytes: int) -> FileRange | None:
+        """The pieces registered for the tensor at `address`, when all lie in this locator's files."""
+        registered = _ASSEMBLED.get(address)
+        if registered is None or registered[0]() is None or registered[1] != nbytes:
+            return None
+        pieces = []
+        for piece in registered[2]:
+            name = self.named.get(os.path.realpath(piece.path))
+            if name is None:
+                return None
+            pieces.append(FilePiece(name, piece.offset, piece.length))
+        return FileRange(pieces[0].path, pieces[0].offset, pieces=tuple(pieces))
 
 
 def _pages_follow_the_file(address: int, nbytes: int) -> bool:

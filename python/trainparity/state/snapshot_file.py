@@ -23,6 +23,16 @@ digest. A reader maps that file range and always verifies it against the
 digest, whatever `trust_digests` says: the checkpoint is not ours, so a file
 changed after observation is an error. Files without references keep format
 1; a reader that knows format 1 only refuses format 2 by its format name.
+
+References of several pieces (format 3): a tensor a loader assembled from
+file ranges (a DCP entry sharded by rows: checkpoints/dcp.py) holds
+`"reference": {"pieces": [{"path", "offset", "length"}, ...]}`, its bytes
+being the pieces' bytes one after the other and its digest theirs. The
+writer digests the pieces from the files, streaming (the digest is taken
+chunk by chunk, so only a chunk that straddles two pieces is copied); the
+reader copies the pieces into one buffer and verifies that buffer, so the
+bytes compared are the bytes verified. Only files with such an entry are
+format 3.
 """
 
 from __future__ import annotations
@@ -42,7 +52,7 @@ from trainparity.error_text import error_text
 from trainparity.native.core import core
 from trainparity.native.cuda import core_threads, digest_buffer, iter_host_blocks, write_buffer
 from trainparity.native.dtypes import info_for_text
-from trainparity.state.file_ranges import FileRange, MappedFileLocator
+from trainparity.state.file_ranges import FilePiece, FileRange, MappedFileLocator
 from trainparity.state.freeze import FrozenMapping, FrozenTensor, UnsupportedStateError, freeze
 from trainparity.state.input_files import special_file_kind
 from trainparity.state.snapshot import REFERENCE_BACKEND, SNAPSHOT_SCHEMA_VERSION, Snapshot
@@ -56,6 +66,7 @@ from trainparity.state.tree_codec import (
 
 __all__ = [
     "SNAPSHOT_FILE_FORMAT",
+    "SNAPSHOT_PIECES_FORMAT",
     "SNAPSHOT_REFERENCES_FORMAT",
     "SnapshotFileError",
     "SnapshotFileInfo",
@@ -68,7 +79,9 @@ __all__ = [
 SNAPSHOT_FILE_FORMAT = "trainparity-snapshot/1"
 # A snapshot with at least one tensor recorded as a reference to a checkpoint file.
 SNAPSHOT_REFERENCES_FORMAT = "trainparity-snapshot/2"
-_READABLE_FORMATS = (SNAPSHOT_FILE_FORMAT, SNAPSHOT_REFERENCES_FORMAT)
+# A snapshot with at least one tensor recorded as a reference of several file pieces.
+SNAPSHOT_PIECES_FORMAT = "trainparity-snapshot/3"
+_READABLE_FORMATS = (SNAPSHOT_FILE_FORMAT, SNAPSHOT_REFERENCES_FORMAT, SNAPSHOT_PIECES_FORMAT)
 _METADATA_KEY = "trainparity"
 _MANIFEST_DIGEST_KEY = "trainparity_digest"
 _MAX_HEADER_BYTES = 512 << 20
@@ -132,6 +145,7 @@ def write_snapshot(
     offset = 0
     copied: list[FrozenTensor] = []
     referenced_bytes = 0
+    file_format = SNAPSHOT_FILE_FORMAT
     for name, tensor in tensors:
         entry = info_for_text(tensor.dtype)
         digest, _ = digest_buffer(tensor.data)
@@ -151,6 +165,10 @@ def write_snapshot(
         )
         if reference is not None:
             referenced_bytes += tensor.nbytes
+            if reference.pieces:
+                file_format = SNAPSHOT_PIECES_FORMAT
+            elif file_format == SNAPSHOT_FILE_FORMAT:
+                file_format = SNAPSHOT_REFERENCES_FORMAT
         elif include_values:
             copied.append(tensor)
             code = entry.safetensors_code
@@ -162,7 +180,7 @@ def write_snapshot(
             }
             offset += tensor.nbytes
     manifest = {
-        "format": SNAPSHOT_REFERENCES_FORMAT if referenced_bytes else SNAPSHOT_FILE_FORMAT,
+        "format": file_format,
         "schema_version": SNAPSHOT_SCHEMA_VERSION,
         "backend": backend,
         "step": step,
@@ -216,6 +234,8 @@ def _confirmed_reference(tensor: FrozenTensor, digest: bytes) -> FileRange | Non
     source = tensor.source
     if source is None:
         return None
+    if source.pieces:
+        return source if _pieces_digest(source.pieces, tensor.nbytes) == digest else None
     if source.unwritten:
         return source
     try:
@@ -233,10 +253,67 @@ def _confirmed_reference(tensor: FrozenTensor, digest: bytes) -> FileRange | Non
     return source if matches else None
 
 
+def _pieces_digest(pieces: Sequence[FilePiece], nbytes: int) -> bytes | None:
+    """The digest of the pieces' file bytes one after the other, None when a file is short.
+
+    The digest is a root over fixed-size chunks, so it is taken piece by
+    piece where each lies: only a chunk that straddles two pieces is
+    assembled (at most one chunk per piece boundary is copied).
+    """
+    if sum(piece.length for piece in pieces) != nbytes:
+        return None
+    chunk = core.DIGEST_CHUNK_BYTES
+    chunk_digests = bytearray()
+    carry = bytearray()  # the start of a chunk that the next piece completes
+    done = 0  # bytes digested so far, always whole chunks
+    maps: dict[str, mmap.mmap] = {}
+    try:
+        for piece in pieces:
+            if piece.path not in maps:
+                with open(piece.path, "rb") as stream:
+                    maps[piece.path] = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+            file = maps[piece.path]
+            if not 0 <= piece.offset <= piece.offset + piece.length <= len(file):
+                return None
+            with memoryview(file)[piece.offset : piece.offset + piece.length] as view:
+                start = 0
+                if carry:
+                    start = min(chunk - len(carry), len(view))
+                    carry += view[:start]
+                    if len(carry) < chunk:
+                        continue
+                    chunk_digests += core.digest_chunks(bytes(carry), first_chunk=done // chunk)
+                    done += chunk
+                    carry = bytearray()
+                whole = (len(view) - start) // chunk * chunk
+                if whole:
+                    block = view[start : start + whole]
+                    chunk_digests += core.digest_chunks(
+                        block, first_chunk=done // chunk, threads=core_threads(whole)
+                    )
+                    block.release()
+                    done += whole
+                carry += view[start + whole :]
+    except (OSError, ValueError):  # a file gone, or empty (cannot be mapped)
+        return None
+    finally:
+        for file in maps.values():
+            file.close()
+    if carry:
+        chunk_digests += core.digest_chunks(bytes(carry), first_chunk=done // chunk)
+    return core.digest_root(bytes(chunk_digests), nbytes)
+
+
 def _reference_entry(reference: FileRange | None) -> dict[str, Any]:
     """The tensor table's `reference` key, only for a tensor recorded by reference."""
     if reference is None:
         return {}
+    if reference.pieces:
+        pieces = [
+            {"path": piece.path, "offset": piece.offset, "length": piece.length}
+            for piece in reference.pieces
+        ]
+        return {"reference": {"pieces": pieces}}
     return {"reference": {"path": reference.path, "offset": reference.offset}}
 
 
@@ -301,12 +378,17 @@ def read_snapshot(
     )
     data_start = 8 + header_length
     data_view = memoryview(mapped)[data_start:]
-    checkpoints = (
-        _CheckpointMaps(source) if manifest["format"] == SNAPSHOT_REFERENCES_FORMAT else None
-    )
+    checkpoints = _CheckpointMaps(source) if manifest["format"] != SNAPSHOT_FILE_FORMAT else None
     try:
         tensors = [
-            _tensor_leaf(entry, header, data_view, manifest["includes_values"], checkpoints)
+            _tensor_leaf(
+                entry,
+                header,
+                data_view,
+                manifest["includes_values"],
+                checkpoints,
+                pieces_allowed=manifest["format"] == SNAPSHOT_PIECES_FORMAT,
+            )
             for entry in manifest["tensors"]
         ]
         state = decode_tree(manifest["tree"], tensors)
@@ -396,6 +478,16 @@ def _verify_tensor_bytes(
         if tensor.data is None:
             continue
         reference = entry.get("reference")
+        if reference is not None and "pieces" in reference:
+            # Assembled from the pieces when read: its own buffer, digested whole.
+            if digest_buffer(tensor.data, version=version)[0] == tensor.digest:
+                continue
+            files = sorted({piece["path"] for piece in reference["pieces"]})
+            raise SnapshotFileError(
+                f"checkpoint {', '.join(files)} changed after it was observed: tensor "
+                f"{entry['name']} no longer matches the digest that snapshot file {source} "
+                "recorded; run the check again and leave its checkpoints unchanged until it ends"
+            )
         if reference is not None and checkpoints is not None:
             file, position = checkpoints.mapped(reference["path"]), int(reference["offset"])
         elif trust_digests:
@@ -462,6 +554,49 @@ class _CheckpointMaps:
             )
         return memoryview(file)[offset : offset + nbytes]
 
+    def assembled(self, reference: dict, nbytes: int, name: str) -> memoryview:
+        """A read-only buffer of the pieces' bytes one after the other, checked against the files.
+
+        A copy, made when the snapshot is read: the pieces lie at unrelated
+        offsets of several files, and one buffer is what comparisons read
+        (and the bytes verified are then the bytes compared). Each piece's
+        pages are released from this process after copying.
+        """
+        pieces = reference.get("pieces")
+        if not isinstance(pieces, list) or not pieces or len(reference) != 1:
+            raise SnapshotFileError(f"tensor {name!r} has a malformed piece list")
+        checked = []
+        for piece in pieces:
+            if not isinstance(piece, dict) or set(piece) != {"path", "offset", "length"}:
+                raise SnapshotFileError(f"tensor {name!r} has a malformed piece list")
+            path, offset, length = piece["path"], piece["offset"], piece["length"]
+            if (
+                not isinstance(path, str)
+                or any(type(number) is not int for number in (offset, length))
+                or length <= 0
+            ):
+                raise SnapshotFileError(f"tensor {name!r} has a malformed piece list")
+            checked.append((path, offset, length))
+        if sum(length for _, _, length in checked) != nbytes:
+            raise SnapshotFileError(
+                f"tensor {name!r} records {nbytes} bytes but its pieces hold "
+                f"{sum(length for _, _, length in checked)}"
+            )
+        buffer = bytearray(nbytes)
+        position = 0
+        for path, offset, length in checked:
+            file = self.mapped(path)
+            if not 0 <= offset <= offset + length <= len(file):
+                raise SnapshotFileError(
+                    f"tensor {name!r} refers to bytes [{offset}, {offset + length}) of checkpoint "
+                    f"{path}, which has {len(file)} bytes: the checkpoint changed after it was "
+                    "observed"
+                )
+            buffer[position : position + length] = file[offset : offset + length]
+            _release_pages(file, offset, offset + length)
+            position += length
+        return memoryview(buffer).toreadonly()
+
 
 def _release_pages(mapped: mmap.mmap, start: int, end: int) -> None:
     """Drop the whole pages inside [start, end) from this process's resident set (best effort)."""
@@ -503,6 +638,8 @@ def _tensor_leaf(
     data: memoryview,
     includes_values: bool,
     checkpoints: _CheckpointMaps | None,
+    *,
+    pieces_allowed: bool,
 ) -> FrozenTensor:
     element = info_for_text(entry["dtype"])
     shape = tuple(int(size) for size in entry["shape"])
@@ -523,7 +660,16 @@ def _tensor_leaf(
                 f"tensor {entry['name']!r} is a reference, which format {SNAPSHOT_FILE_FORMAT!r} "
                 "and digest-only snapshots do not have"
             )
-        payload = checkpoints.view(entry["reference"], nbytes, entry["name"])
+        reference = entry["reference"]
+        if isinstance(reference, dict) and "pieces" in reference:
+            if not pieces_allowed:
+                raise SnapshotFileError(
+                    f"tensor {entry['name']!r} is a reference of several pieces, which only "
+                    f"format {SNAPSHOT_PIECES_FORMAT!r} has"
+                )
+            payload = checkpoints.assembled(reference, nbytes, entry["name"])
+        else:
+            payload = checkpoints.view(reference, nbytes, entry["name"])
     elif includes_values:
         stored = header[entry["name"]]
         begin, end = (int(offset) for offset in stored["data_offsets"])
