@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy
 import pytest
 import torch
+from trainparity.state.file_ranges import FilePiece, register_pieces
 from trainparity.state.snapshot_file import write_snapshot
 
 
@@ -66,7 +67,8 @@ def _training_state(shift: float = 0.0) -> dict:
 @pytest.fixture(scope="session")
 def snapshot_seeds(tmp_path_factory) -> Seeds:
     """`full` (values), `shifted` (one tensor differs), `digest` (digest-only), `tiny`,
-    `referenced` (`full`'s state as references to a torch.save checkpoint: format 2)."""
+    `referenced` (`full`'s state as references to a torch.save checkpoint: format 2),
+    `pieced` (`full`'s state as references of two pieces each to a file: format 3)."""
     directory = tmp_path_factory.mktemp("snapshot-seeds")
     files = {
         "full": directory / "full.safetensors",
@@ -74,6 +76,7 @@ def snapshot_seeds(tmp_path_factory) -> Seeds:
         "digest": directory / "digest.safetensors",
         "tiny": directory / "tiny.safetensors",
         "referenced": directory / "referenced.safetensors",
+        "pieced": directory / "pieced.safetensors",
     }
     write_snapshot(files["full"], _training_state(), step=5)
     # The checkpoint lives outside the seeds' folder, which holds snapshot files only.
@@ -82,10 +85,44 @@ def snapshot_seeds(tmp_path_factory) -> Seeds:
     mapped = torch.load(checkpoint, weights_only=True, mmap=True)
     info = write_snapshot(files["referenced"], mapped, step=5, reference_files=[checkpoint])
     assert info.referenced_bytes > 0
+    pieces_file = tmp_path_factory.mktemp("snapshot-pieces") / "pieces.bin"
+    pieced = _assembled_from_pieces(_training_state(), pieces_file)
+    info = write_snapshot(files["pieced"], pieced, step=5, reference_files=[pieces_file])
+    assert info.referenced_bytes > 0
     write_snapshot(files["shifted"], _training_state(1e-3), step=5)
     write_snapshot(files["digest"], _training_state(), step=5, include_values=False)
     write_snapshot(files["tiny"], {"w": torch.ones(2), "n": 1}, step=None)
     return Seeds(directory, files)
+
+
+def _assembled_from_pieces(state: dict, file: Path) -> dict:
+    """`state` with each tensor replaced by a copy whose bytes lie in `file` as two pieces,
+    the second half first (as a loader that assembles shards registers them)."""
+    blob = bytearray()
+    pieces_of = []
+
+    def assembled(value):
+        if isinstance(value, dict):
+            return {key: assembled(item) for key, item in value.items()}
+        if not isinstance(value, torch.Tensor):
+            return value
+        copy = value.clone()
+        raw = copy.reshape(-1).view(torch.uint8).numpy().tobytes() if copy.numel() else b""
+        if raw:
+            half = max(1, len(raw) // 2)
+            second = (len(blob) + 3, len(raw) - half)  # 3 bytes of gap: unaligned on purpose
+            blob.extend(b"\x5a" * 3 + raw[half:])
+            first = (len(blob) + 1, half)
+            blob.extend(b"\xa5" + raw[:half])
+            ranges = [first] + ([second] if second[1] else [])
+            pieces_of.append((copy, [FilePiece(str(file), *piece) for piece in ranges]))
+        return copy
+
+    result = assembled(state)
+    file.write_bytes(bytes(blob))
+    for tensor, pieces in pieces_of:
+        register_pieces(tensor, pieces)
+    return result
 
 
 @pytest.fixture(scope="session")

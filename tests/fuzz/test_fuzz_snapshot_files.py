@@ -29,7 +29,7 @@ from tests.fuzz.mutations import (
 )
 from tests.helpers import set_manifest
 
-SEEDS = st.sampled_from(["full", "shifted", "digest", "tiny", "referenced"])
+SEEDS = st.sampled_from(["full", "shifted", "digest", "tiny", "referenced", "pieced"])
 TOLERANCE = ToleranceComparison(rtol=1e-3, atol=1e-6, equal_nan=True)
 
 
@@ -242,6 +242,84 @@ def test_a_referenced_checkpoint_damaged_after_observation(snapshot_seeds, data)
         copy.unlink()
 
 
+_PIECE_FIELDS = st.sampled_from(["offset", "length", "path", "kind", "extra"])
+
+
+@fuzz_settings(ci_examples=100)
+@given(data=st.data())
+def test_piece_list_damage(snapshot_seeds, data):
+    """A format-3 snapshot's piece lists rewritten: a piece's field, pieces dropped,
+    repeated or reordered, the list replaced, the reference dropped."""
+    header, manifest, body = split(snapshot_seeds.files["pieced"].read_bytes())
+    pieced = [entry for entry in manifest["tensors"] if "pieces" in entry.get("reference", {})]
+    entry = data.draw(st.sampled_from(pieced), label="tensor")
+    pieces = entry["reference"]["pieces"]
+    change = data.draw(st.sampled_from(["piece", "drop", "repeat", "reverse", "list", "none"]))
+    if change == "piece":
+        piece = data.draw(st.sampled_from(pieces))
+        field = data.draw(_PIECE_FIELDS)
+        if field in ("offset", "length"):
+            piece[field] = data.draw(st.one_of(_OFFSETS, st.sampled_from([True, 1.0, "1"])))
+        elif field == "path":
+            piece["path"] = data.draw(
+                st.sampled_from(["", "relative.bin", str(snapshot_seeds.files["full"]), "/", 7])
+            )
+        elif field == "kind":
+            pieces[pieces.index(piece)] = data.draw(st.sampled_from([None, [], "x", {}]))
+        else:
+            piece["extra"] = 0
+    elif change == "drop":
+        del pieces[data.draw(st.integers(0, len(pieces) - 1))]
+    elif change == "repeat":
+        pieces.append(dict(pieces[0]))
+    elif change == "reverse":
+        pieces.reverse()
+    elif change == "list":
+        entry["reference"] = {"pieces": data.draw(st.sampled_from([None, [], {}, "x", [[]]]))}
+    else:
+        del entry["reference"]
+    set_manifest(header["__metadata__"], json.dumps(manifest))
+    check_snapshot_bytes(snapshot_seeds, assemble(json.dumps(header), body))
+
+
+@fuzz_settings(ci_examples=60)
+@given(data=st.data())
+def test_a_pieces_file_damaged_after_observation(snapshot_seeds, data):
+    """Bits flipped in a copy of the file the pieces lie in: a flip inside a piece is an
+    ERROR, whatever trust_digests says; elsewhere the snapshot still equals `full`."""
+    header, manifest, body = split(snapshot_seeds.files["pieced"].read_bytes())
+    ranges = [
+        (piece["offset"], piece["offset"] + piece["length"])
+        for entry in manifest["tensors"]
+        for piece in entry.get("reference", {}).get("pieces", [])
+    ]
+    source = Path(manifest["tensors"][0]["reference"]["pieces"][0]["path"])
+    original = source.read_bytes()
+    damaged = bytearray(original)
+    inside = [p for begin, end in ranges for p in range(begin, end)]
+    positions = st.one_of(st.integers(0, len(damaged) - 1), st.sampled_from(inside))
+    for position, bit in data.draw(st.lists(st.tuples(positions, st.integers(0, 7)), max_size=3)):
+        damaged[position] ^= 1 << bit
+    copy = snapshot_seeds.fresh_path(".bin")
+    copy.write_bytes(damaged)
+    for entry in manifest["tensors"]:
+        for piece in entry.get("reference", {}).get("pieces", []):
+            piece["path"] = str(copy)
+    set_manifest(header["__metadata__"], json.dumps(manifest))
+    path = snapshot_seeds.fresh_path(".safetensors")
+    path.write_bytes(assemble(json.dumps(header), body))
+    touched = any(damaged[begin:end] != original[begin:end] for begin, end in ranges)
+    try:
+        with within_seconds():
+            for trust in (False, True):
+                result = diff_snapshots(snapshot_seeds.files["full"], path, trust_digests=trust)
+                expected = Outcome.ERROR if touched else Outcome.PASS
+                assert result.outcome is expected, result.message
+    finally:
+        path.unlink()
+        copy.unlink()
+
+
 def test_the_seeds_read_and_diff_cleanly(snapshot_seeds):
     """The fuzzers start from valid files: they read, and compare as expected."""
     files = snapshot_seeds.files
@@ -251,6 +329,10 @@ def test_the_seeds_read_and_diff_cleanly(snapshot_seeds):
     assert diff_snapshots(files["full"], files["shifted"]).outcome is Outcome.FAIL
     assert diff_snapshots(files["full"], files["digest"]).outcome is Outcome.PASS
     assert diff_snapshots(files["full"], files["referenced"]).outcome is Outcome.PASS
+    assert diff_snapshots(files["full"], files["pieced"]).outcome is Outcome.PASS
+    pieced = split(files["pieced"].read_bytes())[1]
+    assert pieced["format"] == "trainparity-snapshot/3"
+    assert all("pieces" in entry["reference"] for entry in pieced["tensors"] if entry["nbytes"])
     assert sorted(Path(path).name for path in snapshot_seeds.directory.iterdir()) == sorted(
         Path(path).name for path in files.values()
     )

@@ -153,7 +153,7 @@ class MappedFileLocator:
 
     def locate(self, tensor: torch.Tensor) -> FileRange | None:
         """The file range holding `tensor`'s elements, or None when they are not in one of the files."""
-        if not self.mappings or tensor.device.type != "cpu" or not tensor.is_contiguous():
+        if tensor.device.type != "cpu" or not tensor.is_contiguous():
             return None
         if tensor.is_conj() or tensor.is_neg():  # the memory holds values before a lazy flip
             return None
@@ -162,7 +162,7 @@ class MappedFileLocator:
         if nbytes == 0 or address == 0:
             return None
         assembled = self._assembled(address, nbytes)
-        if assembled is not None:
+        if assembled is not None:  # copied from the files' pieces, not mapped from them
             return assembled
         for mapping in self.mappings:
             if mapping.start <= address and address + nbytes <= mapping.end:

@@ -582,9 +582,7 @@ class _CheckpointMaps:
                 f"tensor {name!r} records {nbytes} bytes but its pieces hold "
                 f"{sum(length for _, _, length in checked)}"
             )
-        buffer = bytearray(nbytes)
-        position = 0
-        for path, offset, length in checked:
+        for path, offset, length in checked:  # all in place before the buffer is allocated
             file = self.mapped(path)
             if not 0 <= offset <= offset + length <= len(file):
                 raise SnapshotFileError(
@@ -592,10 +590,16 @@ class _CheckpointMaps:
                     f"{path}, which has {len(file)} bytes: the checkpoint changed after it was "
                     "observed"
                 )
-            buffer[position : position + length] = file[offset : offset + length]
+        buffer = bytearray(nbytes)
+        target = memoryview(buffer)
+        position = 0
+        for path, offset, length in checked:
+            file = self.mapped(path)
+            with memoryview(file)[offset : offset + length] as piece:
+                target[position : position + length] = piece  # one memcpy, no bytes object
             _release_pages(file, offset, offset + length)
             position += length
-        return memoryview(buffer).toreadonly()
+        return target.toreadonly()
 
 
 def _release_pages(mapped: mmap.mmap, start: int, end: int) -> None:
