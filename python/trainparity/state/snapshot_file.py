@@ -30,9 +30,10 @@ file ranges (a DCP entry sharded by rows: checkpoints/dcp.py) holds
 being the pieces' bytes one after the other and its digest theirs. The
 writer digests the pieces from the files, streaming (the digest is taken
 chunk by chunk, so only a chunk that straddles two pieces is copied); the
-reader copies the pieces into one buffer and verifies that buffer, so the
-bytes compared are the bytes verified. Only files with such an entry are
-format 3.
+reader copies a tensor's pieces into an unnamed temporary file beside the
+snapshot (in the kernel: copy_file_range), maps it and verifies that copy on
+every read, so the bytes compared are the bytes verified and its resident
+memory stays flat. Only files with such an entry are format 3.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import json
 import mmap
 import os
 import struct
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,54 +256,70 @@ def _confirmed_reference(tensor: FrozenTensor, digest: bytes) -> FileRange | Non
 
 
 def _pieces_digest(pieces: Sequence[FilePiece], nbytes: int) -> bytes | None:
-    """The digest of the pieces' file bytes one after the other, None when a file is short.
-
-    The digest is a root over fixed-size chunks, so it is taken piece by
-    piece where each lies: only a chunk that straddles two pieces is
-    assembled (at most one chunk per piece boundary is copied).
-    """
+    """The digest of the pieces' file bytes one after the other, None when a file is short."""
     if sum(piece.length for piece in pieces) != nbytes:
         return None
-    chunk = core.DIGEST_CHUNK_BYTES
-    chunk_digests = bytearray()
-    carry = bytearray()  # the start of a chunk that the next piece completes
-    done = 0  # bytes digested so far, always whole chunks
     maps: dict[str, mmap.mmap] = {}
     try:
         for piece in pieces:
             if piece.path not in maps:
                 with open(piece.path, "rb") as stream:
                     maps[piece.path] = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-            file = maps[piece.path]
-            if not 0 <= piece.offset <= piece.offset + piece.length <= len(file):
+            if not 0 <= piece.offset <= piece.offset + piece.length <= len(maps[piece.path]):
                 return None
-            with memoryview(file)[piece.offset : piece.offset + piece.length] as view:
-                start = 0
-                if carry:
-                    start = min(chunk - len(carry), len(view))
-                    carry += view[:start]
-                    if len(carry) < chunk:
-                        continue
-                    chunk_digests += core.digest_chunks(bytes(carry), first_chunk=done // chunk)
-                    done += chunk
-                    carry = bytearray()
-                whole = (len(view) - start) // chunk * chunk
-                if whole:
-                    block = view[start : start + whole]
-                    chunk_digests += core.digest_chunks(
-                        block, first_chunk=done // chunk, threads=core_threads(whole)
-                    )
-                    block.release()
-                    done += whole
-                carry += view[start + whole :]
+        ranges = [(maps[piece.path], piece.offset, piece.length) for piece in pieces]
+        return _digest_of_ranges(ranges, nbytes, core.DIGEST_VERSION)
     except (OSError, ValueError):  # a file gone, or empty (cannot be mapped)
         return None
     finally:
         for file in maps.values():
             file.close()
+
+
+def _digest_of_ranges(
+    ranges: Sequence[tuple[mmap.mmap, int, int]], nbytes: int, version: int
+) -> bytes:
+    """The digest of the mapped ranges' bytes one after the other, read where they lie.
+
+    The digest is a root over fixed-size chunks, so it is taken range by
+    range: only a chunk that straddles two ranges is assembled (at most one
+    chunk is copied per boundary). Each range's pages are released from this
+    process after digesting (they stay in the page cache).
+    """
+    chunk = core.DIGEST_CHUNK_BYTES
+    chunk_digests = bytearray()
+    carry = bytearray()  # the start of a chunk that the next range completes
+    done = 0  # bytes digested so far, always whole chunks
+    for file, offset, length in ranges:
+        with memoryview(file)[offset : offset + length] as view:
+            start = 0
+            if carry:
+                start = min(chunk - len(carry), len(view))
+                carry += view[:start]
+                if len(carry) == chunk:
+                    chunk_digests += core.digest_chunks(
+                        bytes(carry), first_chunk=done // chunk, version=version
+                    )
+                    done += chunk
+                    carry = bytearray()
+            whole = (len(view) - start) // chunk * chunk
+            for block_start in range(start, start + whole, _VERIFY_BLOCK_BYTES):
+                block_end = min(block_start + _VERIFY_BLOCK_BYTES, start + whole)
+                with view[block_start:block_end] as block:
+                    chunk_digests += core.digest_chunks(
+                        block,
+                        first_chunk=done // chunk,
+                        threads=core_threads(len(block)),
+                        version=version,
+                    )
+                done += block_end - block_start
+            carry += view[start + whole :]
+        _release_pages(file, offset, offset + length)
     if carry:
-        chunk_digests += core.digest_chunks(bytes(carry), first_chunk=done // chunk)
-    return core.digest_root(bytes(chunk_digests), nbytes)
+        chunk_digests += core.digest_chunks(
+            bytes(carry), first_chunk=done // chunk, version=version
+        )
+    return core.digest_root(bytes(chunk_digests), nbytes, version=version)
 
 
 def _reference_entry(reference: FileRange | None) -> dict[str, Any]:
@@ -475,20 +493,13 @@ def _verify_tensor_bytes(
     """
     version = manifest["digest_version"]
     for entry, tensor in zip(manifest["tensors"], tensors, strict=True):
+        reference = entry.get("reference")
         if tensor.data is None:
             continue
-        reference = entry.get("reference")
-        if reference is not None and "pieces" in reference:
-            # Assembled from the pieces when read: its own buffer, digested whole.
-            if digest_buffer(tensor.data, version=version)[0] == tensor.digest:
-                continue
-            files = sorted({piece["path"] for piece in reference["pieces"]})
-            raise SnapshotFileError(
-                f"checkpoint {', '.join(files)} changed after it was observed: tensor "
-                f"{entry['name']} no longer matches the digest that snapshot file {source} "
-                "recorded; run the check again and leave its checkpoints unchanged until it ends"
-            )
-        if reference is not None and checkpoints is not None:
+        pieced = isinstance(reference, dict) and "pieces" in reference
+        if pieced and checkpoints is not None:  # its copy, always verified
+            file, position = checkpoints.assemblies[entry["name"]], 0
+        elif reference is not None and checkpoints is not None:
             file, position = checkpoints.mapped(reference["path"]), int(reference["offset"])
         elif trust_digests:
             continue
@@ -502,14 +513,20 @@ def _verify_tensor_bytes(
                 threads=core_threads(len(block)),
                 version=version,
             )
-            _release_pages(file, position, position + len(block))
+            if file is not None:
+                _release_pages(file, position, position + len(block))
             position += len(block)
         digest = core.digest_root(bytes(chunk_digests), len(tensor.data), version=version)
         if digest == tensor.digest:
             continue
         if reference is not None:
+            names = (
+                sorted({piece["path"] for piece in reference["pieces"]})
+                if pieced
+                else [reference["path"]]
+            )
             raise SnapshotFileError(
-                f"checkpoint {reference['path']} changed after it was observed: tensor "
+                f"checkpoint {', '.join(names)} changed after it was observed: tensor "
                 f"{entry['name']} no longer matches the digest that snapshot file {source} "
                 "recorded; run the check again and leave its checkpoints unchanged until it ends"
             )
@@ -522,6 +539,8 @@ class _CheckpointMaps:
     def __init__(self, snapshot: Path) -> None:
         self.snapshot = snapshot
         self.maps: dict[str, mmap.mmap] = {}
+        # Tensor name -> the mapped file its pieces were copied into (None: in memory).
+        self.assemblies: dict[str, mmap.mmap | None] = {}
 
     def paths(self) -> list[str]:
         return sorted(self.maps)
@@ -555,13 +574,44 @@ class _CheckpointMaps:
         return memoryview(file)[offset : offset + nbytes]
 
     def assembled(self, reference: dict, nbytes: int, name: str) -> memoryview:
-        """A read-only buffer of the pieces' bytes one after the other, checked against the files.
+        """The referenced pieces' bytes one after the other, copied into a file of their own.
 
-        A copy, made when the snapshot is read: the pieces lie at unrelated
-        offsets of several files, and one buffer is what comparisons read
-        (and the bytes verified are then the bytes compared). Each piece's
-        pages are released from this process after copying.
+        A copy made when the snapshot is read, since the pieces lie at
+        unrelated offsets of several files: into an unnamed temporary file
+        beside the snapshot (else in the temporary directory, else in memory),
+        kernel to kernel (`copy_file_range`), and mapped read-only like the
+        snapshot itself. So the reader's resident memory stays flat (the
+        verification releases the pages it digested), and the bytes compared
+        are the ones verified: the copy, not files that could change later.
         """
+        ranges = self._checked_pieces(reference, nbytes, name)
+        assembly = _assembly_file(self.snapshot.parent, nbytes)
+        if assembly is not None:
+            try:
+                with assembly:
+                    position = 0
+                    for path, offset, length in ranges:
+                        _copy_range(self.maps[path], path, offset, length, assembly, position)
+                        _release_pages(self.maps[path], offset, offset + length)
+                        position += length
+                    mapped = mmap.mmap(assembly.fileno(), 0, access=mmap.ACCESS_READ)
+                self.assemblies[name] = mapped
+                return memoryview(mapped)
+            except OSError:  # e.g. the disk filled up: in memory instead
+                pass
+        buffer = memoryview(bytearray(nbytes))
+        position = 0
+        for path, offset, length in ranges:
+            with memoryview(self.maps[path])[offset : offset + length] as piece:
+                buffer[position : position + length] = piece  # one memcpy, no bytes object
+            position += length
+        self.assemblies[name] = None
+        return buffer.toreadonly()
+
+    def _checked_pieces(
+        self, reference: dict, nbytes: int, name: str
+    ) -> list[tuple[str, int, int]]:
+        """The referenced pieces of `nbytes` bytes in all, each checked to lie inside its file."""
         pieces = reference.get("pieces")
         if not isinstance(pieces, list) or not pieces or len(reference) != 1:
             raise SnapshotFileError(f"tensor {name!r} has a malformed piece list")
@@ -577,12 +627,12 @@ class _CheckpointMaps:
             ):
                 raise SnapshotFileError(f"tensor {name!r} has a malformed piece list")
             checked.append((path, offset, length))
-        if sum(length for _, _, length in checked) != nbytes:
+        held = sum(length for _, _, length in checked)
+        if held != nbytes:
             raise SnapshotFileError(
-                f"tensor {name!r} records {nbytes} bytes but its pieces hold "
-                f"{sum(length for _, _, length in checked)}"
+                f"tensor {name!r} records {nbytes} bytes but its pieces hold {held}"
             )
-        for path, offset, length in checked:  # all in place before the buffer is allocated
+        for path, offset, length in checked:
             file = self.mapped(path)
             if not 0 <= offset <= offset + length <= len(file):
                 raise SnapshotFileError(
@@ -590,16 +640,50 @@ class _CheckpointMaps:
                     f"{path}, which has {len(file)} bytes: the checkpoint changed after it was "
                     "observed"
                 )
-        buffer = bytearray(nbytes)
-        target = memoryview(buffer)
-        position = 0
-        for path, offset, length in checked:
-            file = self.mapped(path)
-            with memoryview(file)[offset : offset + length] as piece:
-                target[position : position + length] = piece  # one memcpy, no bytes object
-            _release_pages(file, offset, offset + length)
-            position += length
-        return target.toreadonly()
+        return checked
+
+
+def _assembly_file(beside: Path, nbytes: int) -> Any:
+    """An unnamed temporary file for `nbytes` of assembled pieces, or None when none can be made."""
+    for directory in (beside, None):
+        try:
+            stream = tempfile.TemporaryFile(dir=directory, prefix="trainparity-pieces-")
+        except OSError:
+            continue
+        try:
+            os.ftruncate(stream.fileno(), nbytes)
+        except OSError:
+            stream.close()
+            continue
+        return stream
+    return None
+
+
+def _copy_range(
+    source: mmap.mmap, path: str, offset: int, length: int, target: Any, position: int
+) -> None:
+    """Copy `length` bytes at `offset` of checkpoint `path` to `position` of `target`.
+
+    `copy_file_range` copies in the kernel (no page of either file enters
+    this process); where it is refused (another file system on old kernels,
+    no such call), the bytes are written from the checkpoint's mapping.
+    """
+    done = 0
+    try:
+        with open(path, "rb") as stream:
+            while done < length:
+                copied = os.copy_file_range(
+                    stream.fileno(), target.fileno(), length - done, offset + done, position + done
+                )
+                if copied <= 0:
+                    break
+                done += copied
+    except (OSError, AttributeError):
+        pass
+    with memoryview(source)[offset + done : offset + length] as rest:
+        written = 0
+        while written < len(rest):
+            written += os.pwrite(target.fileno(), rest[written:], position + done + written)
 
 
 def _release_pages(mapped: mmap.mmap, start: int, end: int) -> None:
