@@ -32,6 +32,14 @@ against the torch file's baseline, the issue's yardstick), rewritten in large
 blocks first (see save_safetensors; `--safetensors-as-written` keeps the
 page cache as `save_file` left it).
 
+`--formats fsdp2` (not in the default) saves the same state as a DCP
+directory by 2 gloo ranks, every 2-D tensor as a Shard(0) DTensor (each
+rank's half of the rows: the chunks FSDP2 saves), and measures it against
+`dcp.load` + touch as above, then the snapshot bytes with the row-sharded
+entries referenced by pieces against the same observation with them copied
+(the before figure), and the parent's peak RSS growth reading and diffing
+two snapshots.
+
 `--gib 8` (or `--large`) measures an 8 GiB state instead (not in CI: it
 needs about 30 GiB of disk with all three formats, and memory for the page
 cache to stay warm).
@@ -131,6 +139,66 @@ def save_dcp(checkpoint: Path, directory: Path) -> None:
     with warnings.catch_warnings():  # "assuming the intent is to save in a single process"
         warnings.simplefilter("ignore")
         dcp.save(state, checkpoint_id=directory, no_dist=True)
+
+
+# One rank of the fsdp2 format's save: argv checkpoint store directory rank.
+TWO_RANK_SAVE = r"""
+import sys, warnings
+import torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Shard
+
+checkpoint, store, target, rank = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+mesh = init_device_mesh("cpu", (2,))
+
+def sharded(value):
+    if isinstance(value, torch.Tensor) and value.dim() == 2:
+        rows = value.shape[0] // 2
+        local = value[rank * rows : (rank + 1) * rows]
+        return DTensor.from_local(local, mesh, [Shard(0)], run_check=False)
+    if isinstance(value, dict):
+        return {key: sharded(item) for key, item in value.items()}
+    return value
+
+state = sharded(torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True))
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    dcp.save(state, checkpoint_id=target)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def save_dcp_two_ranks(checkpoint: Path, directory: Path) -> None:
+    """The torch file's state saved as a DCP directory by 2 gloo ranks, 2-D tensors by rows."""
+    store = directory.with_name(directory.name + ".store")
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", TWO_RANK_SAVE, str(checkpoint), str(store), str(directory)]
+            + [str(rank)],
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        for rank in range(2)
+    ]
+    codes = [process.wait(timeout=1800) for process in ranks]
+    store.unlink(missing_ok=True)
+    if not (directory / ".metadata").is_file():
+        raise RuntimeError(f"the 2-rank DCP save failed (exit codes {codes})")
+
+
+def observe_without_pieces(checkpoint: Path, snapshot: Path) -> int:
+    """The observation with row-sharded entries copied, as before pieces references; its bytes."""
+    from trainparity.state import file_ranges
+    from trainparity.state.file_ranges import checkpoint_files
+
+    state = normalize_observation(observe_default(checkpoint))
+    file_ranges._ASSEMBLED.clear()  # the loader's hand-off forgotten: the writer copies them
+    info = write_snapshot(
+        snapshot, state, step=1, environment={}, reference_files=checkpoint_files(checkpoint)
+    )
+    read_snapshot(snapshot)
+    return info.file_bytes
 
 
 def dcp_load_and_touch(directory: Path, like: Path) -> None:
@@ -238,7 +306,7 @@ def main() -> None:
     parser.add_argument(
         "--formats",
         default="torch,dcp,safetensors",
-        help="comma-separated: torch, dcp, safetensors (default all three)",
+        help="comma-separated: torch, dcp, safetensors, fsdp2 (default the first three)",
     )
     parser.add_argument(
         "--safetensors-as-written",
@@ -248,10 +316,10 @@ def main() -> None:
     arguments = parser.parse_args()
     gib = 8.0 if arguments.large else arguments.gib
     formats = [name for name in arguments.formats.split(",") if name]
-    unknown = set(formats) - {"torch", "dcp", "safetensors"}
+    unknown = set(formats) - {"torch", "dcp", "safetensors", "fsdp2"}
     if unknown:
         parser.error(
-            f"--formats: unknown {', '.join(sorted(unknown))}; use torch, dcp, safetensors"
+            f"--formats: unknown {', '.join(sorted(unknown))}; use torch, dcp, safetensors, fsdp2"
         )
     directory = Path(tempfile.mkdtemp(prefix="bench-big-states-", dir=arguments.dir))
     try:
@@ -300,6 +368,8 @@ def run(
             state_bytes,
         )
         shutil.rmtree(dcp_directory)
+    if "fsdp2" in formats:
+        run_fsdp2(directory, checkpoint, state_bytes, repeats)
     if "safetensors" in formats:
         target = directory / "checkpoint.safetensors"
         save_safetensors(checkpoint, target, as_written=safetensors_as_written)
@@ -345,6 +415,48 @@ def run_other(
         f"(target <= {ISSUE_TIME_TARGET}); snapshot bytes / state {snapshot_bytes / state_bytes:.2e} "
         f"(target <= {ISSUE_BYTES_TARGET})"
     )
+
+
+def run_fsdp2(directory: Path, checkpoint: Path, state_bytes: int, repeats: int) -> None:
+    """A DCP directory of 2 ranks, row-sharded: pieces references against copying them."""
+    dcp_directory = directory / "dcp-2-ranks"
+    save_dcp_two_ranks(checkpoint, dcp_directory)
+    baseline = median_seconds(lambda: dcp_load_and_touch(dcp_directory, checkpoint), repeats)
+    run_other(
+        directory,
+        "DCP directory of 2 ranks (Shard(0) rows)",
+        dcp_directory,
+        "dcp.load + touch",
+        baseline,
+        repeats,
+        state_bytes,
+    )
+    copied = directory / "copied.safetensors"
+    copying = median_seconds(lambda: observe_without_pieces(dcp_directory, copied), repeats)
+    copied_bytes = observe_without_pieces(dcp_directory, copied)
+    copied.unlink()
+    print(
+        f"    the same with the row-sharded entries copied (before pieces): {copying:.3f} s = "
+        f"{copying / baseline:.2f}x; snapshot bytes / state {copied_bytes / state_bytes:.2e}"
+    )
+    case = CommandCase(
+        template=["python", "train.py", "{checkpoint}"],
+        checkpoint="{run_dir}/" + dcp_directory.name,
+        total_step=1,
+    )
+    first, second = directory / "a.safetensors", directory / "b.safetensors"
+    observe_and_read(case, dcp_directory, first)
+    observe_and_read(case, dcp_directory, second)
+    parent = parent_rss(first, second)
+    growth = parent["peak"] - parent["before"]
+    print(
+        f"    parent reading + diffing two snapshots ({parent['outcome']}): peak RSS growth "
+        f"{growth / 2**20:.1f} MiB = {growth / state_bytes:.4f}x the state "
+        f"(target <= {ISSUE_RSS_TARGET})"
+    )
+    first.unlink()
+    second.unlink()
+    shutil.rmtree(dcp_directory)
 
 
 def run_torch(
