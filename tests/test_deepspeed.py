@@ -23,13 +23,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,6 +38,9 @@ pytest.importorskip("deepspeed")
 from trainparity.checkpoints import load_checkpoint_directory, load_deepspeed  # noqa: E402
 from trainparity.recording.reader import read_recordings  # noqa: E402
 from trainparity.state.reassembly import global_state  # noqa: E402
+
+from tests.deepspeed_ops import build_shm_op, extensions_directory  # noqa: E402
+from tests.few_at_a_time import differences_by_path, report_of, run_a_few_at_a_time  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parent.parent / "docs" / "examples" / "deepspeed_project"
 SPLIT_STEP, TOTAL_STEP = 2, 5
@@ -59,9 +59,6 @@ TRAINER_CASES = ("TrainerDeepSpeedResumeCase", "TrainerDeepSpeedNoOptimizerState
 PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
 # Checks (or stage runs) at once: each check runs its phases side by side already.
 CONCURRENT_CHECKS = 2
-BUILD_SHM_OP = (
-    "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
-)
 
 
 @pytest.fixture(scope="module")
@@ -76,15 +73,12 @@ def runs(tmp_path_factory) -> dict:
         **os.environ,
         "DS_ACCELERATOR": "cpu",
         "OMP_NUM_THREADS": "1",
-        "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR")
-        or str(root / "torch_extensions"),
+        "TORCH_EXTENSIONS_DIR": str(extensions_directory(tmp_path_factory)),
         # `torchrun` as the template's first word is looked up in the children's PATH.
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "TMPDIR": str(root / "tmp"),
     }
-    subprocess.run(
-        [sys.executable, "-c", BUILD_SHM_OP], env=environment, check=True, capture_output=True
-    )
+    build_shm_op(environment)
 
     resume = (sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress")
     commands: dict[str, Callable[[], list[str]]] = {}
@@ -138,47 +132,9 @@ def runs(tmp_path_factory) -> dict:
         ),
     )
     done: dict = {"root": root}
-    done.update(_run_a_few_at_a_time(commands, cwd=project, env=environment))
-    return done
-
-
-def _run_a_few_at_a_time(
-    commands: dict[str, Callable[[], list[str]]], *, cwd: Path, env: dict[str, str]
-) -> dict[str, tuple[int, str, str]]:
-    """Each command's (returncode, stdout, stderr), at most CONCURRENT_CHECKS running at once.
-
-    A check runs up to three two-rank phases at once; all ten commands at once would put
-    some 50 processes on the suite's two cores and starve the tests of the other worker.
-    Output goes to files, so a command that writes much never waits on a pipe nobody reads.
-    """
-    waiting = list(commands.items())
-    running: dict[str, tuple[subprocess.Popen, Path]] = {}
-    done: dict[str, tuple[int, str, str]] = {}
-    deadline = time.monotonic() + 1800
-    try:
-        while waiting or running:
-            while waiting and len(running) < CONCURRENT_CHECKS:
-                name, command = waiting.pop(0)
-                output = cwd.parent / "output" / name
-                output.mkdir(parents=True)
-                with (output / "stdout").open("w") as stdout, (output / "stderr").open("w") as err:
-                    process = subprocess.Popen(
-                        command(), cwd=cwd, env=env, stdout=stdout, stderr=err
-                    )
-                running[name] = (process, output)
-            for name, (process, output) in list(running.items()):
-                if process.poll() is not None:
-                    del running[name]
-                    texts = [(output / part).read_text() for part in ("stdout", "stderr")]
-                    done[name] = (process.returncode, *texts)
-            assert time.monotonic() < deadline, f"still running after 30 min: {sorted(running)}"
-            time.sleep(0.2)
-    finally:
-        # On a timeout, the others stop too: a check and torchrun end their ranks on SIGTERM.
-        for process, _ in running.values():
-            if process.poll() is None:
-                process.terminate()
-            process.wait(timeout=60)
+    done.update(
+        run_a_few_at_a_time(commands, cwd=project, env=environment, at_once=CONCURRENT_CHECKS)
+    )
     return done
 
 
@@ -188,21 +144,15 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _report(runs: dict, name: str) -> dict:
-    returncode, stdout, stderr = runs[name]
-    assert stdout, f"{name} exited {returncode} with no report: {stderr[-3000:]}"
-    return json.loads(stdout)
-
-
 def _failed(runs: dict, name: str) -> dict:
-    report = _report(runs, name)
+    report = report_of(runs, name)
     assert report["outcome"] == "FAIL" and runs[name][0] == 1, report["message"]
     return report
 
 
 def _first(report: dict) -> dict[str, dict]:
     """The differences at the first divergent step of the recorded trajectories, by path."""
-    return {difference["path"]: difference for difference in report["all_differences"]}
+    return differences_by_path(report)
 
 
 def _final(report: dict) -> dict[str, dict]:
@@ -234,7 +184,7 @@ def _zero3_checkpoint(runs: dict) -> Path:
 
 @pytest.mark.parametrize("name", ["clean", "Zero3ResumeCase"])
 def test_a_clean_zero2_or_zero3_resume_passes_step_by_step(runs, name):
-    report = _report(runs, name)
+    report = report_of(runs, name)
     assert report["outcome"] == "PASS", report["message"]
     assert runs[name][0] == 0
     assert report["message"] == f"final states are exactly equivalent at step {TOTAL_STEP}"
@@ -250,7 +200,7 @@ def test_a_clean_zero2_or_zero3_resume_passes_step_by_step(runs, name):
 
 
 def test_a_clean_resume_under_the_deepspeed_launcher_passes(runs):
-    report = _report(runs, "launcher")
+    report = report_of(runs, "launcher")
     assert report["outcome"] == "PASS", report["message"]
     assert report["message"] == f"final states are exactly equivalent at step {TOTAL_STEP}"
     assert report["case"].startswith("deepspeed --num_gpus 2 --master_port ")
@@ -356,7 +306,7 @@ def test_a_client_scheduler_deepspeed_is_not_given_fails_at_the_first_step_after
 def _trainer_report(runs: dict, name: str) -> dict:
     if name not in runs:
         pytest.skip("the Hugging Face Trainer cases need transformers")
-    return _report(runs, name)
+    return report_of(runs, name)
 
 
 def test_the_trainer_resuming_without_optimizer_states_fails_right_after_loading(runs):

@@ -11,18 +11,15 @@ script records the engine's state (`engine_state`) after loading and after every
 step, so each step is compared on names reassembled from the ranks' fragments. The universal directory each resumed phase wrote
 is then read by name (`load_checkpoint_directory`) and compared with the 2-rank
 checkpoint it came from. DeepSpeed's shm comm op is built once per test session
-(see _extensions_directory).
+(tests/deepspeed_ops.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +31,13 @@ from trainparity.checkpoints import load_checkpoint_directory, load_deepspeed  #
 from trainparity.checkpoints.deepspeed_universal import (  # noqa: E402
     is_deepspeed_universal_checkpoint,
     load_deepspeed_universal,
+)
+
+from tests.deepspeed_ops import build_shm_op, extensions_directory  # noqa: E402
+from tests.few_at_a_time import (  # noqa: E402
+    differences_by_path,
+    report_of,
+    run_a_few_at_a_time,
 )
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -51,21 +55,6 @@ CHECKS = {
 PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
 REASSEMBLED = "global tensors, reassembled from every rank's shards"
 CONCURRENT_CHECKS = 2  # each check runs its phases side by side already
-BUILD_SHM_OP = (
-    "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
-)
-
-
-def _extensions_directory(tmp_path_factory) -> Path:
-    """Where DeepSpeed JIT-builds its shm comm op: $TORCH_EXTENSIONS_DIR when set (CI can
-    keep it between runs), else one directory for the whole session (under pytest-xdist
-    the workers' common parent), so other DeepSpeed modules that use it build it once;
-    torch's JIT build holds a lock file there, so workers building at once take turns."""
-    if os.environ.get("TORCH_EXTENSIONS_DIR"):
-        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
-    base = tmp_path_factory.getbasetemp()
-    session = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    return session / "deepspeed_torch_extensions"
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +69,11 @@ def runs(tmp_path_factory) -> dict:
         **os.environ,
         "DS_ACCELERATOR": "cpu",
         "OMP_NUM_THREADS": "1",
-        "TORCH_EXTENSIONS_DIR": str(_extensions_directory(tmp_path_factory)),
+        "TORCH_EXTENSIONS_DIR": str(extensions_directory(tmp_path_factory)),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "TMPDIR": str(root / "tmp"),
     }
-    subprocess.run(
-        [sys.executable, "-c", BUILD_SHM_OP], env=environment, check=True, capture_output=True
-    )
+    build_shm_op(environment)
     commands = {
         name: [
             *(sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress"),
@@ -97,51 +84,10 @@ def runs(tmp_path_factory) -> dict:
         for name, (case, world_sizes) in CHECKS.items()
     }
     done: dict = {"root": root}
-    done.update(_run_a_few_at_a_time(commands, cwd=project, env=environment))
+    done.update(
+        run_a_few_at_a_time(commands, cwd=project, env=environment, at_once=CONCURRENT_CHECKS)
+    )
     return done
-
-
-def _run_a_few_at_a_time(
-    commands: dict[str, list[str]], *, cwd: Path, env: dict[str, str]
-) -> dict[str, tuple[int, str, str]]:
-    """Each command's (returncode, stdout, stderr), CONCURRENT_CHECKS at a time, output to files."""
-    waiting = list(commands.items())
-    running: dict[str, tuple[subprocess.Popen, Path]] = {}
-    done: dict[str, tuple[int, str, str]] = {}
-    deadline = time.monotonic() + 1200
-    try:
-        while waiting or running:
-            while waiting and len(running) < CONCURRENT_CHECKS:
-                name, command = waiting.pop(0)
-                output = cwd.parent / "output" / name
-                output.mkdir(parents=True)
-                with (output / "stdout").open("w") as stdout, (output / "stderr").open("w") as err:
-                    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=stdout, stderr=err)
-                running[name] = (process, output)
-            for name, (process, output) in list(running.items()):
-                if process.poll() is not None:
-                    del running[name]
-                    texts = [(output / part).read_text() for part in ("stdout", "stderr")]
-                    done[name] = (process.returncode, *texts)
-            assert time.monotonic() < deadline, f"still running after 20 min: {sorted(running)}"
-            time.sleep(0.2)
-    finally:
-        # On a timeout the others stop too: a check and torchrun end their ranks on SIGTERM.
-        for process, _ in running.values():
-            if process.poll() is None:
-                process.terminate()
-            process.wait(timeout=60)
-    return done
-
-
-def _report(runs: dict, name: str) -> dict:
-    returncode, stdout, stderr = runs[name]
-    assert stdout, f"{name} exited {returncode} with no report: {stderr[-3000:]}"
-    return json.loads(stdout)
-
-
-def _differences(report: dict) -> dict[str, dict]:
-    return {difference["path"]: difference for difference in report["all_differences"]}
 
 
 def _resumed_phase_ranks(report: dict) -> list[int]:
@@ -151,7 +97,7 @@ def _resumed_phase_ranks(report: dict) -> list[int]:
 
 @pytest.mark.parametrize(("name", "ranks"), [("clean_on_1", 1), ("clean_on_3", 3)])
 def test_a_clean_resume_at_another_world_size_passes_under_the_tolerance(runs, name, ranks):
-    report = _report(runs, name)
+    report = report_of(runs, name)
     assert report["outcome"] == "PASS", report["message"]
     assert runs[name][0] == 0
     assert report["message"] == (
@@ -171,7 +117,7 @@ def test_a_clean_resume_at_another_world_size_passes_under_the_tolerance(runs, n
 
 
 def test_optimizer_states_skipped_at_the_new_world_size_fail_at_the_step_count(runs):
-    report = _report(runs, "optimizer_states_skipped")
+    report = report_of(runs, "optimizer_states_skipped")
     assert report["outcome"] == "FAIL", report["message"]
     assert runs["optimizer_states_skipped"][0] == 1
     # Right after loading, on the reassembled names: WarmupLR was restored but has not set
@@ -180,7 +126,7 @@ def test_optimizer_states_skipped_at_the_new_world_size_fail_at_the_step_count(r
     primary = report["primary_difference"]
     assert primary["path"] == "optimizer.param_groups[0].lr"
     assert (primary["baseline"], primary["candidate"]) == ("0.019342640361727077", "0.0")
-    differences = _differences(report)
+    differences = differences_by_path(report)
     for name in PARAMETERS:
         for key in ("step", "exp_avg", "exp_avg_sq"):
             assert differences[f'optimizer.state["{name}"].{key}']["candidate"] == "<missing>"
@@ -203,7 +149,7 @@ def test_optimizer_states_skipped_at_the_new_world_size_fail_at_the_step_count(r
 
 
 def test_a_converted_directory_without_its_step_files_stops_the_resumed_run(runs):
-    report = _report(runs, "step_files_left_out")
+    report = report_of(runs, "step_files_left_out")
     assert report["outcome"] == "ERROR", report["message"]
     # torch's AdamW finds the moments ds_to_universal wrote but no step count: it cannot go on.
     assert report["message"].startswith("candidate_resume child exited with status 1")

@@ -1,0 +1,37 @@
+"""DeepSpeed's shm comm op, JIT-built once for the whole test session.
+
+Under DS_ACCELERATOR=cpu a rank's first `init_distributed` builds the op with
+g++ (about 48 s on 2 cores). Every DeepSpeed test module builds it through
+`build_shm_op` into one directory: $TORCH_EXTENSIONS_DIR when set (CI can
+keep it between runs), else one directory of the session (under
+pytest-xdist the workers' common parent). torch's JIT build holds a lock file
+there, so workers that build at once take turns and the second finds it built.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+BUILD_SHM_OP = (
+    "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
+)
+
+
+def extensions_directory(tmp_path_factory) -> Path:
+    """Where the op is built: $TORCH_EXTENSIONS_DIR, else the session's own directory."""
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    base = tmp_path_factory.getbasetemp()
+    session = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    return session / "deepspeed_torch_extensions"
+
+
+def build_shm_op(environment: Mapping[str, str]) -> None:
+    """Build (or find built) the op in environment's TORCH_EXTENSIONS_DIR, before any rank needs it."""
+    subprocess.run(
+        [sys.executable, "-c", BUILD_SHM_OP], env=dict(environment), check=True, capture_output=True
+    )
