@@ -429,6 +429,86 @@ def test_a_malformed_piece_list_is_refused(fsdp2_dcp, tmp_path, edit, says):
     assert diff_snapshots(snapshot, snapshot).outcome is Outcome.ERROR
 
 
+# A 2x2 ("dp", "tp") mesh: the first layer ColwiseParallel then fully_shard (placements
+# (_StridedShard(dim=0, sf=2), Shard(dim=0)): row ranges out of order across the ranks), the
+# second RowwiseParallel (its weight split by columns too), and the full tensors for reference.
+TWO_D_SAVE_SCRIPT = textwrap.dedent(
+    """
+    import os, sys, warnings
+    import torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel, RowwiseParallel, parallelize_module,
+    )
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import fully_shard
+
+    rank, store, target = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=4)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 12), torch.nn.Linear(12, 10))
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    parallelize_module(model[0], mesh["tp"], ColwiseParallel())
+    parallelize_module(model[1], mesh["tp"], RowwiseParallel())
+    for layer in model:
+        fully_shard(layer, mesh=mesh["dp"])
+    fully_shard(model, mesh=mesh["dp"])
+    state = model.state_dict()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = {name: tensor.full_tensor() for name, tensor in state.items()}
+        if rank == 0:
+            torch.save(full, target + ".full.pt")
+        dcp.save({"model": state}, checkpoint_id=target)
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
+    """
+)
+
+
+def test_a_two_d_mesh_save_refers_to_its_row_ranges_and_copies_its_column_shards(tmp_path):
+    target = tmp_path / "checkpoint"
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, "-c", TWO_D_SAVE_SCRIPT, str(rank), str(tmp_path / "store")]
+            + [str(target)],
+            env=environment,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(4)
+    ]
+    for process in ranks:
+        _, errors = process.communicate(timeout=300)
+        assert process.returncode == 0, errors
+    full = torch.load(f"{target}.full.pt", weights_only=True)
+    mapped = load_dcp(target, mmap=True)["model"]
+    assert mapped.keys() == full.keys()
+    for name, tensor in full.items():
+        assert torch.equal(mapped[name], tensor), name
+    info = _snapshot(target, tmp_path / "s.safetensors")
+    kinds = {
+        entry["name"]: "pieces" if "pieces" in entry.get("reference", {}) else "copied"
+        for entry in _manifest(info.path)["tensors"]
+    }
+    assert kinds == {
+        'model["0.bias"]': "pieces",
+        'model["0.weight"]': "pieces",
+        'model["1.bias"]': "pieces",
+        'model["1.weight"]': "copied",  # RowwiseParallel: its chunks split the columns
+    }
+    assert diff_snapshots(info.path, info.path).outcome is Outcome.PASS
+    snapshot, _ = read_snapshot(info.path)
+    for name, tensor in full.items():
+        assert torch.equal(_frozen_at(snapshot.state, ("model", name)).to_tensor(), tensor), name
+
+
 # safetensors -------------------------------------------------------------------------
 
 
