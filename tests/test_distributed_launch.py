@@ -96,6 +96,27 @@ def test_fixed_ports_are_read_as_torchrun_reads_them(options, environment, port)
     assert is_torchrun(["/usr/bin/torchrun", "train.py"])
 
 
+@pytest.mark.parametrize(
+    ("argv", "port"),
+    [
+        (["deepspeed", "--num_gpus", "2", "train.py"], "29500"),
+        (
+            ["/venv/bin/deepspeed", "--master_port", "29611", "train.py", "--master_port", "1"],
+            "29611",
+        ),
+        (
+            [sys.executable, "-m", "deepspeed.launcher.runner", "--master_port=29612", "t.py"],
+            "29612",
+        ),
+    ],
+)
+def test_the_deepspeed_launcher_always_binds_a_fixed_port(argv, port):
+    """Its ranks meet at --master_port (default 29500): phases run at once would collide."""
+    problem = fixed_port_problem(argv, {})
+    assert problem is not None and f"fixed port {port} (--master_port" in problem
+    assert not is_torchrun(argv)
+
+
 def test_fixed_master_port_with_concurrent_phases_is_an_error_before_anything_runs(tmp_path):
     result, _alive, roots, _markers = _check("FixedMasterPortCase", tmp_path, parallel=True)
     assert result.outcome is Outcome.ERROR

@@ -10,7 +10,8 @@ torchrun's per-rank logs (and the directory it would otherwise create with
 `fixed_port_problem` reads a user's own torchrun argv with torchrun's own
 parser and says when it would bind a fixed port (static rendezvous on
 `--master-port`, default 29500, or a `--rdzv-endpoint` with a port): two such
-phases running concurrently would collide on it.
+phases running concurrently would collide on it. The `deepspeed` launcher
+always binds one (`--master_port`, default 29500).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ _RUN_MODULE = "torch.distributed.run"
 _NODES_MODULE = "trainparity.distributed.nodes"  # one torchrun agent per node (nodes.py)
 _DEFAULT_MASTER_PORT = 29500  # torchrun's default for the static rendezvous
 _DEFAULT_RDZV_PORT = 29400  # torch.distributed.elastic's default for a c10d endpoint without port
+_DEEPSPEED_RUNNER = "deepspeed.launcher.runner"  # what the `deepspeed` command runs
 
 
 def torchrun_command(
@@ -99,6 +101,30 @@ def is_torchrun(argv: Sequence[str]) -> bool:
     )
 
 
+def is_deepspeed_launcher(argv: Sequence[str]) -> bool:
+    """Whether argv starts DeepSpeed's launcher: `deepspeed …` or `python -m deepspeed.launcher.runner …`."""
+    if not argv:
+        return False
+    if Path(argv[0]).name == "deepspeed":
+        return True
+    return any(
+        argv[index] == "-m" and argv[index + 1] == _DEEPSPEED_RUNNER
+        for index in range(len(argv) - 1)
+    )
+
+
+def _deepspeed_master_port(argv: Sequence[str]) -> str:
+    """The launcher's --master_port (before the script: the script's own options are not its)."""
+    for index, word in enumerate(argv):
+        if word.endswith(".py"):
+            break
+        if word == "--master_port" and index + 1 < len(argv):
+            return argv[index + 1]
+        if word.startswith("--master_port="):
+            return word.split("=", 1)[1]
+    return str(_DEFAULT_MASTER_PORT)
+
+
 def nodes_on_this_host(argv: Sequence[str]) -> int:
     """How many torchrun agents argv starts here: the node launcher's --nnodes, else 1."""
     if _NODES_MODULE in argv and "--nnodes" in argv:
@@ -157,6 +183,12 @@ def fixed_port_problem(argv: Sequence[str], environment: Mapping[str, str]) -> s
     Parsed by torchrun's own argument parser (so every spelling and the
     `PET_*` environment defaults count as torchrun counts them).
     """
+    if is_deepspeed_launcher(argv):
+        port = _deepspeed_master_port(argv)
+        return (
+            f"the deepspeed launcher's ranks meet at the fixed port {port} (--master_port, "
+            f"default {_DEFAULT_MASTER_PORT})"
+        )
     if not is_torchrun(argv) or nodes_on_this_host(argv) > 1:  # the node launcher's free port
         return None
     from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint

@@ -185,14 +185,16 @@ def swept(tags: Callable[[], list[str]]) -> Iterator[None]:
 
 
 def concurrency_problem(phase: str, argv: list[str], environment: dict[str, str]) -> str | None:
-    """The ERROR message for a torchrun phase that cannot run concurrently with its siblings."""
+    """The ERROR message for a torchrun (or deepspeed launcher) phase that cannot run
+    concurrently with its siblings."""
     problem = fixed_port_problem(argv, environment)
     if problem is None:
         return None
     return (
         f"{phase} command cannot run concurrently with the other phases: {problem}, so two "
         "phases would collide on it (or join each other's job); launch with "
-        "trainparity.distributed.torchrun_command, add --standalone, or pass parallel=False"
+        "trainparity.distributed.torchrun_command, add --standalone, or pass parallel=False "
+        "(--sequential)"
     )
 
 
