@@ -19,7 +19,8 @@ a range of whole rows, so the global tensor's bytes are the chunks' bytes in
 row order) is assembled from the mapped chunks into one tensor, and its
 pieces (file, offset, length per chunk) are registered for the snapshot
 writer (file_ranges.register_pieces), which refers to them instead of copying.
-Other sharded entries (column or strided chunks) are read by `dcp.load`.
+Other sharded entries (column chunks, or any that do not tile the tensor by
+whole rows) are read by `dcp.load`.
 """
 
 from __future__ import annotations
