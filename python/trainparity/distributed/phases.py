@@ -185,7 +185,7 @@ def swept(tags: Callable[[], list[str]]) -> Iterator[None]:
 
 
 def concurrency_problem(phase: str, argv: list[str], environment: dict[str, str]) -> str | None:
-    """The ERROR message for a torchrun (or deepspeed launcher) phase that cannot run
+    """The ERROR message for a torchrun (or other launcher) phase that cannot run
     concurrently with its siblings."""
     problem = fixed_port_problem(argv, environment)
     if problem is None:
