@@ -13,6 +13,7 @@ SameGlobalOrder. Every assertion reads the reports of those runs.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,7 +103,19 @@ def test_layouts_name_one_layout_per_candidate_phase():
         candidate_chain((2,), None, 4, "dp4")
 
 
-def test_the_cli_plan_hands_each_phase_its_layout_and_keeps_them_for_judge(capsys, tmp_path):
+@pytest.fixture
+def parity_case_forgotten(monkeypatch):
+    """The CLI imports the example's parity_case in this process: keep it out of the modules
+    the worker's later tests see (other example projects have a parity_case of their own)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    sys.modules.pop("parity_case", None)
+    yield
+    sys.modules.pop("parity_case", None)
+
+
+def test_the_cli_plan_hands_each_phase_its_layout_and_keeps_them_for_judge(
+    capsys, tmp_path, parity_case_forgotten
+):
     plan = tmp_path / "plan"
     case = "parity_case:LayoutChangeCase"
     code = main(

@@ -162,6 +162,7 @@ def test_the_two_rank_guide_project_passes_on_slurm(slurm, tmp_path):
         ignore=shutil.ignore_patterns(".trainparity-runs", "trainparity-report*", "__pycache__"),
     )
     sys.path.insert(0, str(project))
+    sys.modules.pop("parity_case", None)  # another project's, imported by an earlier test
     try:
         result = check_resume(
             "parity_case:DistributedResumeCase",
