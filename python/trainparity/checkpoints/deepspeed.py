@@ -135,20 +135,37 @@ def _model_file_in(directory: Path) -> Path | None:
 def _tag_directory(directory: Path, tag: str | None) -> Path:
     if tag is None and _model_file_in(directory) is not None:
         return directory  # a tag directory itself
+    return tag_directory_named(
+        directory,
+        tag,
+        latest_name="latest",
+        what="DeepSpeed checkpoint",
+        not_one="a DeepSpeed checkpoint directory with a latest tag",
+        read_from="its latest file",
+    )
+
+
+def tag_directory_named(
+    directory: Path, tag: str | None, *, latest_name: str, what: str, not_one: str, read_from: str
+) -> Path:
+    """`directory / tag`, the tag read from `directory / latest_name` when not given.
+
+    Shared by the ZeRO reader and the universal one, which differ only in the
+    file that names the tag and in how their messages call the directory.
+    """
     named_by = "given"
     if tag is None:
-        latest = directory / "latest"
+        latest = directory / latest_name
         if not latest.is_file():
             raise FileNotFoundError(
-                f"{str(latest)!r} is missing: {str(directory)!r} is not a DeepSpeed checkpoint "
-                "directory with a latest tag; pass tag='global_stepN' or the tag directory"
+                f"{str(latest)!r} is missing: {str(directory)!r} is not {not_one}; "
+                "pass tag='global_stepN' or the tag directory"
             )
-        tag, named_by = latest.read_text(encoding="utf-8").strip(), "read from its latest file"
+        tag, named_by = latest.read_text(encoding="utf-8").strip(), f"read from {read_from}"
     tag_directory = directory / tag
     if not tag_directory.is_dir():
         raise FileNotFoundError(
-            f"DeepSpeed checkpoint tag directory {str(tag_directory)!r} is missing "
-            f"(tag {tag!r}, {named_by})"
+            f"{what} tag directory {str(tag_directory)!r} is missing (tag {tag!r}, {named_by})"
         )
     return tag_directory
 

@@ -25,6 +25,7 @@ from trainparity.checkpoints.deepspeed import (
     _load,
     _world_size,
     _zero_fields,
+    tag_directory_named,
 )
 
 __all__ = ["is_deepspeed_universal_checkpoint", "load_deepspeed_universal"]
@@ -104,23 +105,15 @@ def load_deepspeed_universal(
 def _tag_directory(directory: Path, tag: str | None) -> Path:
     if tag is None and (directory / OPTIMIZER_FILE).is_file():
         return directory  # a tag directory itself
-    named_by = "given"
-    if tag is None:
-        latest = directory / LATEST_FILE
-        if not latest.is_file():
-            raise FileNotFoundError(
-                f"{str(latest)!r} is missing: {str(directory)!r} is not a universal checkpoint "
-                "directory (ds_to_universal writes latest_universal beside its output folder); "
-                "pass tag='global_stepN' or the tag directory"
-            )
-        tag, named_by = latest.read_text(encoding="utf-8").strip(), "read from latest_universal"
-    tag_directory = directory / tag
-    if not tag_directory.is_dir():
-        raise FileNotFoundError(
-            f"universal checkpoint tag directory {str(tag_directory)!r} is missing "
-            f"(tag {tag!r}, {named_by})"
-        )
-    return tag_directory
+    return tag_directory_named(
+        directory,
+        tag,
+        latest_name=LATEST_FILE,
+        what="universal checkpoint",
+        not_one="a universal checkpoint directory (ds_to_universal writes latest_universal "
+        "beside its output folder)",
+        read_from=LATEST_FILE,
+    )
 
 
 def _parameters(
