@@ -30,6 +30,26 @@ def extensions_directory(tmp_path_factory) -> Path:
     return session / "deepspeed_torch_extensions"
 
 
+def deepspeed_environment(tmp_path_factory, root: Path) -> dict[str, str]:
+    """The checks' environment for DeepSpeed on CPU ranks, the shm op built before it is returned.
+
+    One thread per rank; the op's build directory shared by the session; this
+    interpreter's bin folder first on PATH (a template's `torchrun` or
+    `deepspeed` is looked up there); temporary files under `root / "tmp"`.
+    """
+    (root / "tmp").mkdir()
+    environment = {
+        **os.environ,
+        "DS_ACCELERATOR": "cpu",
+        "OMP_NUM_THREADS": "1",
+        "TORCH_EXTENSIONS_DIR": str(extensions_directory(tmp_path_factory)),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "TMPDIR": str(root / "tmp"),
+    }
+    build_shm_op(environment)
+    return environment
+
+
 def build_shm_op(environment: Mapping[str, str]) -> None:
     """Build (or find built) the op in environment's TORCH_EXTENSIONS_DIR, before any rank needs it."""
     subprocess.run(

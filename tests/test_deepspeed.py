@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import shutil
 import socket
 import sys
@@ -39,7 +38,7 @@ from trainparity.checkpoints import load_checkpoint_directory, load_deepspeed  #
 from trainparity.recording.reader import read_recordings  # noqa: E402
 from trainparity.state.reassembly import global_state  # noqa: E402
 
-from tests.deepspeed_ops import build_shm_op, extensions_directory  # noqa: E402
+from tests.deepspeed_ops import deepspeed_environment  # noqa: E402
 from tests.few_at_a_time import differences_by_path, report_of, run_a_few_at_a_time  # noqa: E402
 
 PROJECT = Path(__file__).resolve().parent.parent / "docs" / "examples" / "deepspeed_project"
@@ -68,17 +67,7 @@ def runs(tmp_path_factory) -> dict:
     shutil.copytree(
         PROJECT, project, ignore=shutil.ignore_patterns("__pycache__", ".trainparity-*")
     )
-    (root / "tmp").mkdir()
-    environment = {
-        **os.environ,
-        "DS_ACCELERATOR": "cpu",
-        "OMP_NUM_THREADS": "1",
-        "TORCH_EXTENSIONS_DIR": str(extensions_directory(tmp_path_factory)),
-        # `torchrun` as the template's first word is looked up in the children's PATH.
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "TMPDIR": str(root / "tmp"),
-    }
-    build_shm_op(environment)
+    environment = deepspeed_environment(tmp_path_factory, root)
 
     resume = (sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress")
     commands: dict[str, Callable[[], list[str]]] = {}

@@ -17,7 +17,6 @@ checkpoint it came from. DeepSpeed's shm comm op is built once per test session
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ from trainparity.checkpoints.deepspeed_universal import (  # noqa: E402
     load_deepspeed_universal,
 )
 
-from tests.deepspeed_ops import build_shm_op, extensions_directory  # noqa: E402
+from tests.deepspeed_ops import deepspeed_environment  # noqa: E402
 from tests.few_at_a_time import (  # noqa: E402
     differences_by_path,
     report_of,
@@ -64,16 +63,7 @@ def runs(tmp_path_factory) -> dict:
     project.mkdir()
     shutil.copy(FIXTURES / "deepspeed_universal_train.py", project / "train.py")
     shutil.copy(FIXTURES / "deepspeed_universal_case.py", project)
-    (root / "tmp").mkdir()
-    environment = {
-        **os.environ,
-        "DS_ACCELERATOR": "cpu",
-        "OMP_NUM_THREADS": "1",
-        "TORCH_EXTENSIONS_DIR": str(extensions_directory(tmp_path_factory)),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "TMPDIR": str(root / "tmp"),
-    }
-    build_shm_op(environment)
+    environment = deepspeed_environment(tmp_path_factory, root)
     commands = {
         name: [
             *(sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress"),
