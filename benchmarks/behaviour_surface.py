@@ -36,7 +36,7 @@ RESUME_CASES = ("CleanCase", "FaultyCase")
 # Lines of a text view or HTML page that carry a duration, a PID or the machine.
 VOLATILE_LINE = re.compile(
     r"seconds|elapsed|[0-9.]+ ?s\b|pid|rss|timing|hostname|peak|total_wall|multiplier|single_normal_run"
-    r"|snapshot_capture",
+    r"|snapshot_capture|^\s+[a-z_]+\s+[0-9]+\.[0-9]+x?$",
     re.I,
 )
 # A duration in the JSON report an HTML page embeds (any float printed with full precision).

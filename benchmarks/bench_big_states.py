@@ -59,10 +59,10 @@ from pathlib import Path
 
 import torch
 from timing import median_seconds
-from trainparity.cases.command_case import CommandCase, observe_default
-from trainparity.processes.observer.worker import observe_one
-from trainparity.state.normalize import normalize_observation
-from trainparity.state.snapshot_file import read_snapshot, write_snapshot
+from trainparity._internal.cases.command_case import CommandCase, observe_default
+from trainparity._internal.processes.observer.worker import observe_one
+from trainparity._internal.state.normalize import normalize_observation
+from trainparity._internal.state.snapshot_file import read_snapshot, write_snapshot
 
 TENSOR_ELEMENTS = 4096 * 4096  # 64 MiB of float32
 ISSUE_TIME_TARGET = 1.5
@@ -75,7 +75,7 @@ TRAINING_SCRIPT = HERE / "resume_bench_cases.py"  # argv: checkpoint end_step [r
 # Runs in a fresh interpreter: the parent's side, reading and diffing two snapshots.
 PARENT = r"""
 import json, sys
-from trainparity.comparison.snapshots import diff_snapshots
+from trainparity._internal.comparison.snapshots import diff_snapshots
 
 def status(field):
     for line in open("/proc/self/status"):
@@ -189,8 +189,8 @@ def save_dcp_two_ranks(checkpoint: Path, directory: Path) -> None:
 
 def observe_without_pieces(checkpoint: Path, snapshot: Path) -> int:
     """The observation with row-sharded entries copied, as before pieces references; its bytes."""
+    from trainparity._internal.state.file_ranges import checkpoint_files
     from trainparity.state import file_ranges
-    from trainparity.state.file_ranges import checkpoint_files
 
     state = normalize_observation(observe_default(checkpoint))
     file_ranges._ASSEMBLED.clear()  # the loader's hand-off forgotten: the writer copies them

@@ -7,7 +7,7 @@ import argparse
 import torch
 import trainparity
 from timing import median_seconds
-from trainparity.native.core import core, tensor_bytes
+from trainparity._internal.native.core import core, tensor_bytes
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import numpy
-from trainparity.coverage.audit import (
+from trainparity._internal.coverage.audit import (
     ExactlyOnce,
     SampleObservation,
     audit_rank_arrays,
@@ -42,7 +42,7 @@ GIB = 2**30
 # round-robin over 8 ranks like a DistributedSampler.
 OBSERVATIONS_SCRIPT = """
 import json, sys, time
-from trainparity.coverage.audit import ExactlyOnce, SampleObservation, audit_sample_coverage
+from trainparity._internal.coverage.audit import ExactlyOnce, SampleObservation, audit_sample_coverage
 size, repeats = int(sys.argv[1]), int(sys.argv[2])
 observations = [SampleObservation((i * 7919) % size, i % 8, 0, i // 8) for i in range(size)]
 policy = ExactlyOnce(range(size))

@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy
 import torch
 from trainparity import ExactlyOnce, Outcome, check_resume, record_ids
-from trainparity.coverage.recorded_ids import audit_recorded_ids
+from trainparity._internal.coverage.recorded_ids import audit_recorded_ids
+from trainparity._internal.recording.record_ids import _close_all, ids_file_name
 from trainparity.distributed import torchrun_command
-from trainparity.recording.record_ids import _close_all, ids_file_name
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "distributed_project"
 ENVIRONMENT = {"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0"}

@@ -62,9 +62,9 @@ def by_hand(directory: Path) -> None:
 
 
 def by_executor(directory: Path) -> None:
+    from trainparity._internal.processes.group import ChildSpec
+    from trainparity._internal.processes.progress import ProgressReporter
     from trainparity.executors import SlurmExecutor
-    from trainparity.processes.group import ChildSpec
-    from trainparity.processes.progress import ProgressReporter
 
     launcher = SlurmExecutor(poll_seconds=0.1).launcher(
         run_root=directory, on_event=lambda *_: None, progress=ProgressReporter(None)
@@ -105,7 +105,7 @@ def case_class(directory: Path) -> None:
 
 def command_template(directory: Path) -> None:
     from trainparity import check_resume
-    from trainparity.cases.command_case import CommandCase
+    from trainparity._internal.cases.command_case import CommandCase
 
     case = CommandCase(
         template=[*TEMPLATE, "--resume-from", "{resume_from?}"],

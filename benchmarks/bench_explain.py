@@ -48,9 +48,9 @@ from typing import Any
 import torch
 import trainparity
 from trainparity import trace
-from trainparity.forensics.capture import debug_mode_available
-from trainparity.forensics.step_trace import StepTracer
-from trainparity.forensics.trace_file import read_trace
+from trainparity._internal.forensics.capture import debug_mode_available
+from trainparity._internal.forensics.step_trace import StepTracer
+from trainparity._internal.forensics.trace_file import read_trace
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 CASE = "tests.fixtures.noisy_training:ThreadRuns"

@@ -32,7 +32,7 @@ PHASES = ((8, 0.4), (4, 0.35), (2, 0.25))  # (ranks, share of the global batches
 
 AUDIT = """
 import json, sys, time
-from trainparity.coverage.global_order import audit_global_order
+from trainparity._internal.coverage.global_order import audit_global_order
 root = sys.argv[1]
 start = time.perf_counter()
 result = audit_global_order(f"{root}/reference", [f"{root}/{name}" for name in sys.argv[2:]])

@@ -25,14 +25,14 @@ from collections.abc import Callable
 
 import torch
 from timing import median_seconds as shared_median_seconds
-from trainparity.native.cuda import (
+from trainparity._internal.native.cuda import (
     HOST_STREAM_BACKEND,
     KERNEL_BACKEND,
     DeviceTensorBytes,
     compare_buffers,
     digest_buffer,
 )
-from trainparity.native.cuda_kernels import kernel_unavailable_reason, kernels_available
+from trainparity._internal.native.cuda_kernels import kernel_unavailable_reason, kernels_available
 
 GIB = 1 << 30
 RTOL, ATOL = 1e-5, 1e-8

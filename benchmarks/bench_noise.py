@@ -37,12 +37,12 @@ from pathlib import Path
 import torch
 import trainparity
 from timing import median_seconds
-from trainparity.comparison.envelope import judge_step
-from trainparity.comparison.noise import NoiseComparison
-from trainparity.comparison.policies import ExactComparison
-from trainparity.recording import recording_to
-from trainparity.recording.reader import Recording, read_recordings
-from trainparity.recording.trajectory import compare_records
+from trainparity._internal.comparison.envelope import judge_step
+from trainparity._internal.comparison.noise import NoiseComparison
+from trainparity._internal.comparison.policies import ExactComparison
+from trainparity._internal.recording import recording_to
+from trainparity._internal.recording.reader import Recording, read_recordings
+from trainparity._internal.recording.trajectory import compare_records
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 NOISY_CASE = "tests.fixtures.noisy_training:NoisyCase"

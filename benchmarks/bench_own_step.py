@@ -38,8 +38,8 @@ import sys
 import time
 from pathlib import Path
 
-from trainparity.accumulation.check import AccumulationExecutionPlan, check_accumulation
-from trainparity.comparison.policies import ToleranceComparison
+from trainparity._internal.accumulation.check import AccumulationExecutionPlan, check_accumulation
+from trainparity._internal.comparison.policies import ToleranceComparison
 
 HERE = Path(__file__).resolve().parent
 TOLERANCE = ToleranceComparison(rtol=1e-6, atol=1e-7)

@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 import trainparity
 from timing import median_seconds
-from trainparity.native.cuda import digest_buffer
-from trainparity.recording import recording_to
-from trainparity.state.freeze import freeze
+from trainparity._internal.native.cuda import digest_buffer
+from trainparity._internal.recording import recording_to
+from trainparity._internal.state.freeze import freeze
 
 
 def state_of(megabytes: int) -> dict[str, torch.Tensor]:

@@ -93,7 +93,7 @@ def record_worker(megabytes: int, repeats: int, output: Path, two_d: bool) -> No
 def _one_record(state: dict, mode: str, directory: Path, rank: int) -> float:
     """CPU seconds of one record() into an open recording (as bench_record times it)."""
     import trainparity
-    from trainparity.recording import recording_to
+    from trainparity._internal.recording import recording_to
 
     with recording_to(directory, mode=mode, rank=rank) as path:
         trainparity.record(0, {"warm": 0})  # opens the file and writes the head
@@ -130,7 +130,7 @@ def record_ratios(megabytes: int, repeats: int, two_d: bool) -> None:
 def check_versus_by_hand(label: str, spec: str, cwd: Path, phases, **options) -> None:
     """check_resume's wall time against its training phases run one by one by hand."""
     import trainparity
-    from trainparity.cases.loading import load_process_case
+    from trainparity._internal.cases.loading import load_process_case
     from trainparity.protocols import ProcessExecutionPlan
 
     environment = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 from timing import median_seconds
 from trainparity import compare_states
-from trainparity.comparison.snapshots import diff_snapshots
-from trainparity.environment import environment_fingerprint
-from trainparity.state.snapshot_file import write_snapshot
+from trainparity._internal.comparison.snapshots import diff_snapshots
+from trainparity._internal.environment import environment_fingerprint
+from trainparity._internal.state.snapshot_file import write_snapshot
 
 MIB = 1024 * 1024
 

@@ -24,8 +24,8 @@ import time
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
-from trainparity.recording.record_ids import flush_ids
-from trainparity.recording.track_ids import track_ids
+from trainparity._internal.recording.record_ids import flush_ids
+from trainparity._internal.recording.track_ids import track_ids
 
 SAMPLES, FEATURES, BATCH = 8192, 16, 64
 REPEATS = 41

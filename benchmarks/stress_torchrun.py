@@ -33,9 +33,9 @@ import time
 import uuid
 from pathlib import Path
 
+from trainparity._internal.distributed.phases import PHASE_TAG_VARIABLE, sweep, tagged_processes
+from trainparity._internal.processes.group import ChildGroup, ChildSpec
 from trainparity.distributed import torchrun_command
-from trainparity.distributed.phases import PHASE_TAG_VARIABLE, sweep, tagged_processes
-from trainparity.processes.group import ChildGroup, ChildSpec
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "distributed_project"
 

@@ -53,8 +53,7 @@ class Case:
 
 def run() -> dict[str, Any]:
     """Check the clean and the faulty plan and return the quickstart payload."""
-    from trainparity.accumulation.check import AccumulationExecutionPlan, check_accumulation
-    from trainparity.comparison.policies import ToleranceComparison
+    from trainparity import AccumulationExecutionPlan, ToleranceComparison, check_accumulation
 
     spec = "trainparity.quickstarts.accumulation:Case"
     comparison = ToleranceComparison(rtol=1e-6, atol=1e-7)

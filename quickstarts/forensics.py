@@ -68,9 +68,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--child"]:
         traced_step(Path(argv[1]), int(argv[2]))
         return 0
-    from trainparity.display import text_report
-    from trainparity.forensics import diff_traces
-    from trainparity.reports.html import write_html_report
+    from trainparity import diff_traces, text_report, write_html_report
 
     directory = Path(argv[0] if argv else ".")
     directory.mkdir(parents=True, exist_ok=True)

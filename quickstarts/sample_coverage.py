@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainparity.coverage.audit import ExactlyOnce, SampleObservation, audit_sample_coverage
+from trainparity import ExactlyOnce, SampleObservation, audit_sample_coverage
 from trainparity.quickstarts._payload import print_payload, quickstart_payload
 
 

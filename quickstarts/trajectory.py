@@ -19,9 +19,8 @@ from pathlib import Path
 
 import torch
 import trainparity
+from trainparity import text_report, write_html_report
 from trainparity.api import diff_recordings, recording_to
-from trainparity.display import text_report
-from trainparity.reports.html import write_html_report
 
 STEPS = 12
 WIDE = 1 << 22  # elements of the summed product: big enough for torch to split it per thread

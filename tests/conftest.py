@@ -119,7 +119,7 @@ def _shared_warm_servers() -> Iterator[object]:
     trainparity_shared_warm_servers does, without the plugin: the sanitized C core's run
     (`make sanitize`) loads this file with `-p no:trainparity`.
     """
-    from trainparity.processes.warm.pool import shared_warm_servers
+    from trainparity._internal.processes.warm.pool import shared_warm_servers
 
     with shared_warm_servers() as servers:
         yield servers
@@ -149,7 +149,7 @@ def _no_id_writer_outlives_its_test() -> Iterator[None]:
     process) would take the step marks of every later record() call in this process.
     """
     yield
-    record_ids = sys.modules.get("trainparity.recording.record_ids")
+    record_ids = sys.modules.get("trainparity._internal.recording.record_ids")
     if record_ids is not None:
         record_ids._close_all()
 

@@ -8,10 +8,10 @@ import struct
 import subprocess
 from pathlib import Path
 
-from trainparity.distributed.launch import torchrun_command
-from trainparity.native.core import core
-from trainparity.state.freeze import freeze
-from trainparity.state.snapshot import Snapshot
+from trainparity._internal.distributed.launch import torchrun_command
+from trainparity._internal.native.core import core
+from trainparity._internal.state.freeze import freeze
+from trainparity._internal.state.snapshot import Snapshot
 
 
 def snapshot_of(state: dict, *, step: int | None = 0, **fields) -> Snapshot:

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 import trainparity
-import trainparity.accumulation.check as accumulation
+import trainparity._internal.accumulation.check as accumulation
 import trainparity.api
-from trainparity.accumulation.check import AccumulationExecutionPlan
-from trainparity.comparison.policies import ToleranceComparison
+from trainparity._internal.accumulation.check import AccumulationExecutionPlan
+from trainparity._internal.comparison.policies import ToleranceComparison
 
 ORIGINAL = trainparity.__version__ == "0.1.0"
 ours_only = pytest.mark.skipif(ORIGINAL, reason="a deliberate difference from 0.1.0")

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from trainparity.accumulation.check import AccumulationExecutionPlan, check_accumulation
-from trainparity.comparison.policies import ToleranceComparison
+from trainparity._internal.accumulation.check import AccumulationExecutionPlan, check_accumulation
+from trainparity._internal.comparison.policies import ToleranceComparison
 
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "accumulation.md"
 MODULE_MARKER = "# causal_lm_example.py\n"

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
-from trainparity.accumulation.check import AccumulationExecutionPlan, check_accumulation
-from trainparity.comparison.policies import ToleranceComparison
+from trainparity._internal.accumulation.check import AccumulationExecutionPlan, check_accumulation
+from trainparity._internal.comparison.policies import ToleranceComparison
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 TOLERANCE = ToleranceComparison(rtol=1e-5, atol=1e-6)

@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
-from trainparity.accumulation.check import AccumulationExecutionPlan, check_accumulation
-from trainparity.comparison.policies import ToleranceComparison
+from trainparity._internal.accumulation.check import AccumulationExecutionPlan, check_accumulation
+from trainparity._internal.comparison.policies import ToleranceComparison
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 TOLERANCE = ToleranceComparison(rtol=1e-5, atol=1e-6)
@@ -212,7 +212,7 @@ def test_a_single_rank_plan_keeps_the_contract_fields_and_a_multi_rank_plan_roun
 def test_the_plans_multi_rank_loop_refuses_an_fsdp2_model_and_says_what_to_do():
     from types import SimpleNamespace
 
-    from trainparity.accumulation.ranks import plan_train_step
+    from trainparity._internal.accumulation.ranks import plan_train_step
 
     fsdp2_rank = SimpleNamespace(sharded=True)  # RankContext.wrap found a fully_shard model
     with pytest.raises(TypeError, match="give the case its own train_step, written for FSDP2"):

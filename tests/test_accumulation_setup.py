@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 import torch
 import trainparity
-import trainparity.accumulation.check as accumulation
+import trainparity._internal.accumulation.check as accumulation
 import trainparity.api
-from trainparity.accumulation.check import (
+from trainparity._internal.accumulation.check import (
     AccumulationExecutionPlan,
     AccumulationRunner,
     UnsafeBatchSplit,
     split_tensor_tree,
 )
-from trainparity.comparison.policies import ExactComparison, ToleranceComparison
+from trainparity._internal.comparison.policies import ExactComparison, ToleranceComparison
 from trainparity.protocols import TrainingState
 
 ORIGINAL = trainparity.__version__ == "0.1.0"
@@ -365,8 +365,8 @@ def test_non_string_equivalence_is_a_setup_error():
 
 @ours_only
 def test_report_size_fixpoint_converges_for_any_starting_size(tmp_path):
-    from trainparity.accumulation.check import write_accumulation_report
-    from trainparity.accumulation.result import AccumulationResult
+    from trainparity._internal.accumulation.check import write_accumulation_report
+    from trainparity._internal.accumulation.result import AccumulationResult
     from trainparity.outcomes import Outcome
 
     for start in (0, 9, 99999):
@@ -383,7 +383,7 @@ def test_report_size_fixpoint_converges_for_any_starting_size(tmp_path):
 
 @ours_only
 def test_children_run_concurrently_by_default_except_on_cuda():
-    from trainparity.processes.check_runner import wants_parallel
+    from trainparity._internal.processes.check_runner import wants_parallel
 
     assert wants_parallel(None, "cuda") is False
     assert wants_parallel(None, "cuda:1") is False

@@ -11,18 +11,18 @@ import json
 
 import pytest
 import torch
-from trainparity.accumulation.check import AccumulationExecutionPlan
-from trainparity.accumulation.user_step import (
+from trainparity._internal.accumulation.check import AccumulationExecutionPlan
+from trainparity._internal.accumulation.user_step import (
     MixedAccounting,
     StepObserver,
     check_own_step_plan,
     has_train_step,
     returned_loss_record,
 )
-from trainparity.accumulation.worker import execute
+from trainparity._internal.accumulation.worker import execute
+from trainparity._internal.state.snapshot_file import read_snapshot
 from trainparity.outcomes import Outcome
 from trainparity.protocols import LossAccounting
-from trainparity.state.snapshot_file import read_snapshot
 
 import tests.fixtures.own_step_cases as cases
 

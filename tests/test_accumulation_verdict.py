@@ -8,11 +8,11 @@ and the declarative path (no own train_step) is shown to ignore them.
 from __future__ import annotations
 
 import pytest
-from trainparity.accumulation.plan import INITIAL_KEY
-from trainparity.accumulation.verdict import Verdict, judge_observations
-from trainparity.comparison.policies import ExactComparison
-from trainparity.state.freeze import freeze
-from trainparity.state.snapshot import Snapshot
+from trainparity._internal.accumulation.plan import INITIAL_KEY
+from trainparity._internal.accumulation.verdict import Verdict, judge_observations
+from trainparity._internal.comparison.policies import ExactComparison
+from trainparity._internal.state.freeze import freeze
+from trainparity._internal.state.snapshot import Snapshot
 
 EXACT = ExactComparison()
 

@@ -13,11 +13,11 @@ import json
 
 import pytest
 import torch
-from trainparity.accumulation.check import PHASES, AccumulationExecutionPlan
-from trainparity.accumulation.worker import execute
-from trainparity.comparison.policies import ExactComparison, ToleranceComparison
-from trainparity.environment import environment_fingerprint
-from trainparity.state.snapshot_file import read_snapshot
+from trainparity._internal.accumulation.check import PHASES, AccumulationExecutionPlan
+from trainparity._internal.accumulation.worker import execute
+from trainparity._internal.comparison.policies import ExactComparison, ToleranceComparison
+from trainparity._internal.environment import environment_fingerprint
+from trainparity._internal.state.snapshot_file import read_snapshot
 
 import tests.fixtures.accumulation_cases as cases
 

@@ -1,6 +1,6 @@
 """Live capture and optimizer canonicalisation (ANCHOR_CASES §4.2, §4.4; CONTRACT §4.4, §4.5).
 
-Only contract names are used (`trainparity.state.snapshot.capture_snapshot`, the
+Only contract names are used (`trainparity._internal.state.snapshot.capture_snapshot`, the
 comparison policies, frozen values' `entries` and `to_tensor()`), so the file
 also runs against TrainParity 0.1.0 for black-box confirmation.
 """
@@ -11,9 +11,9 @@ import random
 
 import numpy
 import torch
-from trainparity.comparison.policies import ExactComparison
+from trainparity._internal.comparison.policies import ExactComparison
+from trainparity._internal.state.capture import CaptureIssue, CaptureResult, capture_snapshot
 from trainparity.outcomes import Outcome
-from trainparity.state.capture import CaptureIssue, CaptureResult, capture_snapshot
 
 
 class LayerModel(torch.nn.Module):

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import trainparity
-from trainparity.accumulation.check import AccumulationExecutionPlan
-from trainparity.cases.case_class import BY_VALUE_FILE, importable_spec
-from trainparity.cases.loading import CaseImportError, load_process_case
-from trainparity.comparison.policies import ToleranceComparison
+from trainparity._internal.accumulation.check import AccumulationExecutionPlan
+from trainparity._internal.cases.case_class import BY_VALUE_FILE, importable_spec
+from trainparity._internal.cases.loading import CaseImportError, load_process_case
+from trainparity._internal.comparison.policies import ToleranceComparison
 
 from tests.fixtures.accumulation_cases import LinearCase
 from tests.fixtures.process_resume_cases import (

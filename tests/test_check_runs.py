@@ -6,8 +6,8 @@ import json
 
 import pytest
 from trainparity import Outcome, check_runs
-from trainparity.cli.main import main
-from trainparity.runs.check import RunVariant
+from trainparity._internal.cli.main import main
+from trainparity._internal.runs.check import RunVariant
 
 CASE = "tests.fixtures.runs_cases:ToyRuns"
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 import trainparity
 from trainparity import Outcome, ToleranceComparison
-from trainparity.accumulation.plan import AccumulationExecutionPlan
-from trainparity.distributed.launch import local_ranks, torchrun_command
-from trainparity.environment import usable_cores
-from trainparity.processes.threads import ChildThreads, child_threads
+from trainparity._internal.accumulation.plan import AccumulationExecutionPlan
+from trainparity._internal.distributed.launch import local_ranks, torchrun_command
+from trainparity._internal.environment import usable_cores
+from trainparity._internal.processes.threads import ChildThreads, child_threads
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RESUME_CASE = "tests.fixtures.process_resume_cases:ThreadCountProcessCase"

@@ -12,8 +12,8 @@ from importlib import metadata
 
 import pytest
 import torch
-from trainparity.cli.main import main
-from trainparity.state.snapshot_file import read_snapshot, write_snapshot
+from trainparity._internal.cli.main import main
+from trainparity._internal.state.snapshot_file import read_snapshot, write_snapshot
 
 COMMANDS = ("resume", "runs", "accumulation", "coverage", "snapshot", "diff", "env")
 
@@ -31,7 +31,7 @@ def _snapshot(path, state, **options):
 
 def test_the_console_script_and_python_m_run_the_same_main():
     (script,) = metadata.entry_points(group="console_scripts", name="trainparity")
-    assert script.value == "trainparity.cli.main:main"
+    assert script.value == "trainparity._internal.cli.main:main"
     completed = subprocess.run(
         [sys.executable, "-m", "trainparity", "env", "--json"],
         capture_output=True,

@@ -9,10 +9,10 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
-from trainparity.accumulation.check import AccumulationExecutionPlan
-from trainparity.cli.main import main
+from trainparity._internal.accumulation.check import AccumulationExecutionPlan
+from trainparity._internal.cli.main import main
+from trainparity._internal.state.snapshot_file import read_snapshot
 from trainparity.outcomes import Outcome
-from trainparity.state.snapshot_file import read_snapshot
 
 
 def _run(capsys, *arguments) -> tuple[int, str, str]:
@@ -163,7 +163,7 @@ def test_accumulation_maps_flags_onto_the_contract_plan(capsys, monkeypatch):
 
     _fake_module(
         monkeypatch,
-        "trainparity.accumulation.check",
+        "trainparity._internal.accumulation.check",
         AccumulationExecutionPlan=AccumulationExecutionPlan,
         check_accumulation=check_accumulation,
     )
@@ -230,7 +230,10 @@ def test_coverage_maps_rank_files_policy_and_universe(capsys, monkeypatch, tmp_p
         for name in ("ExactlyOnce", "AtLeastOnce", "NoCrossRankOverlap", "ExpectedPadding")
     }
     _fake_module(
-        monkeypatch, "trainparity.coverage.audit", audit_rank_arrays=audit_rank_arrays, **policies
+        monkeypatch,
+        "trainparity._internal.coverage.audit",
+        audit_rank_arrays=audit_rank_arrays,
+        **policies,
     )
     universe = tmp_path / "universe.txt"
     universe.write_text("3\n1\n\n2\n")

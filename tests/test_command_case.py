@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 from trainparity import check_resume
-from trainparity.cases.command_case import CommandCase
-from trainparity.cli.main import main
+from trainparity._internal.cases.command_case import CommandCase
+from trainparity._internal.cli.main import main
 from trainparity.protocols import ProcessExecutionPlan, ProcessResumeCase, RunsCase
 
 # The resume quickstart's training script, driven by flags as a user's train.py is.

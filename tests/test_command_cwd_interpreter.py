@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 from trainparity import check_resume
-from trainparity.cases.command_case import CommandCase
-from trainparity.cases.loading import CaseSetupError
-from trainparity.cli.main import main
+from trainparity._internal.cases.command_case import CommandCase
+from trainparity._internal.cases.loading import CaseSetupError
+from trainparity._internal.cli.main import main
+from trainparity._internal.reports.text_views import text_report
 from trainparity.protocols import ProcessExecutionPlan
-from trainparity.reports.text_views import text_report
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TEMPLATE = ["python", "train.py", "--end-step", "{end_step}", "--resume", "{resume_from?}"]

@@ -8,7 +8,7 @@ import struct
 import pytest
 import torch
 from trainparity import ExactComparison, Outcome, ToleranceComparison
-from trainparity.state.freeze import FrozenSequence, FrozenTensor
+from trainparity._internal.state.freeze import FrozenSequence, FrozenTensor
 
 from tests.helpers import extra_pair, snapshot_of
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 from trainparity import compare_states
-from trainparity.comparison.states import compare_states_with_records
-from trainparity.native.core import core, tensor_bytes
-from trainparity.native.cuda import (
+from trainparity._internal.comparison.states import compare_states_with_records
+from trainparity._internal.native.core import core, tensor_bytes
+from trainparity._internal.native.cuda import (
     BLOCK_ALIGNMENT,
     CPU_BACKEND,
     HOST_STREAM_BACKEND,
@@ -35,12 +35,12 @@ from trainparity.native.cuda import (
     summary_buffer,
     write_buffer,
 )
-from trainparity.native.cuda_kernels import (
+from trainparity._internal.native.cuda_kernels import (
     _sources_directory,
     kernel_unavailable_reason,
     kernels_available,
 )
-from trainparity.state.freeze import FrozenTensor, freeze
+from trainparity._internal.state.freeze import FrozenTensor, freeze
 
 from tests.gpu.pairs import (
     CHUNK_ELEMENTS,

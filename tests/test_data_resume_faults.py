@@ -22,10 +22,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 from trainparity import ExactlyOnce, SameGlobalOrder
-from trainparity.coverage.resume_chain import resume_chain_differences
+from trainparity._internal.coverage.recorded_ids import audit_recorded_chain
+from trainparity._internal.coverage.resume_chain import resume_chain_differences
+from trainparity._internal.recording.record_ids import flush_ids, recorded_ids
 from trainparity.distributed import track_ids
-from trainparity.distributed.ids_audit import audit_recorded_chain
-from trainparity.recording.record_ids import flush_ids, recorded_ids
 from trainparity.sample_coverage import audit_global_order
 
 from tests.helpers import run_torchrun_job

@@ -23,20 +23,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainparity.cases.command_case import CommandCase, observe_default
-from trainparity.checkpoints import load_dcp, load_safetensors
-from trainparity.comparison.snapshots import diff_snapshots
-from trainparity.outcomes import Outcome
-from trainparity.processes.observer.worker import observe_one
-from trainparity.state.file_ranges import checkpoint_files
-from trainparity.state.freeze import FrozenMapping
-from trainparity.state.normalize import normalize_observation
-from trainparity.state.snapshot_file import (
+from trainparity._internal.cases.command_case import CommandCase, observe_default
+from trainparity._internal.comparison.snapshots import diff_snapshots
+from trainparity._internal.processes.observer.worker import observe_one
+from trainparity._internal.state.file_ranges import checkpoint_files
+from trainparity._internal.state.freeze import FrozenMapping
+from trainparity._internal.state.normalize import normalize_observation
+from trainparity._internal.state.snapshot_file import (
     SNAPSHOT_PIECES_FORMAT,
     SnapshotFileError,
     read_snapshot,
     write_snapshot,
 )
+from trainparity.checkpoints import load_dcp, load_safetensors
+from trainparity.outcomes import Outcome
 
 from tests.helpers import set_manifest
 

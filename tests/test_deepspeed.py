@@ -34,9 +34,9 @@ import torch
 
 pytest.importorskip("deepspeed")
 
+from trainparity._internal.recording.reader import read_recordings  # noqa: E402
+from trainparity._internal.state.reassembly import global_state  # noqa: E402
 from trainparity.checkpoints import load_checkpoint_directory, load_deepspeed  # noqa: E402
-from trainparity.recording.reader import read_recordings  # noqa: E402
-from trainparity.state.reassembly import global_state  # noqa: E402
 
 from tests.deepspeed_ops import deepspeed_environment  # noqa: E402
 from tests.few_at_a_time import differences_by_path, report_of, run_a_few_at_a_time  # noqa: E402

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from trainparity._internal.checkpoints.deepspeed import is_deepspeed_checkpoint
 from trainparity.checkpoints import load_checkpoint_directory
-from trainparity.checkpoints.deepspeed import is_deepspeed_checkpoint
 
 
 def _touch(path):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from trainparity import Outcome, compare_states
-from trainparity.state.freeze import UnsupportedStateError, freeze
-from trainparity.state.placed_shard import PlacedShard
-from trainparity.state.placement import ShardPlacement
-from trainparity.state.reassembly import global_state
+from trainparity._internal.state.freeze import UnsupportedStateError, freeze
+from trainparity._internal.state.placed_shard import PlacedShard
+from trainparity._internal.state.placement import ShardPlacement
+from trainparity._internal.state.reassembly import global_state
 
 
 def _fragment(whole: torch.Tensor, start: int, length: int, rank: int, world: int) -> PlacedShard:

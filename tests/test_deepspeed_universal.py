@@ -26,11 +26,11 @@ import pytest
 pytest.importorskip("deepspeed")
 
 from trainparity import compare_states  # noqa: E402
-from trainparity.checkpoints import load_checkpoint_directory, load_deepspeed  # noqa: E402
-from trainparity.checkpoints.deepspeed_universal import (  # noqa: E402
+from trainparity._internal.checkpoints.deepspeed_universal import (  # noqa: E402
     is_deepspeed_universal_checkpoint,
     load_deepspeed_universal,
 )
+from trainparity.checkpoints import load_checkpoint_directory, load_deepspeed  # noqa: E402
 
 from tests.deepspeed_ops import deepspeed_environment  # noqa: E402
 from tests.few_at_a_time import (  # noqa: E402

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 from trainparity import Outcome
+from trainparity._internal.processes.evidence import ExternalProcessEvidence
+from trainparity._internal.processes.progress import ProgressEvent
+from trainparity._internal.reports.html_views import html_fragment
+from trainparity._internal.reports.notebook import NotebookProgress
+from trainparity._internal.reports.text_views import text_report
 from trainparity.api import Difference, ProcessResumeResult
-from trainparity.display import NotebookProgress, html_fragment, text_report
-from trainparity.processes.evidence import ExternalProcessEvidence
-from trainparity.processes.progress import ProgressEvent
 
 
 def _failed_resume() -> ProcessResumeResult:

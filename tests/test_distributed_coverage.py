@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pytest
 from trainparity import AtLeastOnce, ExactlyOnce, ExpectedPadding, NoCrossRankOverlap, record_ids
-from trainparity.coverage.audit import audit_rank_arrays
-from trainparity.coverage.recorded_ids import audit_recorded_ids
-from trainparity.recording.record_ids import read_recorded_ids, recorded_epochs, recorded_ids
+from trainparity._internal.coverage.audit import audit_rank_arrays
+from trainparity._internal.coverage.recorded_ids import audit_recorded_ids
+from trainparity._internal.recording.record_ids import (
+    read_recorded_ids,
+    recorded_epochs,
+    recorded_ids,
+)
 
 from tests.helpers import run_torchrun_job
 
@@ -98,7 +102,7 @@ def test_cli_audits_every_epoch_of_an_ids_dir(recorded):
 _KILLED_WRITER = """
 import os, signal, sys
 from trainparity import record_ids
-from trainparity.recording.record_ids import flush_ids
+from trainparity._internal.recording.record_ids import flush_ids
 for batch in range(100):
     record_ids(range(batch * 10, batch * 10 + 10), epoch=3, directory=sys.argv[1], rank=2)
 flush_ids()

@@ -9,8 +9,8 @@ import uuid
 import pytest
 import torch
 from trainparity import environment
-from trainparity.environment import ALLOWED_VARIABLES, environment_fingerprint
-from trainparity.environment_leads import environment_leads
+from trainparity._internal.environment import ALLOWED_VARIABLES, environment_fingerprint
+from trainparity._internal.environment_leads import environment_leads
 
 
 def _keys_sorted_everywhere(value) -> bool:

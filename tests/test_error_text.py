@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from trainparity.coverage.audit import ExactlyOnce, audit_rank_iterables
-from trainparity.error_text import MAX_ERROR_TEXT, error_text
+from trainparity._internal.coverage.audit import ExactlyOnce, audit_rank_iterables
+from trainparity._internal.error_text import MAX_ERROR_TEXT, error_text
 from trainparity.outcomes import Outcome
 
 

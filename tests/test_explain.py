@@ -228,7 +228,7 @@ def _record(directory: Path, env: dict[str, str]) -> None:
 def test_two_recordings_from_two_machines_rerun_a_under_bs_knobs(
     tmp_path, a_env, b_env, knob, value
 ):
-    from trainparity.why.recordings import explain_recordings
+    from trainparity._internal.why.recordings import explain_recordings
 
     for side, env in (("a", a_env), ("b", b_env)):
         _record(tmp_path / side, {**THREADS, **env})

@@ -12,11 +12,11 @@ import pytest
 import torch
 import trainparity
 from trainparity import Outcome, ToleranceComparison
-from trainparity.cli.main import main as cli_main
-from trainparity.forensics import diff_traces, read_trace
-from trainparity.forensics.capture import debug_mode_available
-from trainparity.forensics.leads import op_kind
-from trainparity.state.snapshot_file import SnapshotFileError
+from trainparity._internal.cli.main import main as cli_main
+from trainparity._internal.forensics import diff_traces, read_trace
+from trainparity._internal.forensics.capture import debug_mode_available
+from trainparity._internal.forensics.leads import op_kind
+from trainparity._internal.state.snapshot_file import SnapshotFileError
 
 from tests.fixtures.forensics_step import traced_step
 
@@ -243,7 +243,7 @@ def test_a_trace_has_module_paths_forward_and_backward_and_named_leaves(capture)
     assert {"0.fc1.weight", "0.fc1.bias", "0.fc2.weight", "0.fc2.bias", "x"} <= names
     # The in-place update read the weight as it was before the step, and wrote the new one.
     weight = next(v for v in trace.values if v.name == "0.fc1.weight")
-    from trainparity.forensics.capture import measure_tensor
+    from trainparity._internal.forensics.capture import measure_tensor
 
     assert weight.digest == measure_tensor(before).digest
     update = next(op for op in updates if op.inputs[0] == weight.index)
@@ -282,7 +282,7 @@ def test_both_captures_record_the_same_ops_and_digests():
 def test_a_trace_file_reads_back_verified_and_a_flipped_byte_is_an_error(tmp_path):
     trace, _, _ = _tiny_step("auto")
     path = tmp_path / "tiny.trace"
-    trainparity.forensics.write_trace(path, trace)
+    trainparity._internal.forensics.write_trace(path, trace)
     back = read_trace(path)
     assert [op.key for op in back.ops] == [op.key for op in trace.ops]
     assert [(v.kind, v.digest, v.shape, v.name) for v in back.values] == [
@@ -361,7 +361,7 @@ def test_cli_traces_step_two_of_an_unmodified_script_and_diffs_traces(tmp_path, 
     assert "first divergence at" in capsys.readouterr().out
     assert "<svg" in report.read_text()
     snapshot = tmp_path / "state.safetensors"
-    trainparity.state.snapshot_file.write_snapshot(snapshot, {"w": torch.ones(2)})
+    trainparity._internal.state.snapshot_file.write_snapshot(snapshot, {"w": torch.ones(2)})
     assert cli_main(["diff", str(outputs[2]), str(snapshot)]) == 4
     assert "is a trace but" in capsys.readouterr().err
     assert cli_main(["trace", "--output", str(tmp_path / "x.trace"), "--", "bash", "x"]) == 4
@@ -467,7 +467,7 @@ def test_a_step_that_record_never_reaches_or_skips_is_a_clear_error(tmp_path, ca
 
 
 def test_step_tracer_rules_for_record_boundaries(tmp_path, capsys):
-    from trainparity.forensics.step_trace import StepTracer, TraceStepError
+    from trainparity._internal.forensics.step_trace import StepTracer, TraceStepError
 
     def records(tracer, steps):
         for step in steps:

@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainparity.cases.loading import CaseSetupError, CaseSetupTypeError
-from trainparity.cli.main import main
-from trainparity.resume.chain import candidate_chain, chain_report, on_another_layout
+from trainparity._internal.cases.loading import CaseSetupError, CaseSetupTypeError
+from trainparity._internal.cli.main import main
+from trainparity._internal.resume.chain import candidate_chain, chain_report, on_another_layout
 
 from tests.fixtures.example_projects import copied_project, run_parity_groups
 

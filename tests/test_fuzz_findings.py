@@ -8,11 +8,15 @@ import struct
 import numpy
 import pytest
 import torch
-from trainparity.comparison.snapshots import diff_snapshots
-from trainparity.coverage.audit import NoCrossRankOverlap, audit_rank_arrays
-from trainparity.display import text_report
+from trainparity._internal.comparison.snapshots import diff_snapshots
+from trainparity._internal.coverage.audit import NoCrossRankOverlap, audit_rank_arrays
+from trainparity._internal.reports.text_views import text_report
+from trainparity._internal.state.snapshot_file import (
+    SnapshotFileError,
+    read_snapshot,
+    write_snapshot,
+)
 from trainparity.outcomes import Outcome
-from trainparity.state.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
 
 from tests.helpers import set_manifest
 

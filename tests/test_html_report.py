@@ -6,11 +6,11 @@ import re
 
 import pytest
 from trainparity import Outcome
+from trainparity._internal.environment import environment_fingerprint
+from trainparity._internal.processes.evidence import ExternalProcessEvidence
+from trainparity._internal.reports.html import render_html_report, write_html_report
+from trainparity._internal.reports.html_views import OUTCOME_COLOURS
 from trainparity.api import Difference, ProcessResumeResult
-from trainparity.display import OUTCOME_COLOURS
-from trainparity.environment import environment_fingerprint
-from trainparity.processes.evidence import ExternalProcessEvidence
-from trainparity.reports.html import render_html_report, write_html_report
 
 from tests.chromium import chromium_binary, pixels_near, render_page
 

@@ -1,14 +1,20 @@
-"""The package's import graph, read from the sources: no cycles, and every arrow runs down the layers.
+"""The package's two tiers and its import graph, read from the sources.
 
-The layer order is declared once, here (LAYERS): the public surface and the
-command line; the checks, one wing each; the processes layer and the packages
-beside it; cases; state and comparison; reports; the native core; the
-foundation modules that everything may use. docs/design.md draws the same
-order, and a test below holds its layer block to LAYERS and to the tree.
-Imports inside functions count like any other, and so does `from trainparity
-import name` when `name` is a module. Faces (thin re-exports kept at contract
-and documented paths) sit at the top, and no module below the top may import a
-face: internal code names a module's home.
+The rule (docs/design.md, "Two tiers"): a module is private exactly when a
+component of its dotted path starts with `_`; every line of code lives in
+the private package `trainparity._internal` (and the native core
+`trainparity._trainparity`). A public module is a face: it re-exports, or
+hands out names on first use, and defines nothing. PUBLIC lists the public
+modules; docs/api.md documents each.
+
+Inside `_internal`, the layer order is declared once, here (LAYERS): the
+surface (command line, pytest, integrations); the checks, one wing each; the
+processes layer and the packages beside it; cases; state and comparison;
+reports; the native core; the foundation modules that everything may use.
+docs/design.md draws the same order, and a test below holds its layer block
+to LAYERS and to the tree. Imports inside functions count like any other,
+and so does `from trainparity import name` when `name` is a module. No
+private module imports a public one: internal code names a module's home.
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 SOURCE_ROOT = REPOSITORY / "python" / "trainparity"
 # The sources when the checkout is at hand, else the installed copy (same files).
 ROOT = SOURCE_ROOT if SOURCE_ROOT.is_dir() else PACKAGE_ROOT
+PRIVATE_ROOT = ROOT / "_internal"
+PRIVATE = "trainparity._internal"
 DESIGN_DOC = REPOSITORY / "docs" / "design.md"
+API_DOC = REPOSITORY / "docs" / "api.md"
 
 SURFACE, CHECKS, PROCESSES, CASES, STATE, REPORTS, NATIVE, FOUNDATION = range(8)
 LAYER_NAMES = (
@@ -39,13 +48,11 @@ LAYER_NAMES = (
     "foundation",
 )
 
-# The first component below `trainparity`, and the layer it lives in.
+# The first component below `trainparity._internal`, and the layer it lives in.
 LAYERS = {
-    "__main__": SURFACE,
-    "api": SURFACE,
+    "cli": SURFACE,
     "testing": SURFACE,
     "pytest_plugin": SURFACE,
-    "cli": SURFACE,
     "integrations": SURFACE,
     "resume": CHECKS,
     "runs": CHECKS,
@@ -65,7 +72,6 @@ LAYERS = {
     "comparison": STATE,
     "reports": REPORTS,
     "native": NATIVE,
-    "_trainparity": NATIVE,
     "environment": FOUNDATION,
     "environment_leads": FOUNDATION,
     "error_text": FOUNDATION,
@@ -75,30 +81,40 @@ LAYERS = {
     "version": FOUNDATION,
 }
 
-FACES = frozenset(
+# The public tier: the front door, the contract's module paths, and the documented
+# subpackages users import from. Nothing else may be public.
+PUBLIC = frozenset(
     {
-        "trainparity.process_resume",
-        "trainparity.sample_coverage",
-        "trainparity.results",
-        "trainparity.snapshot",
-        "trainparity.snapshot_file",
-        "trainparity.snapshot_diff",
-        "trainparity.display",
-        "trainparity.html_report",
-        "trainparity.cuda_backend",
-        "trainparity.phase_plan",
-        "trainparity.progress",
-        "trainparity.termination",
-        "trainparity.distributed.ids_audit",
-        "trainparity.distributed.record_ids",
-        "trainparity.importing",
-        # Wing and layer packages whose own names are a contract or documented path:
+        "trainparity",
+        "trainparity.__main__",
+        "trainparity.api",
         "trainparity.accumulation",
-        "trainparity.state",
         "trainparity.comparison",
-        "trainparity.processes",
+        "trainparity.importing",
+        "trainparity.outcomes",
+        "trainparity.process_resume",
+        "trainparity.protocols",
+        "trainparity.results",
+        "trainparity.sample_coverage",
+        "trainparity.snapshot",
+        "trainparity.state",
+        "trainparity.version",
+        "trainparity.testing",
+        "trainparity.pytest_plugin",
+        "trainparity.checkpoints",
+        "trainparity.distributed",
+        "trainparity.executors",
+        "trainparity.integrations",
+        "trainparity.integrations.accelerate",
+        "trainparity.integrations.deepspeed",
+        "trainparity.integrations.huggingface",
+        "trainparity.integrations.lightning",
     }
 )
+
+
+def is_private(module: str) -> bool:
+    return any(part.startswith("_") and part != "__main__" for part in module.split(".")[1:])
 
 
 def module_files() -> dict[str, Path]:
@@ -158,9 +174,13 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def layer_of(module: str) -> int:
-    if module == "trainparity" or module in FACES:
+    if not is_private(module):
         return SURFACE
-    component = module.split(".")[1]
+    if module == "trainparity._trainparity":
+        return NATIVE
+    if module == PRIVATE:
+        return FOUNDATION  # the private package's own __init__ imports nothing
+    component = module.split(".")[2]
     assert component in LAYERS, f"{module}: give its package a layer in tests/test_import_layers.py"
     return LAYERS[component]
 
@@ -168,9 +188,12 @@ def layer_of(module: str) -> int:
 def test_the_graph_is_read_from_the_real_sources():
     graph = import_graph()
     assert len(graph) > 80
-    assert "trainparity.resume.execution" in graph["trainparity.resume.check"]
+    assert "trainparity._internal.resume.execution" in graph["trainparity._internal.resume.check"]
     # An import inside a function counts.
-    assert "trainparity.forensics.step_trace" in graph["trainparity.recording.recorder"]
+    assert (
+        "trainparity._internal.forensics.step_trace"
+        in graph["trainparity._internal.recording.recorder"]
+    )
 
 
 def test_no_import_cycles():
@@ -211,12 +234,15 @@ def test_every_import_runs_down_the_layers():
 def test_an_upward_import_is_caught():
     """The check itself can fail: an import from the native core up to a check, or from state up to processes."""
     graph = {
-        "trainparity.native.core": {"trainparity.resume.check"},
-        "trainparity.state.freeze": {"trainparity.processes.group", "trainparity.native.core"},
+        "trainparity._internal.native.core": {"trainparity._internal.resume.check"},
+        "trainparity._internal.state.freeze": {
+            "trainparity._internal.processes.group",
+            "trainparity._internal.native.core",
+        },
     }
     assert upward_imports(graph) == [
-        "trainparity.native.core (native) -> trainparity.resume.check (checks)",
-        "trainparity.state.freeze (state) -> trainparity.processes.group (processes)",
+        "trainparity._internal.native.core (native) -> trainparity._internal.resume.check (checks)",
+        "trainparity._internal.state.freeze (state) -> trainparity._internal.processes.group (processes)",
     ]
 
 
@@ -229,7 +255,9 @@ def test_no_two_packages_import_each_other():
 
     def package(module: str) -> str:
         parts = module.split(".")
-        return parts[1] if len(parts) > 2 else module
+        if not is_private(module):
+            return "public"
+        return parts[2] if len(parts) > 3 else module
 
     ties = {
         (package(module), package(target))
@@ -241,24 +269,53 @@ def test_no_two_packages_import_each_other():
     assert both_ways == [], "\n".join(both_ways)
 
 
-def test_no_module_below_the_surface_imports_a_face():
+def public_modules() -> set[str]:
+    return {module for module in module_files() if not is_private(module)}
+
+
+def test_the_public_tier_is_exactly_the_declared_list():
+    """A new public module is a decision (PUBLIC and docs/api.md), never the side effect of a move."""
+    assert public_modules() == PUBLIC
+
+
+def test_every_public_module_is_in_the_api_doc():
+    documented = API_DOC.read_text(encoding="utf-8")
+    missing = sorted(
+        m for m in PUBLIC if m != "trainparity.__main__" and f"`{m}`" not in documented
+    )
+    assert missing == [], missing
+
+
+def test_no_private_module_imports_a_public_one():
     through_faces = [
         f"{module} -> {target}"
         for module, targets in sorted(import_graph().items())
-        if module not in FACES and layer_of(module) != SURFACE
-        for target in sorted(targets & FACES)
+        if is_private(module)
+        for target in sorted(targets)
+        if not is_private(target)
     ]
     assert through_faces == [], "\n".join(through_faces)
 
 
-def test_faces_only_re_export():
-    for face in sorted(FACES - {"trainparity.accumulation"}):
-        path = module_files()[face]
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        body = tree.body[1:] if ast.get_docstring(tree) else tree.body
-        assert all(isinstance(node, ast.ImportFrom) for node in body), face
-        if path.name != "__init__.py":
-            assert len(path.read_text(encoding="utf-8").splitlines()) <= 40, face
+def test_public_modules_define_nothing():
+    """A face re-exports or loads names on first use; a def or a class belongs in _internal."""
+    problems = []
+    for module in sorted(public_modules()):
+        tree = ast.parse(module_files()[module].read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                problems.append(f"{module}: defines {getattr(node, 'name', 'a lambda')}")
+            if isinstance(node, ast.Import) or (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("trainparity")
+                and not node.module.startswith(PRIVATE)
+                and node.module not in ("trainparity",)
+            ):
+                problems.append(
+                    f"{module}: imports {ast.unparse(node)} (a face imports from _internal)"
+                )
+    assert problems == [], "\n".join(problems)
 
 
 def test_workers_never_import_their_orchestrators():
@@ -272,35 +329,32 @@ def test_workers_never_import_their_orchestrators():
                 todo.append(target)
         return seen
 
-    assert "trainparity.accumulation.check" not in reachable("trainparity.accumulation.worker")
-    assert "trainparity.accumulation.execution" not in reachable("trainparity.accumulation.worker")
-    assert "trainparity.accumulation.rank_orchestration" not in reachable(
-        "trainparity.accumulation.worker"
+    assert "trainparity._internal.accumulation.check" not in reachable(
+        "trainparity._internal.accumulation.worker"
     )
-    # The observer worker is launched as `python -m trainparity.processes.observer`: the package
+    assert "trainparity._internal.accumulation.execution" not in reachable(
+        "trainparity._internal.accumulation.worker"
+    )
+    assert "trainparity._internal.accumulation.rank_orchestration" not in reachable(
+        "trainparity._internal.accumulation.worker"
+    )
+    # The observer worker is launched as `python -m trainparity._internal.processes.observer`: the package
     # (importing nothing), then its __main__, which runs the worker.
-    assert graph["trainparity.processes.observer"] == set()
-    assert "trainparity.processes.observer.worker" in reachable(
-        "trainparity.processes.observer.__main__"
+    assert graph["trainparity._internal.processes.observer"] == set()
+    assert "trainparity._internal.processes.observer.worker" in reachable(
+        "trainparity._internal.processes.observer.__main__"
     )
     for start in (
-        "trainparity.processes.observer.__main__",
-        "trainparity.processes.observer.worker",
+        "trainparity._internal.processes.observer.__main__",
+        "trainparity._internal.processes.observer.worker",
     ):
-        assert "trainparity.processes.observer.client" not in reachable(start)
-    # The package the worker is launched from hands out the check's names only on first use,
-    # through a helper that imports nothing of trainparity's.
-    assert graph["trainparity.accumulation"] == {"trainparity.lazy_names"}
-    assert graph["trainparity.lazy_names"] == set()
-
-
-def test_top_level_holds_at_most_twelve_modules_with_code():
-    with_code = sorted(
-        path.stem
-        for path in ROOT.glob("*.py")
-        if f"trainparity.{path.stem}" not in FACES and path.stem != "__init__"
-    )
-    assert len(with_code) + 1 <= 12, with_code  # + __init__
+        assert "trainparity._internal.processes.observer.client" not in reachable(start)
+    # The packages the worker is launched from import nothing; the public face hands out the
+    # check's names only on first use, through a helper that imports nothing of trainparity's.
+    assert graph[PRIVATE] == set()
+    assert graph["trainparity._internal.accumulation"] == set()
+    assert graph["trainparity.accumulation"] == {"trainparity._internal.lazy_names"}
+    assert graph["trainparity._internal.lazy_names"] == set()
 
 
 def design_layer_block() -> dict[str, tuple[int, str]]:
@@ -348,15 +402,13 @@ def test_the_design_doc_draws_every_room_in_its_declared_layer():
     and names every module and subpackage of each package: the table matches the tree."""
     drawn = design_layer_block()
     problems = []
-    for path in sorted(ROOT.iterdir()):
-        if path.name.startswith(("_", ".")) and path.name not in ("__init__.py", "__main__.py"):
+    for path in sorted(PRIVATE_ROOT.iterdir()):
+        if path.name.startswith(("_", ".")):
             continue
         if path.is_dir() and (path / "__init__.py").exists():
-            # A package is placed by LAYERS even where its __init__ is a face (trainparity.state).
             name, layer = f"{path.name}/", LAYERS[path.name]
         elif path.suffix == ".py":
-            module = "trainparity" if path.stem == "__init__" else f"trainparity.{path.stem}"
-            name, layer = path.stem, layer_of(module)
+            name, layer = path.stem, LAYERS[path.stem]
         else:
             continue
         if name not in drawn:
@@ -381,11 +433,7 @@ def test_the_design_doc_draws_every_room_in_its_declared_layer():
 @pytest.mark.parametrize("component", sorted(LAYERS))
 def test_every_declared_layer_entry_exists(component):
     """LAYERS names only packages and modules the tree has (a moved room leaves no stale entry)."""
-    assert (
-        (ROOT / component).is_dir()
-        or (ROOT / f"{component}.py").exists()
-        or component == "_trainparity"
-    )
+    assert (PRIVATE_ROOT / component).is_dir() or (PRIVATE_ROOT / f"{component}.py").exists()
 
 
 def test_setup_ships_every_package():

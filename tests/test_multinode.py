@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 from trainparity import check_resume
-from trainparity.distributed.launch import torchrun_command
+from trainparity._internal.distributed.launch import torchrun_command
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = """
 from pathlib import Path
 
 from parity_case import DistributedResumeCase
-from trainparity.distributed.launch import torchrun_command
+from trainparity._internal.distributed.launch import torchrun_command
 
 
 class TwoNodes(DistributedResumeCase):
@@ -75,7 +75,7 @@ def _check(project, case, **options):
 
 def test_the_node_launcher_command_spans_the_nodes():
     argv = torchrun_command(["train.py"], nproc_per_node=1, nnodes=2)
-    assert argv[1:5] == ["-m", "trainparity.distributed.nodes", "--nnodes", "2"]
+    assert argv[1:5] == ["-m", "trainparity._internal.distributed.nodes", "--nnodes", "2"]
     assert "--nnodes=2" in argv and not any(item.startswith("--rdzv-endpoint") for item in argv)
     with pytest.raises(ValueError, match="nnodes"):
         torchrun_command(["train.py"], nproc_per_node=1, nnodes=0)

@@ -13,9 +13,9 @@ from itertools import combinations
 
 import pytest
 import torch
-from trainparity.native import distances as distances_module
-from trainparity.native.core import core
-from trainparity.native.distances import buffer_distances
+from trainparity._internal.native import distances as distances_module
+from trainparity._internal.native.core import core
+from trainparity._internal.native.distances import buffer_distances
 
 CHUNK_ELEMENTS = 4096
 DTYPES = {

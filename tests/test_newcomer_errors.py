@@ -11,12 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from trainparity.cases.loading import CaseImportError, CaseSetupError, CaseSetupTypeError
-from trainparity.cli.main import main
+from trainparity._internal.cases.loading import CaseImportError, CaseSetupError, CaseSetupTypeError
+from trainparity._internal.cli.main import main
+from trainparity._internal.processes.failure_text import TAIL_LINES, directory_listing, log_tail
+from trainparity._internal.resume.check import check_resume
+from trainparity._internal.runs.check import check_runs
 from trainparity.outcomes import Outcome
-from trainparity.processes.failure_text import TAIL_LINES, directory_listing, log_tail
-from trainparity.resume.check import check_resume
-from trainparity.runs.check import check_runs
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CASES = "tests.fixtures.newcomer_cases"

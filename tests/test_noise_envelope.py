@@ -8,8 +8,8 @@ import pytest
 import torch
 import trainparity
 from trainparity import ExactComparison, NoiseComparison
-from trainparity.comparison.envelope import EXIT_REASON, judge_step
-from trainparity.state.freeze import freeze
+from trainparity._internal.comparison.envelope import EXIT_REASON, judge_step
+from trainparity._internal.state.freeze import freeze
 
 torch.manual_seed(0)
 WEIGHT = torch.randn(4000)

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 from trainparity import Outcome
+from trainparity._internal.reports.html import render_html_report
+from trainparity._internal.reports.html_views import html_fragment
+from trainparity._internal.reports.machine import report_text, write_report
+from trainparity._internal.reports.sections.noise import envelope_points
+from trainparity._internal.reports.text_views import text_report
 from trainparity.api import Difference, ProcessResumeResult
-from trainparity.display import html_fragment, text_report
-from trainparity.reports.html import render_html_report
-from trainparity.reports.machine import report_text, write_report
-from trainparity.reports.sections.noise import envelope_points
 
 CLOSEST_PATH = 'optimizer.state["1"].exp_avg_sq'
 SENSITIVITY = (

@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from trainparity.display import OUTCOME_COLOURS
+from trainparity._internal.reports.html_views import OUTCOME_COLOURS
 
 from tests.chromium import chromium_binary, pixels_near, render_page
 

@@ -14,8 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from trainparity.cli.main import main
-from trainparity.reports.machine import report_text
+from trainparity._internal.cli.main import main
+from trainparity._internal.reports.machine import report_text
 
 from tests.test_command_case import OPTIONS, TEMPLATE
 from tests.test_report_pins import GOLDEN, pinned_form

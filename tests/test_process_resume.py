@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 import trainparity
-import trainparity.resume.execution
+import trainparity._internal.resume.execution
 from trainparity import ExactComparison, Outcome, ToleranceComparison
-from trainparity.resume.check import ProcessResumeRunner
+from trainparity._internal.resume.check import ProcessResumeRunner
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CASE_MODULE = "tests.fixtures.process_resume_cases"
@@ -405,7 +405,7 @@ def test_r15_staging_copy_failure_is_an_error(tmp_path, monkeypatch):
     def refuse_to_copy(*arguments, **options):
         raise OSError("intentional staging failure")
 
-    monkeypatch.setattr(trainparity.resume.execution.shutil, "copy2", refuse_to_copy)
+    monkeypatch.setattr(trainparity._internal.resume.execution.shutil, "copy2", refuse_to_copy)
     result = check("DeterministicProcessCase", tmp_path)
     assert result.outcome is Outcome.ERROR
     assert result.message == "candidate_resume checkpoint staging failed: OSError"

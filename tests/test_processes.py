@@ -13,7 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from trainparity.processes.group import ChildLaunchError, ChildResult, ChildSpec, run_children
+from trainparity._internal.processes.group import (
+    ChildLaunchError,
+    ChildResult,
+    ChildSpec,
+    run_children,
+)
 
 CHILDREN = Path(__file__).resolve().parent / "fixtures" / "spawn_children"
 _probe_spec = importlib.util.spec_from_file_location("spawn_probe", CHILDREN / "probe.py")

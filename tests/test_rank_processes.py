@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from trainparity.distributed import rank_watcher
-from trainparity.distributed.phases import (
+from trainparity._internal.distributed.phases import (
     PHASE_TAG_VARIABLE,
     phase_environment,
     rank_failure,
@@ -23,14 +22,15 @@ from trainparity.distributed.phases import (
     sweep,
     tagged_processes,
 )
-from trainparity.distributed.rank_processes import (
+from trainparity._internal.distributed.rank_processes import (
     RankProcessEvidence,
     rank_event_detail,
     rank_evidence,
     read_rank_exits,
     unsampled_exit_events,
 )
-from trainparity.distributed.rank_watcher import RankSample, RankWatcher
+from trainparity._internal.distributed.rank_watcher import RankSample, RankWatcher
+from trainparity.distributed import rank_watcher
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 

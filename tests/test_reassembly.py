@@ -7,10 +7,10 @@ import math
 
 import pytest
 import torch
+from trainparity._internal.state.placement import ShardPlacement
+from trainparity._internal.state.reassembly import ReassemblyError, global_state
+from trainparity._internal.state.summaries import summarize_tensor
 from trainparity.state import FrozenMapping, FrozenTensor
-from trainparity.state.placement import ShardPlacement
-from trainparity.state.reassembly import ReassemblyError, global_state
-from trainparity.state.summaries import summarize_tensor
 
 WHOLE = torch.arange(7 * 3, dtype=torch.float32).reshape(7, 3)
 

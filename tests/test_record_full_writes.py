@@ -13,11 +13,11 @@ import pytest
 import torch
 import trainparity
 from trainparity import ExactComparison
-from trainparity.recording import read_recording, recording_to
-from trainparity.recording.value_writes import write_values
-from trainparity.state.file_ranges import FileRange, MappedFileLocator
-from trainparity.state.freeze import freeze
-from trainparity.state.normalize import normalize_observation
+from trainparity._internal.recording import read_recording, recording_to
+from trainparity._internal.recording.value_writes import write_values
+from trainparity._internal.state.file_ranges import FileRange, MappedFileLocator
+from trainparity._internal.state.freeze import freeze
+from trainparity._internal.state.normalize import normalize_observation
 
 
 def _padded(data: bytes) -> bytes:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainparity.recording.record_ids import consumption_steps, read_recorded_ids
+from trainparity._internal.recording.record_ids import consumption_steps, read_recorded_ids
 
 # One process of a training loop: IDs are given before the step's record() call.
 # Epoch 0 ends inside step 3 (its last ID, 5, comes before epoch 1's first
@@ -17,7 +17,7 @@ from trainparity.recording.record_ids import consumption_steps, read_recorded_id
 _LOOP = """
 import sys
 import trainparity
-from trainparity.recording import recording_to
+from trainparity._internal.recording import recording_to
 
 ids, first_step = sys.argv[1], int(sys.argv[3])
 with recording_to(sys.argv[2], every=2):

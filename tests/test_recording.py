@@ -15,9 +15,9 @@ import pytest
 import torch
 import trainparity
 from trainparity import ExactComparison
-from trainparity.recording import RecordingError, read_recording, recording_to
-from trainparity.state.freeze import freeze
-from trainparity.state.normalize import normalize_observation
+from trainparity._internal.recording import RecordingError, read_recording, recording_to
+from trainparity._internal.state.freeze import freeze
+from trainparity._internal.state.normalize import normalize_observation
 
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
 

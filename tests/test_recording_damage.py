@@ -8,10 +8,10 @@ import zlib
 
 import numpy
 import pytest
+from trainparity._internal.recording.diff import diff_recordings
+from trainparity._internal.recording.frames import RecordingError, header_checksum
+from trainparity._internal.recording.reader import read_recording, tensor_at
 from trainparity.outcomes import Outcome
-from trainparity.recording.diff import diff_recordings
-from trainparity.recording.frames import RecordingError, header_checksum
-from trainparity.recording.reader import read_recording, tensor_at
 
 from tests.fuzz.bit_flips import (
     as_frame_version_0,

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 from trainparity import Outcome, ToleranceComparison
+from trainparity._internal.cli.main import main
+from trainparity._internal.reports.html import write_html_report
 from trainparity.api import diff_recordings
-from trainparity.cli.main import main
 from trainparity.quickstarts.trajectory import STEPS, train
-from trainparity.reports.html import write_html_report
 
 from tests.chromium import chromium_binary, png_pixels, render_page
 

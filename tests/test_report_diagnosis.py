@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from trainparity.display import html_fragment, text_report
+from trainparity._internal.reports.html_views import html_fragment
+from trainparity._internal.reports.text_views import text_report
 
 
 def _lines(text: str) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainparity.reports.machine import report_text
+from trainparity._internal.reports.machine import report_text
 
 GOLDEN = Path(__file__).parent / "golden"
 

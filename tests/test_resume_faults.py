@@ -10,7 +10,7 @@ import pytest
 import torch
 import trainparity
 from trainparity import Outcome
-from trainparity.resume.check import ProcessResumeRunner
+from trainparity._internal.resume.check import ProcessResumeRunner
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CASE_MODULE = "tests.fixtures.resume_faults"

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from trainparity.reports.html import write_html_report
+from trainparity._internal.reports.html import write_html_report
 
 from tests.chromium import chromium_binary, pixels_near, render_page
 from tests.doc_blocks import REPO, code_blocks

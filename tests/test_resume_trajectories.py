@@ -15,9 +15,9 @@ import pytest
 import torch
 import trainparity
 from trainparity import ExactComparison, Outcome
-from trainparity.recording import recording_to
-from trainparity.recording.resume import RECORDINGS_DIRECTORY, ResumeTrajectories
-from trainparity.state.paths import path_under
+from trainparity._internal.recording import recording_to
+from trainparity._internal.recording.resume import RECORDINGS_DIRECTORY, ResumeTrajectories
+from trainparity._internal.state.paths import path_under
 
 from tests.test_resume_faults import FAULTS as FINAL_STATE_FAULTS
 

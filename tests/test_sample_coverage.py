@@ -11,8 +11,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from trainparity.coverage import audit as sample_coverage
-from trainparity.coverage.audit import (
+from trainparity._internal.coverage import audit as sample_coverage
+from trainparity._internal.coverage.audit import (
     AtLeastOnce,
     ExactlyOnce,
     ExpectedPadding,
@@ -25,7 +25,7 @@ from trainparity.coverage.audit import (
     audit_rank_iterables,
     audit_sample_coverage,
 )
-from trainparity.environment import environment_fingerprint
+from trainparity._internal.environment import environment_fingerprint
 from trainparity.outcomes import Outcome
 from trainparity.version import MACHINE_REPORT_SCHEMA_VERSION, PACKAGE_VERSION
 

@@ -10,7 +10,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trainparity.coverage.audit import (
+from trainparity._internal.coverage.audit import (
     AtLeastOnce,
     ExactlyOnce,
     ExpectedPadding,
@@ -21,7 +21,7 @@ from trainparity.coverage.audit import (
     audit_rank_arrays,
     audit_rank_iterables,
 )
-from trainparity.environment import environment_fingerprint
+from trainparity._internal.environment import environment_fingerprint
 from trainparity.outcomes import Outcome
 
 numpy = pytest.importorskip("numpy")

@@ -15,7 +15,7 @@ from torch.utils.data import (  # noqa: E402
     Sampler,
     TensorDataset,
 )
-from trainparity.coverage.audit import (  # noqa: E402
+from trainparity._internal.coverage.audit import (  # noqa: E402
     AtLeastOnce,
     ExactlyOnce,
     ExpectedPadding,

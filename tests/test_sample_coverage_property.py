@@ -7,7 +7,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from trainparity.coverage.audit import (
+from trainparity._internal.coverage.audit import (
     AtLeastOnce,
     ExactlyOnce,
     ExpectedPadding,
@@ -15,7 +15,7 @@ from trainparity.coverage.audit import (
     SampleObservation,
     audit_sample_coverage,
 )
-from trainparity.environment import environment_fingerprint
+from trainparity._internal.environment import environment_fingerprint
 from trainparity.version import add_report_metadata
 
 

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from trainparity import check_resume
-from trainparity.cases.command_case import CommandCase
-from trainparity.cli.main import main
+from trainparity._internal.cases.command_case import CommandCase
+from trainparity._internal.cli.main import main
 from trainparity.executors import SlurmExecutor
 
 from tests.test_command_case import CHECKPOINT, TEMPLATE

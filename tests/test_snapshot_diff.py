@@ -12,10 +12,10 @@ import textwrap
 import pytest
 import torch
 from trainparity import ExactComparison, Outcome, ToleranceComparison
-from trainparity.comparison.snapshots import diff_snapshots
-from trainparity.display import text_report
-from trainparity.native.core import tensor_bytes
-from trainparity.state.snapshot_file import write_snapshot
+from trainparity._internal.comparison.snapshots import diff_snapshots
+from trainparity._internal.native.core import tensor_bytes
+from trainparity._internal.reports.text_views import text_report
+from trainparity._internal.state.snapshot_file import write_snapshot
 
 from tests.helpers import rewrite_as_digest_version_1
 
@@ -25,7 +25,7 @@ _RECORD_UNDER_THREADS = textwrap.dedent(
     """
     import sys
     import torch
-    from trainparity.state.snapshot_file import write_snapshot
+    from trainparity._internal.state.snapshot_file import write_snapshot
 
     torch.set_num_threads(int(sys.argv[2]))
     generator = torch.Generator().manual_seed(0)

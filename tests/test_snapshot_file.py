@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors import safe_open
 from trainparity import ExactComparison, Outcome, ToleranceComparison
-from trainparity.environment import environment_fingerprint
-from trainparity.state.freeze import FrozenTensor, UnsupportedStateError, freeze
-from trainparity.state.snapshot_file import (
+from trainparity._internal.environment import environment_fingerprint
+from trainparity._internal.state.freeze import FrozenTensor, UnsupportedStateError, freeze
+from trainparity._internal.state.snapshot_file import (
     SnapshotFileError,
     decode_tree,
     encode_tree,
@@ -224,7 +224,7 @@ def _with_manifest(path, change):
     ],
 )
 def test_malformed_manifest_values_are_clear_errors(tmp_path, change, detail):
-    from trainparity.comparison.snapshots import diff_snapshots
+    from trainparity._internal.comparison.snapshots import diff_snapshots
 
     path = _valid_file(tmp_path)
     _with_manifest(path, change)

@@ -12,8 +12,12 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trainparity import Outcome
-from trainparity.comparison.snapshots import diff_snapshots
-from trainparity.state.snapshot_file import SnapshotFileError, read_snapshot, write_snapshot
+from trainparity._internal.comparison.snapshots import diff_snapshots
+from trainparity._internal.state.snapshot_file import (
+    SnapshotFileError,
+    read_snapshot,
+    write_snapshot,
+)
 
 from tests.helpers import rewrite_as_digest_version_1
 

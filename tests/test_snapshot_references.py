@@ -18,18 +18,18 @@ from pathlib import Path
 import pytest
 import torch
 from trainparity import check_resume
-from trainparity.cases.command_case import CommandCase, observe_default
-from trainparity.comparison.snapshots import diff_snapshots
-from trainparity.outcomes import Outcome
-from trainparity.state.file_ranges import MappedFileLocator
-from trainparity.state.normalize import normalize_observation
-from trainparity.state.snapshot_file import (
+from trainparity._internal.cases.command_case import CommandCase, observe_default
+from trainparity._internal.comparison.snapshots import diff_snapshots
+from trainparity._internal.state.file_ranges import MappedFileLocator
+from trainparity._internal.state.normalize import normalize_observation
+from trainparity._internal.state.snapshot_file import (
     SNAPSHOT_FILE_FORMAT,
     SNAPSHOT_REFERENCES_FORMAT,
     SnapshotFileError,
     read_snapshot,
     write_snapshot,
 )
+from trainparity.outcomes import Outcome
 
 from tests.helpers import set_manifest
 

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 import torch
-from trainparity.state.freeze import (
+from trainparity._internal.state.freeze import (
     AmbiguousStateNameError,
     FrozenMapping,
     FrozenSequence,
@@ -15,7 +15,7 @@ from trainparity.state.freeze import (
     freeze,
     nested_named_values,
 )
-from trainparity.state.paths import render_path
+from trainparity._internal.state.paths import render_path
 
 
 def test_render_path_rules():

@@ -110,7 +110,7 @@ def test_assert_parity_reports_nan_positions():
 
 
 def test_cyclic_states_are_unsupported_not_a_recursion_error():
-    from trainparity.state.freeze import UnsupportedStateError
+    from trainparity._internal.state.freeze import UnsupportedStateError
 
     cycle: dict = {"a": [torch.ones(2)]}
     cycle["a"].append(cycle)

@@ -9,12 +9,12 @@ import numpy
 import pytest
 import torch
 from trainparity import Outcome
-from trainparity.cli.main import main
-from trainparity.comparison.snapshots import diff_snapshots
-from trainparity.processes.progress import ProgressEvent, ProgressReporter
-from trainparity.reports.terminal_text import printable
-from trainparity.state.paths import render_path
-from trainparity.state.snapshot_file import write_snapshot
+from trainparity._internal.cli.main import main
+from trainparity._internal.comparison.snapshots import diff_snapshots
+from trainparity._internal.processes.progress import ProgressEvent, ProgressReporter
+from trainparity._internal.reports.terminal_text import printable
+from trainparity._internal.state.paths import render_path
+from trainparity._internal.state.snapshot_file import write_snapshot
 from trainparity.testing import assert_parity
 
 FORGED = "PASS: all equal"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from trainparity import Outcome, check_resume
-from trainparity.processes.run_directory import (
+from trainparity._internal.processes.run_directory import (
     OWNER_FILE,
     PROCESS_RESUME_PREFIX,
     ProcessIdentity,
@@ -20,7 +20,7 @@ from trainparity.processes.run_directory import (
     run_directory,
     write_owner_marker,
 )
-from trainparity.processes.termination import terminating_signals_unwind
+from trainparity._internal.processes.termination import terminating_signals_unwind
 
 from tests.fixtures.resume_process_cases import MARKER
 
@@ -226,7 +226,7 @@ def test_handlers_are_installed_only_inside_and_only_over_the_default(
 _SELF_SIGNAL = """
 import os, signal, sys, time
 from pathlib import Path
-from trainparity.processes.termination import terminating_signals_unwind
+from trainparity._internal.processes.termination import terminating_signals_unwind
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
 marks = Path(sys.argv[1])
 with terminating_signals_unwind():

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 import torch
-from trainparity.native.dtypes import info_for_dtype, info_for_text
+from trainparity._internal.native.dtypes import info_for_dtype, info_for_text
 
 CHECKS = {
     "resume": """
@@ -26,7 +26,7 @@ result = check_resume("trainparity.quickstarts.resume:CleanCase", start=sys.argv
     "accumulation": """
 from trainparity import check_accumulation
 from trainparity.accumulation import AccumulationExecutionPlan
-from trainparity.comparison.policies import ToleranceComparison
+from trainparity._internal.comparison.policies import ToleranceComparison
 result = check_accumulation(
     "trainparity.quickstarts.accumulation:Case",
     candidate=AccumulationExecutionPlan(2),
@@ -68,8 +68,8 @@ def test_importing_trainparity_and_its_checks_imports_no_torch():
         "import sys, trainparity\n"
         "from trainparity import check_resume, check_runs, CommandCase, Outcome, record\n"
         "from trainparity import check_accumulation\n"
-        "import trainparity.accumulation.check, trainparity.accumulation.execution\n"
-        "import trainparity.forensics.variables, trainparity.comparison.snapshots\n"
+        "import trainparity._internal.accumulation.check, trainparity._internal.accumulation.execution\n"
+        "import trainparity._internal.forensics.variables, trainparity._internal.comparison.snapshots\n"
         "print('torch' in sys.modules, 'numpy' in sys.modules)"
     )
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -8,15 +8,15 @@ import numpy
 import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
-from trainparity.distributed import track_ids
-from trainparity.recording.record_ids import (
+from trainparity._internal.recording.record_ids import (
     IDS_DIR_VARIABLE,
     batch_ends,
     flush_ids,
     read_recorded_ids,
     record_ids,
 )
-from trainparity.recording.track_ids import TrackedLoader
+from trainparity._internal.recording.track_ids import TrackedLoader
+from trainparity.distributed import track_ids
 from trainparity.sample_coverage import SameGlobalOrder, audit_global_order
 
 

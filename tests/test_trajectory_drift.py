@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 import trainparity
+from trainparity._internal.comparison.policies import ExactComparison
+from trainparity._internal.recording.phase_recordings import RECORDINGS_DIRECTORY
+from trainparity._internal.recording.runs import RunsTrajectories
 from trainparity.api import recording_to
-from trainparity.comparison.policies import ExactComparison
-from trainparity.recording.phase_recordings import RECORDINGS_DIRECTORY
-from trainparity.recording.runs import RunsTrajectories
 
 
 def _record(root, run: str, offsets: dict[int, float]) -> None:

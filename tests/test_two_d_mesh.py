@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 from trainparity import Outcome, compare_states
+from trainparity._internal.state.placement import ShardPlacement
+from trainparity._internal.state.reassembly import ReassemblyError, global_state
+from trainparity._internal.state.snapshot import Snapshot
+from trainparity._internal.state.snapshot_file import read_snapshot
 from trainparity.state import FrozenMapping, FrozenTensor, freeze
-from trainparity.state.placement import ShardPlacement
-from trainparity.state.reassembly import ReassemblyError, global_state
-from trainparity.state.snapshot import Snapshot
-from trainparity.state.snapshot_file import read_snapshot
 
 RANKS_SCRIPT = Path(__file__).resolve().parent / "fixtures" / "two_d_mesh_ranks.py"
 RANKS = 4

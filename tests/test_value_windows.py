@@ -6,11 +6,11 @@ import dataclasses
 
 import torch
 import trainparity
+from trainparity._internal.comparison.policies import ExactComparison, ToleranceComparison
+from trainparity._internal.comparison.windows import differences_with_windows
+from trainparity._internal.recording.diff import diff_recordings
+from trainparity._internal.reports.text_views import text_report
 from trainparity.api import recording_to
-from trainparity.comparison.policies import ExactComparison, ToleranceComparison
-from trainparity.comparison.windows import differences_with_windows
-from trainparity.display import text_report
-from trainparity.recording.diff import diff_recordings
 
 SIZE = 1 << 20
 

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from trainparity import Outcome, check_resume
-from trainparity.cases.command_case import CommandCase
-from trainparity.display import text_report
+from trainparity._internal.cases.command_case import CommandCase
+from trainparity._internal.reports.text_views import text_report
 
 SCRIPT = Path(__file__).resolve().parent / "fixtures" / "cosine_schedule_train.py"
 CASE = CommandCase(

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import trainparity
 from trainparity import Outcome, check_resume
-from trainparity.processes.group import ChildGroup, ChildSpec
-from trainparity.processes.warm.pool import (
+from trainparity._internal.processes.group import ChildGroup, ChildSpec
+from trainparity._internal.processes.warm.pool import (
     SharedWarmServers,
     current_shared_servers,
     shared_warm_servers,
 )
-from trainparity.processes.warm.starter import ChildStarter
+from trainparity._internal.processes.warm.starter import ChildStarter
 
 QUICKSTART = "trainparity.quickstarts.resume:CleanCase"
 # What differs between two checks of one case whatever their servers: clocks, pids, sizes.
@@ -94,9 +94,9 @@ def test_leaving_the_block_stops_the_servers_and_removes_their_directory(tmp_pat
 UNCLOSED = """\
 import os, sys
 from pathlib import Path
-from trainparity.processes.group import ChildGroup, ChildSpec
-from trainparity.processes.warm.starter import ChildStarter
-from trainparity.processes.warm.pool import shared_warm_servers
+from trainparity._internal.processes.group import ChildGroup, ChildSpec
+from trainparity._internal.processes.warm.starter import ChildStarter
+from trainparity._internal.processes.warm.pool import shared_warm_servers
 out = Path(sys.argv[1])
 shared = shared_warm_servers().__enter__()  # as a notebook would, never left
 starter = ChildStarter("warm", log_dir=out, timeout=120, shared=shared)

@@ -21,10 +21,15 @@ from pathlib import Path
 
 import pytest
 from trainparity import Outcome, check_resume
-from trainparity.distributed.rank_processes import rank_evidence, read_rank_exits
-from trainparity.processes.group import ChildGroup, ChildLaunchError, ChildSpec, spawn_child
-from trainparity.processes.warm import server_handle
-from trainparity.processes.warm.starter import ChildStarter, checked_start, warm_refusal
+from trainparity._internal.distributed.rank_processes import rank_evidence, read_rank_exits
+from trainparity._internal.processes.group import (
+    ChildGroup,
+    ChildLaunchError,
+    ChildSpec,
+    spawn_child,
+)
+from trainparity._internal.processes.warm import server_handle
+from trainparity._internal.processes.warm.starter import ChildStarter, checked_start, warm_refusal
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -485,8 +490,8 @@ def test_a_warm_child_past_its_timeout_is_terminated_like_a_fresh_one(tmp_path, 
 DRIVER = """\
 import os, sys, time
 from pathlib import Path
-from trainparity.processes.group import ChildGroup, ChildSpec
-from trainparity.processes.warm.starter import ChildStarter
+from trainparity._internal.processes.group import ChildGroup, ChildSpec
+from trainparity._internal.processes.warm.starter import ChildStarter
 out = Path(sys.argv[1])
 starter = ChildStarter("warm", log_dir=out, timeout=120)
 group = ChildGroup(launcher=starter.launch)

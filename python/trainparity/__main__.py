@@ -1,7 +1,5 @@
 """`python -m trainparity`: the trainparity command line."""
 
-import sys
+from trainparity._internal.cli.main import run_as_program
 
-from trainparity.cli.main import main
-
-sys.exit(main())
+run_as_program()

@@ -1,8 +1,8 @@
 """`trainparity.importing`: case loading and its errors, a documented path kept as a face; see docs/api.md."""
 
-from trainparity.cases.loading import CaseImportError as CaseImportError
-from trainparity.cases.loading import CaseSetupError as CaseSetupError
-from trainparity.cases.loading import CaseSetupTypeError as CaseSetupTypeError
-from trainparity.cases.loading import load_accumulation_case as load_accumulation_case
-from trainparity.cases.loading import load_process_case as load_process_case
-from trainparity.cases.loading import load_runs_case as load_runs_case
+from trainparity._internal.cases.loading import CaseImportError as CaseImportError
+from trainparity._internal.cases.loading import CaseSetupError as CaseSetupError
+from trainparity._internal.cases.loading import CaseSetupTypeError as CaseSetupTypeError
+from trainparity._internal.cases.loading import load_accumulation_case as load_accumulation_case
+from trainparity._internal.cases.loading import load_process_case as load_process_case
+from trainparity._internal.cases.loading import load_runs_case as load_runs_case

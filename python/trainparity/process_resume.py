@@ -1,4 +1,4 @@
 """`trainparity.process_resume`: check_resume and its runner, a contract path (CONTRACT.md) kept as a face; see docs/api.md."""
 
-from trainparity.resume.check import ProcessResumeRunner as ProcessResumeRunner
-from trainparity.resume.check import check_resume as check_resume
+from trainparity._internal.resume.check import ProcessResumeRunner as ProcessResumeRunner
+from trainparity._internal.resume.check import check_resume as check_resume

@@ -1,17 +1,7 @@
-"""Package and machine-report schema versions, and the metadata every report starts with."""
+"""`trainparity.version`, a public path: its names live in trainparity._internal.version."""
 
-from __future__ import annotations
-
-from typing import Any
-
-PACKAGE_VERSION = "0.2.0.dev0"
-MACHINE_REPORT_SCHEMA_VERSION = 2
-
-
-def add_report_metadata(payload: dict[str, Any]) -> dict[str, Any]:
-    """Return a new dict with `schema_version` and `trainparity_version` first, then `payload`."""
-    return {
-        "schema_version": MACHINE_REPORT_SCHEMA_VERSION,
-        "trainparity_version": PACKAGE_VERSION,
-        **payload,
-    }
+from trainparity._internal.version import (
+    MACHINE_REPORT_SCHEMA_VERSION as MACHINE_REPORT_SCHEMA_VERSION,
+)
+from trainparity._internal.version import PACKAGE_VERSION as PACKAGE_VERSION
+from trainparity._internal.version import add_report_metadata as add_report_metadata

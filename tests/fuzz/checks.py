@@ -9,8 +9,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from trainparity.cli.main import main
-from trainparity.display import html_fragment, text_report
+from trainparity._internal.cli.main import main
+from trainparity._internal.reports.html_views import html_fragment
+from trainparity._internal.reports.text_views import text_report
 from trainparity.outcomes import Outcome
 
 # Raw control characters that must never reach a terminal (see terminal_text.py).
@@ -34,7 +35,7 @@ def assert_well_formed_result(result: Any) -> dict[str, Any]:
 
 
 def run_cli(argv: Sequence[str]) -> tuple[int, str, str]:
-    """`trainparity.cli.main(argv)` with stdout and stderr captured; returns (code, out, err).
+    """`trainparity._internal.cli.main(argv)` with stdout and stderr captured; returns (code, out, err).
 
     Only SystemExit's own codes may leave main as documented (0-4): any other
     exception propagates and fails the fuzzer.

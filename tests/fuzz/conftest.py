@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy
 import pytest
 import torch
-from trainparity.state.file_ranges import FilePiece, register_pieces
-from trainparity.state.snapshot_file import write_snapshot
+from trainparity._internal.state.file_ranges import FilePiece, register_pieces
+from trainparity._internal.state.snapshot_file import write_snapshot
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from trainparity._internal.recording.diff import diff_recordings
+from trainparity._internal.recording.frames import RecordingError
+from trainparity._internal.recording.reader import read_recording
 from trainparity.outcomes import Outcome
-from trainparity.recording.diff import diff_recordings
-from trainparity.recording.frames import RecordingError
-from trainparity.recording.reader import read_recording
 
 from tests.fuzz.bit_flips import (
     RECORDED_STEPS,

@@ -15,7 +15,7 @@ import numpy
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as numpy_strategies
-from trainparity.coverage.audit import (
+from trainparity._internal.coverage.audit import (
     AtLeastOnce,
     ExactlyOnce,
     ExpectedPadding,

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
-from trainparity.comparison.policies import ToleranceComparison
-from trainparity.comparison.snapshots import diff_snapshots
+from trainparity._internal.comparison.policies import ToleranceComparison
+from trainparity._internal.comparison.snapshots import diff_snapshots
+from trainparity._internal.state.snapshot_file import SnapshotFileError, read_snapshot
 from trainparity.outcomes import Outcome
-from trainparity.state.snapshot_file import SnapshotFileError, read_snapshot
 
 from tests.fuzz.budget import fuzz_settings, within_seconds
 from tests.fuzz.checks import assert_well_formed_result, run_cli

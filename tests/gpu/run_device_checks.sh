@@ -75,7 +75,7 @@ run_step noise_cuda_resume 200 "$PYTHON" -m pytest -q -s -p no:cacheprovider -rs
 
 run_step kernel_build 300 "$PYTHON" -c '
 import time
-from trainparity.cuda_backend import build_kernels
+from trainparity._internal.native.cuda_kernels import build_kernels
 start = time.perf_counter()
 module = build_kernels(verbose=True)
 print(f"built {module.__file__} in {time.perf_counter() - start:.1f} s")

@@ -14,10 +14,10 @@ import os
 import pytest
 import torch
 from trainparity import compare_states
-from trainparity.comparison.policies import ExactComparison, collect_differences
-from trainparity.comparison.states import compare_states_with_records
-from trainparity.native.core import core, tensor_bytes
-from trainparity.native.cuda import (
+from trainparity._internal.comparison.policies import ExactComparison, collect_differences
+from trainparity._internal.comparison.states import compare_states_with_records
+from trainparity._internal.native.core import core, tensor_bytes
+from trainparity._internal.native.cuda import (
     BLOCK_ALIGNMENT,
     HOST_STREAM_BACKEND,
     KERNEL_BACKEND,
@@ -26,9 +26,9 @@ from trainparity.native.cuda import (
     digest_buffer,
     summary_buffer,
 )
-from trainparity.native.cuda_kernels import kernel_unavailable_reason, kernels_available
-from trainparity.state.freeze import freeze
-from trainparity.state.snapshot_file import read_snapshot, write_snapshot
+from trainparity._internal.native.cuda_kernels import kernel_unavailable_reason, kernels_available
+from trainparity._internal.state.freeze import freeze
+from trainparity._internal.state.snapshot_file import read_snapshot, write_snapshot
 from trainparity.testing import assert_parity
 
 from tests.gpu.pairs import (

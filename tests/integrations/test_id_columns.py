@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from trainparity.recording.record_ids import (
+from trainparity._internal.recording.record_ids import (
     IDS_DIR_VARIABLE,
     flush_ids,
     read_recorded_ids,
@@ -13,8 +13,8 @@ from trainparity.recording.record_ids import (
 
 L = pytest.importorskip("lightning")
 
+from trainparity._internal.integrations._common import RecordingCollator  # noqa: E402
 from trainparity.integrations import lightning as tp_pl  # noqa: E402
-from trainparity.integrations._common import RecordingCollator  # noqa: E402
 
 
 class Rows(torch.utils.data.Dataset):

@@ -6,8 +6,12 @@ import json
 
 import pytest
 import torch
-from trainparity.cases.phase_plan import current_phase_plan, plan_environment
-from trainparity.integrations._common import NeedsUnpickling, load_weights_only, without_run_dir
+from trainparity._internal.cases.phase_plan import current_phase_plan, plan_environment
+from trainparity._internal.integrations._common import (
+    NeedsUnpickling,
+    load_weights_only,
+    without_run_dir,
+)
 
 
 def test_phase_plan_round_trips_through_the_environment(tmp_path):

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 from trainparity import Outcome, check_resume
-from trainparity.cases.phase_plan import plan_environment
+from trainparity._internal.cases.phase_plan import plan_environment
 
 from tests.integrations.conftest import CHILD_ENVIRONMENT
 

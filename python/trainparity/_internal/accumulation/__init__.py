@@ -1,0 +1,1 @@
+"""The accumulation wing: check_accumulation, its plan, execution, ranks, verdict, worker and result."""

@@ -1,0 +1,394 @@
+"""One accumulation check's children: started, awaited, and read for accumulation_verdict to judge."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainparity._internal.accumulation.noise_verdict import judge_noise_observations
+from trainparity._internal.accumulation.plan import (
+    INITIAL_KEY,
+    PHASES,
+    RANKS_KEY,
+    AccumulationExecutionPlan,
+)
+from trainparity._internal.accumulation.rank_orchestration import rank_names, rank_specs
+from trainparity._internal.accumulation.verdict import Verdict, judge_observations
+from trainparity._internal.comparison.noise import NoiseComparison
+from trainparity._internal.comparison.policies import ExactComparison, ToleranceComparison
+from trainparity._internal.error_text import error_text
+from trainparity._internal.outcomes import Outcome
+from trainparity._internal.processes.check_runner import RunSettings
+from trainparity._internal.processes.group import (
+    ChildGroup,
+    ChildLaunchError,
+    ChildResult,
+    ChildSpec,
+)
+from trainparity._internal.state.snapshot import Snapshot
+from trainparity._internal.state.snapshot_file import read_snapshot
+from trainparity._internal.state.tree_codec import SnapshotFileError
+
+__all__ = ["CHILD_NAMES", "AccumulationExecution"]
+
+CHILD_NAMES = ("baseline_a", "baseline_b", "candidate")  # under NoiseComparison: more baselines
+RESULT_FILE = "result.json"
+OBSERVATIONS_FILE = "observations.safetensors"
+
+_PASS_MESSAGE = "declared executions are equivalent for one optimizer-update boundary"
+_STDERR_TAIL_CHARACTERS = 300
+
+
+def _tree_bytes(root: Path) -> int:
+    total = 0
+    for directory, _, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_size
+            except OSError:
+                pass  # a temporary file renamed away between listing and stat
+    return total
+
+
+@dataclass(frozen=True)
+class _ChildReport:
+    """What one child published: its verdict and, on PASS, its observations."""
+
+    name: str
+    pid: int
+    outcome: Outcome
+    message: str
+    loss_normalization_captured: bool = False
+    observations: Snapshot | None = None
+    unobserved_phases: tuple[str, ...] = ()
+
+
+class AccumulationExecution:
+    """One check's children, run and read, and the verdict judged from what they observed."""
+
+    def __init__(
+        self,
+        *,
+        case_spec: str,
+        plans: dict[str, AccumulationExecutionPlan],
+        device: str,
+        seed: int,
+        settings: RunSettings,
+        policy: ExactComparison | ToleranceComparison | NoiseComparison,
+        own_step: bool = False,
+    ) -> None:
+        self.case_spec = case_spec
+        self.plans = plans
+        self.child_names = tuple(plans)  # the baselines, then "candidate"
+        self.device = device
+        self.seed = seed
+        self.settings = settings
+        self.policy = policy
+        # The candidate of a case with its own train_step runs that step (accumulation_user_step).
+        self.own_step_children = {"candidate"} if own_step else set()
+        self.group = ChildGroup(on_event=self._on_child_event, launcher=settings.starter.launch)
+        self.launch_errors: dict[str, str] = {}
+        self.rank_reports: list[_ChildReport] = []  # every rank's, for a multi-rank candidate
+        self.rank_pids: list[tuple[str, int]] = []
+        self.peak_bytes = 0
+        self.process_ids: list[int] = []
+        self.thread_details: dict[str, str] = {}  # each child's threads, for its progress line
+
+    def run(self) -> dict[str, Any]:
+        with self.group:
+            try:
+                if self.settings.parallel:
+                    for name in self.child_names:
+                        self._start(name)
+                reports = [self._report(name) for name in self.child_names]
+            except Verdict as verdict:
+                return {"process_ids": tuple(self.process_ids), **verdict.fields}
+        captured = all(report.loss_normalization_captured for report in reports)
+        try:
+            fields = self._decide(reports)
+        except Verdict as verdict:
+            fields = verdict.fields
+        return {
+            "process_ids": tuple(self.process_ids),
+            "loss_normalization_captured": captured,
+            **fields,
+        }
+
+    # Children ---------------------------------------------------------------------------
+
+    def _start(self, name: str) -> None:
+        directory = self.settings.run_root / name
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in (RESULT_FILE, OBSERVATIONS_FILE):  # a reused work_dir must not answer for us
+            (directory / stale).unlink(missing_ok=True)
+        argv = [
+            sys.executable,
+            "-m",
+            "trainparity._internal.accumulation.worker",
+            "--case",
+            self.case_spec,
+            "--plan",
+            json.dumps(self.plans[name].to_dict(), sort_keys=True),
+            "--device",
+            self.device,
+            "--seed",
+            str(self.seed),
+            "--result",
+            str(directory / RESULT_FILE),
+            "--observations",
+            str(directory / OBSERVATIONS_FILE),
+        ]
+        if name in self.own_step_children:
+            argv.append("--own-step")
+        try:
+            world_size = self.plans[name].world_size
+            if world_size > 1:
+                threads = self.settings.threads
+                for rank in rank_specs(
+                    name,
+                    argv,
+                    cwd=self.settings.command_dir,
+                    environment=threads.environment(self.settings.environment, ranks=world_size),
+                    directory=directory,
+                    world_size=world_size,
+                ):
+                    self.thread_details[rank.name] = threads.describe(world_size)
+                    started = self.group.start(rank, timeout=self.settings.timeout)
+                    self.rank_pids.append((rank.name, started))
+                return
+            spec = ChildSpec(
+                name=name,
+                argv=argv,
+                cwd=self.settings.command_dir,
+                env=self.settings.environment,
+                stdout_path=directory / "stdout.log",
+                stderr_path=directory / "stderr.log",
+            )
+            self.thread_details[name] = self.settings.threads.describe()
+            self.group.start(spec, timeout=self.settings.timeout)
+        except (ChildLaunchError, OSError, TypeError, ValueError) as error:
+            self.launch_errors[name] = f"worker launch failed ({name}): {error_text(error)}"
+
+    def _on_child_event(self, name: str, kind: str, result: ChildResult | None) -> None:
+        self.settings.progress.event(
+            name,
+            kind,
+            result.wall_seconds if result is not None else None,
+            detail=self.thread_details.get(name) if kind == "start" else None,
+        )
+        if kind == "end":
+            self.peak_bytes = max(self.peak_bytes, _tree_bytes(self.settings.run_root))
+
+    def _report(self, name: str) -> _ChildReport:
+        """Wait for child `name` and read what it published; raise Verdict unless PASS."""
+        if not self.settings.parallel:
+            self._start(name)
+        if name in self.launch_errors:
+            raise Verdict(Outcome.ERROR, self.launch_errors[name])
+        if self.plans[name].world_size > 1:
+            return self._report_ranks(name)
+        result = self.group.wait_for(name)
+        assert result is not None  # wait_for without a timeout returns once reaped
+        self.process_ids.append(result.pid)
+        directory = self.settings.run_root / name
+        if result.timed_out:
+            raise Verdict(
+                Outcome.ERROR,
+                self._with_logs(
+                    name, f"worker timeout ({name} ran past {self.settings.timeout:g} s)"
+                ),
+            )
+        status = (
+            f"exited with status {result.exit_code}"
+            if result.exit_code is not None
+            else f"was killed by signal {result.signal}"
+        )
+        result_path = directory / RESULT_FILE
+        if result.exit_code != 0 or not result_path.is_file():
+            raise Verdict(
+                Outcome.ERROR,
+                self._with_logs(name, f"worker did not publish a result ({name} {status})"),
+            )
+        report = self._read_result(name, result_path)
+        if report.outcome is Outcome.ERROR and name in self.own_step_children:
+            # The user's own step failed: its traceback is in the child's stderr.
+            raise Verdict(report.outcome, self._with_logs(name, report.message))
+        if report.outcome is not Outcome.PASS:
+            raise Verdict(report.outcome, report.message)
+        return report
+
+    def _report_ranks(self, name: str) -> _ChildReport:
+        """Wait for every rank of `name`; the first that fails stops the others (ERROR).
+
+        A rank that crashed leaves the others blocked in a collective until
+        their timeout, so they are terminated as soon as one rank has failed.
+        Returns rank 0's report; all ranks' reports are kept for the rank check.
+        """
+        names = rank_names(name, self.plans[name].world_size)
+        seen: set[str] = set()
+        while len(seen) < len(names):
+            failures = []
+            for rank in names:
+                result = self.group.result(rank)
+                if result is None or rank in seen:
+                    continue
+                seen.add(rank)
+                self.process_ids.append(result.pid)
+                failure = self._rank_failure(rank, result)
+                if failure is not None:
+                    failures.append((result.succeeded, failure))
+            if failures:
+                for rank in names:
+                    self.group.terminate(rank)
+                # The terminated ranks ran too; list them, so nothing is hidden.
+                self.process_ids.extend(pid for rank, pid in self.rank_pids if rank not in seen)
+                # Ranks reaped together: a crash or timeout explains the others' errors
+                # (a peer that vanished mid-collective), not the other way round.
+                raise Verdict(*min(failures, key=lambda failure: failure[0])[1])
+            if len(seen) < len(names):
+                self.group.wait(None)
+        self.rank_reports = [self._read_result(rank, self._rank_result(rank)) for rank in names]
+        return dataclasses.replace(self.rank_reports[0], name=name)
+
+    def _rank_result(self, rank: str) -> Path:
+        return self.settings.run_root / self._log_directory(rank) / RESULT_FILE
+
+    def _rank_failure(self, rank: str, result: ChildResult) -> tuple[Outcome, str] | None:
+        if result.timed_out:
+            return Outcome.ERROR, self._with_logs(
+                rank, f"worker timeout ({rank} ran past {self.settings.timeout:g} s)"
+            )
+        path = self._rank_result(rank)
+        if result.exit_code != 0 or not path.is_file():
+            status = (
+                f"exited with status {result.exit_code}"
+                if result.exit_code is not None
+                else f"was killed by signal {result.signal}"
+            )
+            return Outcome.ERROR, self._with_logs(
+                rank, f"worker did not publish a result ({rank} {status})"
+            )
+        report = self._read_result(rank, path)
+        if report.outcome is Outcome.PASS:
+            return None
+        message = report.message if rank in report.message else f"{report.message} ({rank})"
+        if report.outcome is Outcome.ERROR:
+            return Outcome.ERROR, self._with_logs(rank, message)
+        return report.outcome, message
+
+    def _log_directory(self, name: str) -> str:
+        """`candidate/rank1` for rank children, else the child's own name."""
+        owner, _, rank = name.partition(".")
+        return f"{owner}/{rank}" if rank else name
+
+    def _read_result(self, name: str, path: Path) -> _ChildReport:
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            outcome = Outcome(record["outcome"])
+            message = record["message"]
+            pid = record["pid"]
+            if not isinstance(message, str) or isinstance(pid, bool) or not isinstance(pid, int):
+                raise TypeError("message must be a str and pid an int")
+            if outcome is not Outcome.PASS:
+                return _ChildReport(name, pid, outcome, message)
+            captured = record["loss_normalization_captured"]
+            if not isinstance(captured, bool):
+                raise TypeError("loss_normalization_captured must be a bool")
+            unobserved = tuple(record.get("unobserved_phases", ()))
+            if not set(unobserved) <= {"loss_accounting"}:
+                raise ValueError(f"unexpected unobserved phases {unobserved!r}")
+            observations, extras = read_snapshot(path.parent / OBSERVATIONS_FILE)
+        except (OSError, ValueError, KeyError, TypeError, SnapshotFileError) as error:
+            raise Verdict(
+                Outcome.ERROR,
+                self._with_logs(name, f"worker result was corrupt ({name}: {error_text(error)})"),
+            ) from None
+        # A warm check's process has no torch of its own: the report's torch facts are a worker's.
+        self.settings.observed_environment(extras.get("environment"))
+        return _ChildReport(name, pid, outcome, message, captured, observations, unobserved)
+
+    def _with_logs(self, name: str, message: str) -> str:
+        directory = self._log_directory(name)
+        if self.settings.preserved:
+            return f"{message}; see {directory}/stderr.log under the preserved work_dir"
+        tail = _last_line(self.settings.run_root / directory / "stderr.log")
+        return f"{message}; last stderr line: {tail}" if tail else message
+
+    # Decisions --------------------------------------------------------------------------
+
+    def _decide(self, reports: list[_ChildReport]) -> dict[str, Any]:
+        reports_with_ranks = [*reports[:-1], *(self.rank_reports or reports[-1:])]
+        if len({report.pid for report in reports_with_ranks}) != len(reports_with_ranks):
+            raise Verdict(Outcome.ERROR, "fresh executions did not have distinct process IDs")
+        self.settings.progress.event("comparison", "start")
+        began = time.perf_counter()
+        views = [_phase_views(report) for report in reports]
+        rank_views = [_phase_views(report) for report in self.rank_reports]
+        envelope: dict[str, Any] = {}
+        try:
+            if isinstance(self.policy, NoiseComparison):
+                compared_on, report = judge_noise_observations(
+                    self.policy,
+                    views[:-1],
+                    views[-1],
+                    rank_views,
+                    own_step=bool(self.own_step_children),
+                )
+                envelope["noise_envelope"] = report
+            else:
+                compared_on = judge_observations(
+                    self.policy, views, rank_views, own_step=bool(self.own_step_children)
+                )
+        finally:
+            self.settings.progress.event("comparison", "end", time.perf_counter() - began)
+        message = _PASS_MESSAGE
+        closest = envelope.get("noise_envelope", {}).get("closest_approach")
+        if closest is not None:
+            message += (
+                f"; inside the noise envelope, closest approach {closest['ratio']:.3g}× the "
+                f"noise in {closest['phase']}, {closest['path']}"
+            )
+        return {
+            "outcome": Outcome.PASS,
+            "message": message,
+            "verified_equal_initial_state": True,
+            **({"compared_on": compared_on} if compared_on is not None else {}),
+            **envelope,
+        }
+
+
+def _phase_views(report: _ChildReport) -> dict[str, Snapshot]:
+    """Per-phase snapshots of one child's observation file: initial at step 0, phases after."""
+    observations = report.observations
+    assert observations is not None
+    subtrees = observations.state.as_dict()
+    observed = [phase for phase in PHASES if phase not in report.unobserved_phases]
+    missing = [key for key in (INITIAL_KEY, *observed) if key not in subtrees]
+    if missing:
+        raise Verdict(
+            Outcome.ERROR,
+            f"worker result was corrupt ({report.name}: observations lack {', '.join(missing)})",
+        )
+    views = {INITIAL_KEY: Snapshot(0, subtrees[INITIAL_KEY], observations.backend)}
+    for phase in (*observed, RANKS_KEY) if RANKS_KEY in subtrees else observed:
+        views[phase] = Snapshot(observations.step, subtrees[phase], observations.backend)
+    return views
+
+
+def _last_line(path: Path) -> str:
+    try:
+        with open(path, "rb") as stream:
+            stream.seek(max(0, os.fstat(stream.fileno()).st_size - 4096))
+            lines = stream.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if line.strip():
+            return line.strip()[:_STDERR_TAIL_CHARACTERS]
+    return ""

@@ -1,0 +1,29 @@
+"""The result of `check_accumulation`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainparity._internal.processes.check_result import CheckResult
+
+__all__ = ["AccumulationResult"]
+
+
+@dataclass(frozen=True, repr=False)
+class AccumulationResult(CheckResult):
+    """The verdict of `check_accumulation` (CONTRACT §7.10)."""
+
+    equivalence: str
+    first_observed_phase: str | None = None
+    process_ids: tuple[int, ...] = ()
+    verified_equal_initial_state: bool = False
+    loss_normalization_captured: bool = False
+    peak_temporary_directory_bytes: int = 0
+    persisted_artifact_bytes: int = 0
+    # Set when the candidate's ranks held shards (FSDP2): how it was compared, and what was not.
+    compared_on: str | None = field(default=None, metadata={"omitted_when_none": True})
+    # Under NoiseComparison: the declared relation and, per phase, noise, excursion and limit.
+    noise_envelope: dict[str, Any] | None = field(
+        default=None, metadata={"omitted_when_none": True}
+    )

@@ -1,0 +1,1 @@
+"""The comparison layer: policies and the traversal, tensor values, states in memory, snapshot files."""

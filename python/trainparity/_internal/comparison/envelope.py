@@ -1,0 +1,408 @@
+"""One step judged against the noise envelope: k uninterrupted samples, at most one candidate.
+
+The trees are walked as the exact comparison walks them (CONTRACT §5.2), with
+every floating-point leaf (tensor or Python float) set aside. Anything else
+that differs is an exact difference: between two samples it means the
+uninterrupted runs disagree on a path that must be exact; between the first
+sample and the candidate it is one of the candidate's differences. Each
+set-aside path is then measured once over all its leaves (native/distances.py
+reads each buffer once) and judged:
+
+- noise = the largest ‖s_i − s_j‖₂ over two samples; excursion = the
+  candidate's ‖c − s_i‖₂ to the nearest sample; both are reported relative
+  to the largest sample norm;
+- a path whose samples are byte-identical (noise exactly 0) stays exact,
+  unless a floor is declared, or the step is noisy: when some other
+  floating-point path's samples differ at the same step, nondeterminism is
+  at work and a few samples can agree on a small tensor by chance (a sum of
+  12 terms has few possible roundings), so the tensor's noise is taken as
+  one rounding unit of its dtype (its machine epsilon, relative); a Python
+  float they agree on (a learning rate) stays exact;
+- the candidate leaves the envelope when excursion > factor × noise +
+  floor_rtol × norm + floor_atol.
+
+A step at which every sample agrees bit for bit is judged exactly: on a
+deterministic job NoiseComparison gives the exact comparison's verdicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainparity._internal.comparison.noise import NoiseComparison
+from trainparity._internal.comparison.policies import (
+    Difference,
+    ExactComparison,
+    _Traversal,
+    summarize,
+)
+from trainparity._internal.comparison.tensors import TensorValueComparison, compare_tensor_values
+from trainparity._internal.native.distances import Distances, buffer_distances
+from trainparity._internal.native.dtypes import info_for_text
+from trainparity._internal.state.freeze import FrozenTensor
+from trainparity._internal.state.paths import StatePath, render_path
+
+__all__ = ["EXIT_REASON", "PathEnvelope", "StepEnvelope", "excursion_words", "judge_step"]
+
+EXIT_REASON = "noise_envelope"
+
+
+@dataclass(frozen=True)
+class PathEnvelope:
+    """One floating-point path at one step: noise, excursion and limit, relative to the samples' norm."""
+
+    path: str
+    noise: float
+    excursion: float | None  # None: no candidate at this step
+    limit: float
+    nearest: int | None  # the sample the candidate came closest to
+    exact: bool  # the samples are byte-identical and no floor is declared: judged bit for bit
+    rounding_unit: float = 0.0  # the noise assumed where samples agree at a noisy step
+
+    @property
+    def ratio(self) -> float | None:
+        """excursion / noise (0 when the candidate equals a sample; inf past a zero noise)."""
+        if self.excursion is None:
+            return None
+        if self.excursion == 0:
+            return 0.0
+        noise = max(self.noise, self.rounding_unit)
+        return self.excursion / noise if noise > 0 else math.inf
+
+    @property
+    def outside(self) -> bool:
+        return self.excursion is not None and self.excursion > self.limit
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "noise": self.noise,
+            "excursion": self.excursion,
+            "limit": self.limit,
+            "ratio": self.ratio,
+            **({"rounding_unit": self.rounding_unit} if self.rounding_unit else {}),
+        }
+
+
+@dataclass(frozen=True)
+class StepEnvelope:
+    """What one step's judgment found.
+
+    `sample_differences`: (sample index, difference from sample 0) on paths
+    that must be exact, or where the samples' structure differs: the
+    uninterrupted runs disagree where noise cannot explain it.
+    `differences`: the candidate's, in traversal order: exact differences and
+    envelope exits (reason "noise_envelope").
+    `paths`: every measured floating-point path whose noise or excursion is
+    not 0. `unmeasured`: paths whose samples differ but hold no values
+    (summary-mode records), which the envelope could not judge.
+    """
+
+    sample_differences: tuple[tuple[int, Difference], ...]
+    differences: tuple[Difference, ...]
+    paths: tuple[PathEnvelope, ...]
+    unmeasured: tuple[str, ...] = ()
+    leaf_paths: tuple[str, ...] = field(default=(), repr=False)
+
+    def too_noisy(self, max_noise: float | None) -> PathEnvelope | None:
+        """The path of largest noise above `max_noise` (None when none is, or no limit)."""
+        if max_noise is None:
+            return None
+        over = [entry for entry in self.paths if entry.noise > max_noise]
+        return max(over, key=lambda entry: entry.noise) if over else None
+
+    def worst(self) -> PathEnvelope | None:
+        """The candidate's path of largest excursion/noise ratio (ties: the first in order)."""
+        judged = [entry for entry in self.paths if entry.ratio is not None and entry.ratio > 0]
+        return max(judged, key=lambda entry: entry.ratio) if judged else None
+
+
+def excursion_words(entry: PathEnvelope | None, policy: NoiseComparison) -> str | None:
+    """How far a path left the envelope, as every verdict words it; None for an exact path."""
+    if entry is None or entry.exact or entry.excursion is None:
+        return None
+    ratio = entry.ratio if entry.ratio is not None else math.inf
+    return (
+        f"excursion {entry.excursion:.3g} is {ratio:.3g}× the noise {entry.noise:.3g}; "
+        f"declared limit {policy.factor:g}×" + (" plus the floor" if policy.has_floor else "")
+    )
+
+
+def judge_step(
+    policy: NoiseComparison,
+    samples: Sequence[object],
+    candidate: object | None = None,
+    noise_so_far: dict[str, float] | None = None,
+) -> StepEnvelope:
+    """Judge `candidate` against the envelope of `samples` (frozen trees or Snapshots) at one step.
+
+    `noise_so_far` (path → relative noise) carries the envelope across the
+    steps of one trajectory: drift from reordered sums does not shrink, so a
+    path's noise is the largest measured at this step or before, which keeps
+    a few samples that happen to lie close together at one step from
+    narrowing the envelope there. It is updated with this step's noise.
+    """
+    if not samples:
+        raise ValueError("judge_step needs at least one sample")
+    leaves: dict[str, list[Any]] = {}
+    sample_differences: list[tuple[int, Difference]] = []
+    for index, sample in enumerate(samples[1:], start=1):
+        walk = _SettingAside(leaves, index)
+        sample_differences.extend((index, found) for found in walk.run(samples[0], sample))
+    candidate_index = len(samples)
+    ordered: list[tuple[int, Difference]] = []
+    if candidate is not None:
+        walk = _SettingAside(leaves, candidate_index)
+        found_differences = walk.run(samples[0], candidate)
+        ordered.extend(zip(walk.sequence, found_differences, strict=True))
+        order = walk.order
+    else:
+        walk = _SettingAside(leaves, 0)
+        walk.run(samples[0], samples[0])
+        order = walk.order
+    judged: list[tuple[str, list[Any], Any, PathEnvelope]] = []
+    unmeasured: list[str] = []
+    for path in sorted(order, key=order.__getitem__):
+        found = leaves.get(path, {})
+        if any(index not in found for index in range(len(samples))):
+            continue  # a structure difference between samples, reported as such
+        sample_leaves = [found[index] for index in range(len(samples))]
+        candidate_leaf = found.get(candidate_index) if candidate is not None else None
+        if candidate is not None and candidate_index not in found:
+            continue  # a structure difference of the candidate, reported as such
+        before = noise_so_far.get(path, 0.0) if noise_so_far is not None else 0.0
+        entry = _judge_path(policy, path, sample_leaves, candidate_leaf, before)
+        if entry is None:
+            unmeasured.append(path)
+            if candidate_leaf is not None and not _same_digest(sample_leaves[0], candidate_leaf):
+                ordered.append(
+                    (order[path], _exit_difference(path, sample_leaves, candidate_leaf, None))
+                )
+            continue
+        judged.append((path, sample_leaves, candidate_leaf, entry))
+    noisy_step = any(entry.noise > 0 for _, _, _, entry in judged)
+    if noise_so_far is not None:
+        noise_so_far.update((path, entry.noise) for path, _, _, entry in judged if entry.noise > 0)
+    paths: list[PathEnvelope] = []
+    for path, sample_leaves, candidate_leaf, found in judged:
+        entry = _with_rounding_unit(policy, found, sample_leaves[0]) if noisy_step else found
+        if entry.noise > 0 or (entry.excursion or 0) > 0:
+            paths.append(entry)
+        if entry.outside:
+            ordered.append(
+                (order[path], _exit_difference(path, sample_leaves, candidate_leaf, entry))
+            )
+    ordered.sort(key=lambda item: item[0])
+    return StepEnvelope(
+        tuple(sample_differences),
+        tuple(difference for _, difference in ordered),
+        tuple(paths),
+        tuple(unmeasured),
+        tuple(order),
+    )
+
+
+# Walking: exact differences out, floating-point leaves set aside --------------------
+
+
+class _Deferred(ExactComparison):
+    """Exact for everything but floating-point tensor values, which are judged later."""
+
+    def tensor_values(
+        self, baseline: FrozenTensor, candidate: FrozenTensor
+    ) -> TensorValueComparison:
+        if info_for_text(baseline.dtype).is_floating:
+            return TensorValueComparison(baseline.numel, 0, None, 0.0, 0.0, 0.0, "deferred")
+        return compare_tensor_values(baseline, candidate)
+
+
+class _SettingAside(_Traversal):
+    """The exact traversal, putting each floating-point leaf pair into `leaves[path]`.
+
+    `order` numbers every set-aside path and `sequence` every difference in
+    traversal order, so envelope exits and exact differences keep that order.
+    """
+
+    def __init__(self, leaves: dict[str, Any], index: int) -> None:
+        super().__init__(_Deferred(), stop_at_first=False, on_tensor=self._set_aside_tensor)
+        self.leaves = leaves
+        self.index = index
+        self.order: dict[str, int] = {}
+        self.sequence: list[int] = []
+        self._counter = 0
+
+    def _next(self) -> int:
+        self._counter += 1
+        return self._counter
+
+    def _add(self, difference: Difference) -> None:
+        self.sequence.append(self._next())
+        super()._add(difference)
+
+    def _keep(self, path: str, left: Any, right: Any) -> None:
+        self.order[path] = self._next()
+        slot = self.leaves.setdefault(path, {})
+        slot.setdefault(0, left)
+        slot[self.index] = right
+
+    def _set_aside_tensor(self, record: Any) -> None:
+        if record.values.method == "deferred":
+            self._keep(record.path, record.baseline, record.candidate)
+
+    def _node(self, left: object, right: object, path: StatePath) -> list:
+        if type(left) is float and type(right) is float:
+            self._keep(render_path(path), left, right)
+            return []
+        return super()._node(left, right, path)
+
+
+# Measuring and judging one path -------------------------------------------------------
+
+
+def _judge_path(
+    policy: NoiseComparison,
+    path: str,
+    samples: list[Any],
+    candidate: Any | None,
+    noise_before: float = 0.0,
+) -> PathEnvelope | None:
+    leaves = [*samples, *([candidate] if candidate is not None else [])]
+    measured = _measure(leaves)
+    if measured is None:
+        return None
+    k = len(samples)
+    scale = max(measured.norms[:k])
+    sample_pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    identical_samples = all(measured.identical(i, j) for i, j in sample_pairs)
+    nonfinite = any(measured.nonfinite)
+    if nonfinite:
+        # NaN or infinity: no distance is meaningful; equal bytes are the only agreement.
+        noise_abs = 0.0 if identical_samples else math.inf
+    else:
+        noise_abs = max((measured.distance(i, j) for i, j in sample_pairs), default=0.0)
+    if noise_before > 0 and scale > 0 and math.isfinite(noise_abs):
+        noise_abs = max(noise_abs, noise_before * scale)
+    floor_abs = policy.floor_rtol * scale + policy.floor_atol
+    exact = noise_abs == 0 and not policy.has_floor
+    limit_abs = 0.0 if exact else policy.factor * noise_abs + floor_abs
+    excursion_abs: float | None = None
+    nearest: int | None = None
+    if candidate is not None:
+        c = k
+        same = [i for i in range(k) if measured.identical(i, c)]
+        if same:
+            excursion_abs, nearest = 0.0, same[0]
+        elif nonfinite:
+            excursion_abs, nearest = math.inf, 0
+        else:
+            nearest = min(range(k), key=lambda i: (measured.distance(i, c), i))
+            excursion_abs = measured.distance(nearest, c)
+            if exact and excursion_abs == 0.0:
+                excursion_abs = math.ulp(0.0)  # equal values, other bytes (-0.0, NaN payloads)
+    return PathEnvelope(
+        path=path,
+        noise=_relative(noise_abs, scale),
+        excursion=None if excursion_abs is None else _relative(excursion_abs, scale),
+        limit=_relative(limit_abs, scale),
+        nearest=nearest,
+        exact=exact,
+    )
+
+
+# Machine epsilon (relative rounding unit) of each floating dtype; Python floats are float64.
+_EPSILON = {
+    "float64": 2.0**-52,
+    "float32": 2.0**-23,
+    "bfloat16": 2.0**-7,
+    "float16": 2.0**-10,
+    "complex128": 2.0**-52,
+    "complex64": 2.0**-23,
+    "complex32": 2.0**-10,
+}
+
+
+def _with_rounding_unit(policy: NoiseComparison, entry: PathEnvelope, leaf: Any) -> PathEnvelope:
+    """At a noisy step, a path whose samples agree is given one rounding unit of noise."""
+    if entry.noise > 0 or not isinstance(leaf, FrozenTensor):
+        return entry  # a Python float the samples agree on (a learning rate) stays exact
+    unit = _EPSILON.get(
+        info_for_text(leaf.dtype).name, 2.0**-2
+    )  # float8 formats: a quarter is their rounding scale
+    limit = max(entry.limit, policy.factor * unit)
+    return PathEnvelope(
+        entry.path,
+        entry.noise,
+        entry.excursion,
+        limit,
+        entry.nearest,
+        exact=False,
+        rounding_unit=unit,
+    )
+
+
+def _relative(value: float, scale: float) -> float:
+    if value == 0.0:
+        return 0.0
+    return value / scale if scale > 0 else math.inf
+
+
+def _measure(leaves: list[Any]) -> Distances | None:
+    """Distances of the leaves; None when some leaf holds no values and the digests differ."""
+    if all(type(leaf) is float for leaf in leaves):
+        return _float_distances(leaves)
+    tensors: list[FrozenTensor] = leaves
+    digests = [leaf.digest for leaf in tensors]
+    if None not in digests and len(set(digests)) == 1:
+        count = len(tensors)
+        return Distances(
+            (0.0,) * count,  # unread: the norm never matters when everything is identical
+            {(i, j): (0.0, True) for i in range(count) for j in range(i + 1, count)},
+            (0,) * count,
+        )
+    if any(leaf.data is None for leaf in tensors):
+        return None
+    return buffer_distances(tensors[0].dtype, [leaf.data for leaf in tensors])
+
+
+def _float_distances(values: list[float]) -> Distances:
+    count = len(values)
+    pairs = {}
+    for i in range(count):
+        for j in range(i + 1, count):
+            same = _float_bits(values[i]) == _float_bits(values[j])
+            pairs[(i, j)] = (0.0 if same else abs(values[i] - values[j]), same)
+    return Distances(
+        tuple(abs(value) for value in values),
+        pairs,
+        tuple(0 if math.isfinite(value) else 1 for value in values),
+    )
+
+
+def _float_bits(value: float) -> bytes:
+    import struct
+
+    return struct.pack(">d", value)
+
+
+def _same_digest(first: Any, second: Any) -> bool:
+    return getattr(first, "digest", None) is not None and first.digest == second.digest
+
+
+def _exit_difference(
+    path: str, samples: list[Any], candidate: Any, entry: PathEnvelope | None
+) -> Difference:
+    """The Difference of a path the candidate left: exact paths keep the exact reason."""
+    nearest = samples[entry.nearest if entry is not None and entry.nearest is not None else 0]
+    if entry is None or entry.exact:
+        reason = "tensor_value" if isinstance(candidate, FrozenTensor) else "value"
+        return Difference(path, reason, summarize(nearest), summarize(candidate))
+    return Difference(
+        path,
+        EXIT_REASON,
+        summarize(nearest),
+        summarize(candidate),
+        max_rel_error=entry.excursion,
+    )

@@ -1,0 +1,190 @@
+"""Sample order across resume boundaries, per rank: the phases must consume what baseline_a consumed.
+
+When the training script records the IDs it consumes (`record_ids`,
+`track_ids`), check_resume gives every phase its own record directory. For
+each epoch and rank that baseline_a recorded, the IDs of the phases one after
+the other (candidate_split, then candidate_resume, and so on along a resume
+chain) must be exactly baseline_a's sequence. The first position
+where they part is reported at `coverage.epoch{E}.rank{R}`, as a repeated ID
+(a resumed sampler that restarted its epoch, or fast-forwarded too little),
+a missing ID (one that skipped ahead), an extra ID, or a different order.
+
+When the script also calls `record()`, each ID is placed on the step axis
+(the `.steps` marks beside the records): a difference comes with the step
+during which the candidate consumed the differing position, or, where the
+candidate never reached it, the step during which baseline_a did.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainparity._internal.comparison.policies import Difference
+from trainparity._internal.recording.record_ids import (
+    ConsumptionSteps,
+    consumption_steps,
+    read_recorded_ids,
+    recorded_epochs,
+)
+
+__all__ = ["BoundaryDifference", "chain_coverage_differences"]
+
+_CHUNK = 1 << 16  # values compared at once as bytes before looking inside a chunk
+
+
+@dataclass(frozen=True)
+class BoundaryDifference:
+    """A difference in sample order, and the step of its position (None: no record() placed it)."""
+
+    difference: Difference
+    step: int | None
+
+
+@dataclass(frozen=True)
+class _PhaseIds:
+    """One phase's IDs of one epoch on one rank, and the step during which each was consumed."""
+
+    values: memoryview
+    steps: ConsumptionSteps
+
+
+def _phase_ids(records: dict[int, dict[int, Path]], epoch: int, rank: int) -> _PhaseIds:
+    path = records.get(epoch, {}).get(rank)
+    if path is None:
+        return _PhaseIds(memoryview(b"").cast("q"), ConsumptionSteps([]))
+    view = read_recorded_ids(path)
+    if sys.byteorder != "little":  # records are little-endian
+        raise NotImplementedError("ID records are read on little-endian hosts only")
+    values = view.cast("q") if len(view) else memoryview(b"").cast("q")
+    return _PhaseIds(values, consumption_steps(path))
+
+
+def _records(directory: Path) -> dict[int, dict[int, Path]]:
+    return recorded_epochs(directory) if directory.is_dir() else {}
+
+
+def _first_mismatch(expected: memoryview, actual: list[int]) -> int | None:
+    """The first position where the two sequences differ (length included), or None."""
+    common = min(len(expected), len(actual))
+    for start in range(0, common, _CHUNK):
+        stop = min(start + _CHUNK, common)
+        if expected[start:stop].tolist() != actual[start:stop]:
+            for position in range(start, stop):
+                if expected[position] != actual[position]:
+                    return position
+    return None if len(expected) == len(actual) else common
+
+
+def _during(step: int | None) -> str:
+    return "" if step is None else f" during step {step}"
+
+
+def _describe(
+    epoch: int,
+    rank: int,
+    baseline: _PhaseIds,
+    phases: list[tuple[str, _PhaseIds]],
+    actual: list[int],
+    position: int,
+) -> BoundaryDifference:
+    expected = baseline.values
+    index, offset = 0, position
+    # The phase that consumed `position` (the last one when the candidate stopped before it).
+    while index < len(phases) - 1 and offset >= len(phases[index][1].values):
+        offset -= len(phases[index][1].values)
+        index += 1
+    phase, ids = phases[index]
+    baseline_step = baseline.steps.step_at(position) if position < len(expected) else None
+    candidate_step = ids.steps.step_at(offset) if position < len(actual) else None
+    boundary = f", after boundary {index}" if index and len(phases) > 2 else ""
+    where = (
+        f"position {position} of epoch {epoch} on rank {rank} "
+        f"({phase}'s position {offset}{_during(candidate_step)}{boundary})"
+    )
+    baseline_text = f"ID {expected[position]}" if position < len(expected) else "no more IDs"
+    baseline_text = (
+        f"{baseline_text} at position {position}{_during(baseline_step)} "
+        f"({len(expected)} IDs in the epoch)"
+    )
+    path = f"coverage.epoch{epoch}.rank{rank}"
+    if position >= len(actual):
+        names = " + ".join(name for name, _ids in phases)
+        difference = Difference(
+            path=path,
+            reason="sample_missing",
+            baseline=baseline_text,
+            candidate=f"ID {expected[position]} never consumed: {names} stop after "
+            f"{len(actual)} IDs",
+        )
+        return BoundaryDifference(difference, baseline_step)
+    return BoundaryDifference(
+        _consumed_difference(path, expected, actual, position, where, baseline_text),
+        candidate_step,
+    )
+
+
+def _consumed_difference(
+    path: str, expected: memoryview, actual: list[int], position: int, where: str, baseline: str
+) -> Difference:
+    """The difference at a position the candidate consumed: what it took there instead."""
+    value = actual[position]
+    earlier = actual.index(value) if value in actual[:position] else None
+    if earlier is not None:
+        return Difference(
+            path=path,
+            reason="sample_repeated",
+            baseline=baseline,
+            candidate=f"ID {value} consumed again at {where}; first consumed at position {earlier}",
+        )
+    if position >= len(expected):
+        return Difference(
+            path=path,
+            reason="sample_extra",
+            baseline=baseline,
+            candidate=f"ID {value} at {where}, after the baseline's last ID",
+        )
+    wanted = expected[position]
+    if wanted not in actual:
+        return Difference(
+            path=path,
+            reason="sample_missing",
+            baseline=baseline,
+            candidate=f"ID {wanted} never consumed; ID {value} at {where} instead",
+        )
+    return Difference(
+        path=path, reason="sample_order", baseline=baseline, candidate=f"ID {value} at {where}"
+    )
+
+
+def chain_coverage_differences(
+    baseline_dir: Path, phase_dirs: list[tuple[str, Path]]
+) -> list[BoundaryDifference]:
+    """Differences of the phases' concatenated sample order from the baseline's, per epoch and rank.
+
+    `phase_dirs`: (name, record directory) of each phase of a resume chain,
+    in order (A, B, C, …), all on the baseline's ranks. For each epoch and
+    rank, the phases' IDs one after the other must be exactly the baseline's
+    sequence; the first position where they part is reported, with the phase
+    (and, past the first boundary, which boundary) that consumed it. Empty
+    when the baseline recorded no IDs.
+    """
+    baseline = _records(baseline_dir)
+    if not baseline:
+        return []
+    phases = [(name, _records(directory)) for name, directory in phase_dirs]
+    differences = []
+    epochs = set(baseline).union(*(records for _name, records in phases))
+    for epoch in sorted(epochs):
+        ranks = set(baseline.get(epoch, {})).union(
+            *(records.get(epoch, {}) for _name, records in phases)
+        )
+        for rank in sorted(ranks):
+            expected = _phase_ids(baseline, epoch, rank)
+            consumed = [(name, _phase_ids(records, epoch, rank)) for name, records in phases]
+            actual = [value for _name, ids in consumed for value in ids.values.tolist()]
+            position = _first_mismatch(expected.values, actual)
+            if position is not None:
+                differences.append(_describe(epoch, rank, expected, consumed, actual, position))
+    return differences

@@ -1,0 +1,472 @@
+"""The training children of one check: launch, wait, account, find the checkpoint.
+
+check_resume and check_runs both run a case's command as fresh child
+processes ("phases": baseline_a, candidate_split, …; or a variant's runs
+`accum4_a`, …). What happens around each child is the same for both and
+lives here: the command callback and its validation, the multi-rank
+additions (a sweep tag, torchrun's own temporary directory, the fixed-port
+check for concurrent phases, the failing rank named in an ERROR), the
+environment for `record()`, the `processes` evidence, and the checkpoint the
+case declares. The decisions (which phase to wait for, what to compare) stay
+with each check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainparity._internal.distributed import phases as multirank
+from trainparity._internal.distributed.launch import local_ranks
+from trainparity._internal.distributed.rank_processes import (
+    MeasuredExit,
+    rank_event_detail,
+    rank_evidence,
+    read_rank_exits,
+    unsampled_exit_events,
+)
+from trainparity._internal.distributed.rank_watcher import RankEvent, RankSample, RankWatcher
+from trainparity._internal.error_text import error_text
+from trainparity._internal.outcomes import Outcome
+from trainparity._internal.processes.check_runner import RunSettings
+from trainparity._internal.processes.evidence import ExternalProcessEvidence, NodeProcessEvidence
+from trainparity._internal.processes.executor import PhaseLauncher
+from trainparity._internal.processes.failure_text import (
+    HEADLINE_SCAN_LINES,
+    TAIL_LINES,
+    directory_listing,
+    exception_line,
+    failure_block,
+    log_tail,
+)
+from trainparity._internal.processes.foreign_interpreter import foreign_interpreter_hint
+from trainparity._internal.processes.group import (
+    ChildGroup,
+    ChildLaunchError,
+    ChildResult,
+    ChildSpec,
+)
+from trainparity._internal.processes.observer.client import ObserverClient
+from trainparity._internal.processes.phase_directory import phase_cwd, phase_environment
+from trainparity._internal.protocols import ProcessExecutionPlan
+from trainparity._internal.state.snapshot import Snapshot
+
+__all__ = [
+    "PhaseChildren",
+    "PhaseError",
+    "TrainingPhase",
+    "nondeterminism_hints",
+    "path_bytes",
+    "validated_command",
+]
+
+# Environment variables whose absence or value commonly explains run-to-run drift.
+# (Not OMP_NUM_THREADS: every child runs with a thread count the check decides.)
+_NONDETERMINISM_VARIABLES = {
+    "CUBLAS_WORKSPACE_CONFIG": "CUBLAS_WORKSPACE_CONFIG is unset: cuBLAS may pick non-deterministic algorithms (set ':4096:8' with torch.use_deterministic_algorithms(True))",
+    "PYTHONHASHSEED": "PYTHONHASHSEED is unset: str hashes, and so set/dict iteration over str, differ per process",
+}
+
+
+class PhaseError(Exception):
+    """A phase could not run or be observed; carries the verdict to return."""
+
+    def __init__(self, outcome: Outcome, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+
+
+@dataclass
+class TrainingPhase:
+    """Book-keeping of one training child.
+
+    `extra_args` are appended to the case's command and `extra_env` added to
+    the check's environment (a check_runs variant; the variables for
+    `record()`). `emptied` are directories the check gives the child to write
+    (its recordings), removed before it starts with its ID record directory.
+    """
+
+    name: str
+    end_step: int
+    run_dir: Path
+    resume_from: Path | None = None
+    world_size: int | None = None  # the rank count asked of the case (an elastic resume)
+    layout: str | None = None  # the layout asked of the case (a layout change)
+    extra_args: tuple[str, ...] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    emptied: tuple[Path, ...] = ()
+    started: bool = False
+    argv: tuple[str, ...] = ()  # as started; the failure of a foreign interpreter names it
+    tag: str | None = None  # in the phase's environment; what multirank.sweep kills
+    ranks: int = 1  # a torchrun phase's local ranks, which share the phase's threads
+    rank_samples: tuple[RankSample, ...] = ()  # a torchrun phase's ranks, as last sampled
+    exits_file: Path | None = None  # a torchrun phase's, where a warm agent measures its ranks
+    rank_exits: Mapping[int, MeasuredExit] = field(default_factory=dict)  # read once, at its end
+    result: ChildResult | None = None
+    error: PhaseError | None = None
+
+
+class PhaseChildren:
+    """Starts, waits for and accounts the training children of one check.
+
+    `timings` is the check's timing dict: a child's wall time goes in under
+    `timing_keys.get(name, name)` once the decision sequence reaches it.
+    """
+
+    def __init__(
+        self,
+        *,
+        case_spec: str,
+        case: object,
+        settings: RunSettings,
+        phases: Mapping[str, TrainingPhase],
+        timings: dict[str, float],
+        timing_keys: Mapping[str, str] | None = None,
+        case_kind: str = "resume",
+    ) -> None:
+        self.case = case
+        self.settings = settings
+        self.phases = dict(phases)
+        self.timings = timings
+        self.timing_keys = dict(timing_keys or {})
+        self.group = ChildGroup(on_event=self._on_child_event, launcher=settings.starter.launch)
+        # The training phases' launcher: this group, or an executor's (e.g. SLURM jobs).
+        self.launcher: PhaseLauncher = self.group
+        if settings.executor is not None:
+            self.launcher = settings.executor.launcher(
+                run_root=settings.run_root,
+                on_event=self._on_child_event,
+                progress=settings.progress,
+            )
+        self.rank_watcher = RankWatcher(self._on_rank_event)
+        # One observer worker in the same group snapshots every phase's checkpoint.
+        self.observer = ObserverClient(
+            group=self.group,
+            case_spec=case_spec,
+            snapshot_dir=settings.run_root / "snapshots",
+            cwd=settings.command_dir,
+            environment=settings.environment,
+            timeout=settings.timeout,
+            progress=settings.progress,
+            case_kind=case_kind,
+            timings=timings,
+            on_environment=settings.observed_environment,
+        )
+        self.processes: list[ExternalProcessEvidence] = []
+        self.checkpoint_max_bytes = 0
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """The group's lifetime; on leaving, every child is killed and every phase tag swept.
+
+        torchrun starts its ranks in new sessions, outside the group's process
+        group: whatever still carries a phase tag (ranks, their workers) is
+        killed by the sweep.
+        """
+        with (
+            multirank.swept(self._phase_tags),
+            self.rank_watcher,
+            self.group,
+            contextlib.closing(self.launcher),
+        ):
+            try:
+                yield
+            finally:
+                self.observer.stop()
+
+    def start_concurrently(self, names: Iterable[str]) -> None:
+        """Start the observer worker and the named phases at once (they run while others wait)."""
+        self.observer.start()
+        for name in names:
+            self.start(name)
+
+    def observed(self, name: str, checkpoint: Path | None = None) -> Snapshot:
+        """The snapshot of a phase's checkpoint (by default: run the phase, then its checkpoint).
+
+        An observation that fails raises ObservationFailure, which carries its verdict.
+        """
+        if checkpoint is None:
+            checkpoint = self.trained(name)
+        return self.observer.observe(name, checkpoint).snapshot
+
+    def evidence_fields(self) -> dict[str, int]:
+        """The size figures every result of a check with training children reports."""
+        return {
+            "snapshot_ipc_bytes": self.observer.file_bytes,
+            "checkpoint_max_bytes": self.checkpoint_max_bytes,
+        }
+
+    def trained(self, name: str) -> Path:
+        """Run (or finish waiting for) a training child; return its checkpoint path."""
+        phase = self.phases[name]
+        if not phase.started:
+            self.start(name)
+        if phase.error is None:  # else the command callback or the launch failed
+            if phase.result is None:
+                self.launcher.wait_for(name)
+            self._account(phase)
+        if phase.error is not None:
+            raise phase.error
+        return self._checkpoint_after(phase)
+
+    def start(self, name: str) -> None:
+        """Launch a phase's child; a failure is kept on the phase and raised when it is awaited."""
+        phase = self.phases[name]
+        phase.started = True
+        phase.run_dir.mkdir(parents=True, exist_ok=True)
+        plan = ProcessExecutionPlan(
+            phase=phase.name,
+            cwd=self.settings.command_dir,
+            run_dir=phase.run_dir,
+            end_step=phase.end_step,
+            resume_from=phase.resume_from,
+            world_size=phase.world_size,
+            layout=phase.layout,
+        )
+        try:
+            argv = [*validated_command(self.case.command(plan)), *phase.extra_args]
+            cwd = phase_cwd(self.case, plan)
+        except Exception as error:
+            phase.error = PhaseError(
+                Outcome.ERROR,
+                f"{phase.name} command callback or validation failed: {error_text(error)}",
+            )
+            return
+        problem = self.settings.parallel and multirank.concurrency_problem(
+            phase.name, argv, self.settings.environment
+        )
+        if problem:
+            phase.error = PhaseError(Outcome.ERROR, problem)
+            return
+        phase.ranks = local_ranks(argv, {**self.settings.environment, **phase.extra_env})
+        variables = self.settings.threads.environment(
+            phase_environment(self.settings.environment, cwd=cwd, check_cwd=plan.cwd),
+            ranks=phase.ranks,
+            own=phase.extra_env,
+        )
+        # One TMPDIR for every phase of the check (each torchrun agent makes its own directory
+        # in it), removed with the run directory.
+        try:
+            # A kept work_dir's last check's records: record_ids appends to a phase's files
+            # (the old IDs would be consumed again: a false sample_repeated), and record()
+            # refuses to write over a recording.
+            for directory in (multirank.ids_path(phase.run_dir), *phase.emptied):
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.rmtree(directory)
+            environment, phase.tag = multirank.phase_environment(
+                argv, variables, phase.run_dir, temporary_dir=self.settings.run_root / "tmp"
+            )
+        except OSError as error:
+            phase.error = PhaseError(
+                Outcome.ERROR, f"{phase.name} child launch failed: {error_text(error)}"
+            )
+            return
+        self.rank_watcher.watch(phase.name, phase.tag, argv)  # only torchrun phases are watched
+        exits_file = environment.get(multirank.RANK_EXITS_FILE_VARIABLE)
+        phase.exits_file = Path(exits_file) if exits_file else None
+        phase.argv = tuple(argv)
+        try:
+            spec = ChildSpec(
+                name=phase.name,
+                argv=argv,
+                cwd=cwd,
+                env=environment,
+                stdout_path=phase.run_dir / "stdout.log",
+                stderr_path=phase.run_dir / "stderr.log",
+            )
+            self.launcher.start(spec, timeout=self.settings.timeout)
+        except (ChildLaunchError, OSError, TypeError, ValueError, RuntimeError) as error:
+            self.rank_watcher.close(phase.name)  # no ranks will come
+            phase.error = PhaseError(
+                Outcome.ERROR, f"{phase.name} child launch failed: {error_text(error)}"
+            )
+
+    def checkpoint_path(self, phase: str, run_dir: Path, when: str) -> Path:
+        """The case's `checkpoint_path(run_dir)`, checked to be a Path; ERROR naming `when` if not."""
+        try:
+            checkpoint = self.case.checkpoint_path(run_dir)
+            if not isinstance(checkpoint, Path):
+                raise TypeError(
+                    f"checkpoint_path must return a pathlib.Path, got {type(checkpoint).__name__}"
+                )
+        except Exception as error:
+            raise PhaseError(
+                Outcome.ERROR,
+                f"{phase} checkpoint path resolution {when} failed: {error_text(error)}",
+            ) from None
+        return checkpoint
+
+    def shown(self, path: Path) -> str:
+        """`path` for a message: whole under a kept work_dir; else from the run root, whose
+        temporary name would make two reports of the same inputs differ."""
+        if self.settings.preserved or not path.is_relative_to(self.settings.run_root):
+            return str(path)
+        return str(path.relative_to(self.settings.run_root))
+
+    def explained(self, phase: TrainingPhase, message: str, *, with_reason: bool = True) -> str:
+        """`message` and, on the lines below it, the last lines of the child's stderr.
+
+        Read now, before the run directory is removed; a torchrun phase gives
+        each failed rank's own log where torchrun kept one (else its tee'd
+        lines are in the phase's stderr). The first line ends with the exception
+        line of the child's traceback (`RuntimeError: ...`, see exception_line) when
+        `message` has no detail yet and `with_reason` (a timed-out child's last line
+        is no reason).
+        """
+        kept = self.settings.preserved
+        stderr_path = phase.run_dir / "stderr.log"
+        scanned = log_tail(stderr_path, HEADLINE_SCAN_LINES)
+        tail = scanned[-TAIL_LINES:]
+        rank_logs = multirank.failed_rank_logs(stderr_path, phase.run_dir)
+        blocks = [
+            failure_block(f"rank {rank}'s stderr", log_tail(log), log, kept=kept)
+            for rank, log in rank_logs
+        ]
+        if not blocks:
+            blocks.append(failure_block(f"{phase.name}'s stderr", tail, stderr_path, kept=kept))
+            reason = exception_line(scanned)
+            if with_reason and reason and ": " not in message:
+                message += f": {reason}"
+        return "\n".join([message, *blocks])
+
+    def ordered_processes(self) -> tuple[ExternalProcessEvidence, ...]:
+        """The `processes` evidence in phase order (not the order children happened to end)."""
+        order = {name: index for index, name in enumerate(self.phases)}
+        return tuple(sorted(self.processes, key=lambda evidence: order[evidence.phase]))
+
+    # Internals ------------------------------------------------------------------------
+
+    def _on_child_event(self, name: str, kind: str, result: ChildResult | None) -> None:
+        if name not in self.phases:
+            return
+        phase = self.phases[name]
+        threads = self.settings.threads.describe(phase.ranks, own=phase.extra_env)
+        self.settings.progress.event(
+            name,
+            kind,
+            result.wall_seconds if result is not None else None,
+            detail=threads if kind == "start" else None,
+        )
+        if kind == "end":
+            phase.result = result
+            phase.rank_samples = self.rank_watcher.close(name)  # before the sweep kills them
+            multirank.sweep(phase.tag)  # ranks that left the child's process group
+            phase.rank_exits = read_rank_exits(phase.exits_file)
+            # Ranks too short for any sample: their progress lines, as their agent measured them.
+            for event in unsampled_exit_events(name, phase.rank_samples, phase.rank_exits):
+                self._on_rank_event(event)
+
+    def _on_rank_event(self, event: RankEvent) -> None:
+        """A torchrun rank seen starting or ending: a progress line (from the watcher's thread)."""
+        sample = event.sample
+        elapsed = sample.last_seen - sample.first_seen if event.kind == "end" else None
+        self.settings.progress.event(
+            sample.phase, event.kind, elapsed, rank=sample.rank, detail=rank_event_detail(event)
+        )
+
+    def _phase_tags(self) -> list[str]:
+        return [phase.tag for phase in self.phases.values() if phase.tag is not None]
+
+    def _account(self, phase: TrainingPhase) -> None:
+        """Record how a finished child ended, when the decision sequence reaches it.
+
+        Evidence of children that ran early (concurrently) but whose phase the
+        verdict never reached is left out, so a report does not depend on
+        scheduling.
+        """
+        result = phase.result
+        name = phase.name
+        if result.job_state not in (None, "COMPLETED"):
+            message = f"{name}'s job {result.job_id} ended {result.job_state}"
+            phase.error = PhaseError(Outcome.ERROR, self.explained(phase, message))
+            return
+        if result.timed_out:
+            message = self.explained(phase, f"{name} child exceeded timeout", with_reason=False)
+            phase.error = PhaseError(Outcome.ERROR, message)
+            return
+        returncode = result.exit_code if result.exit_code is not None else -(result.signal or 0)
+        self.processes.append(
+            ExternalProcessEvidence(
+                phase=name,
+                pid=result.pid,
+                elapsed_seconds=result.wall_seconds,
+                returncode=returncode,
+                signal=result.signal,
+                user_seconds=result.user_seconds,
+                system_seconds=result.sys_seconds,
+                peak_rss_bytes=result.peak_rss_bytes,
+                job_id=result.job_id,
+                nodes=tuple(
+                    NodeProcessEvidence(**row) for row in multirank.node_rows(phase.run_dir)
+                ),
+                ranks=rank_evidence(
+                    phase.rank_samples,
+                    phase_returncode=returncode,
+                    stderr_path=phase.run_dir / "stderr.log",
+                    measured=phase.rank_exits,
+                ),
+            )
+        )
+        if returncode != 0:
+            self.timings[name] = result.wall_seconds
+            message = f"{name} child exited with status {returncode}"
+            details = (
+                multirank.node_failure(phase.run_dir),
+                multirank.rank_failure(phase.run_dir / "stderr.log", phase.run_dir),
+            )
+            if any(details):
+                message += ": " + "; ".join(detail for detail in details if detail)
+            message = self.explained(phase, message)
+            hint = foreign_interpreter_hint(
+                phase.argv, self.settings.environment, log_tail(phase.run_dir / "stderr.log")
+            )
+            phase.error = PhaseError(Outcome.ERROR, message + (f"\n{hint}" if hint else ""))
+            return
+        self.timings[self.timing_keys.get(name, name)] = result.wall_seconds
+
+    def _checkpoint_after(self, phase: TrainingPhase) -> Path:
+        try:
+            checkpoint = self.checkpoint_path(phase.name, phase.run_dir, "after child completion")
+        except PhaseError:
+            self.timings.setdefault(phase.name, phase.result.wall_seconds)
+            raise
+        if not (checkpoint.is_file() or checkpoint.is_dir()):
+            self.timings.setdefault(phase.name, phase.result.wall_seconds)
+            message = (
+                f"{phase.name} did not create its declared checkpoint {self.shown(checkpoint)}; "
+                f"the phase directory {self.shown(phase.run_dir)} held: "
+                f"{directory_listing(phase.run_dir)}"
+            )
+            raise PhaseError(Outcome.ERROR, self.explained(phase, message))
+        self.checkpoint_max_bytes = max(self.checkpoint_max_bytes, path_bytes(checkpoint))
+        return checkpoint
+
+
+def path_bytes(path: Path) -> int:
+    """Size of a checkpoint file, or of every file under a checkpoint directory."""
+    if path.is_dir():
+        return sum(entry.stat().st_size for entry in path.rglob("*") if entry.is_file())
+    return path.stat().st_size
+
+
+def validated_command(command: object) -> list[str]:
+    """The argv a case's command() returned, refused when it is not a non-empty list of str."""
+    if isinstance(command, (str, bytes)):
+        raise TypeError(
+            "command() must return a sequence of str such as [sys.executable, 'train.py'], not one string"
+        )
+    argv = list(command)  # type: ignore[call-overload]
+    if not argv or not all(isinstance(item, str) and "\0" not in item for item in argv):
+        raise TypeError("command() must return a non-empty sequence of str without NUL characters")
+    return argv
+
+
+def nondeterminism_hints(environment: Mapping[str, str]) -> tuple[str, ...]:
+    """Why runs may drift, for each such variable that the children's environment lacks."""
+    return tuple(
+        hint for variable, hint in _NONDETERMINISM_VARIABLES.items() if variable not in environment
+    )

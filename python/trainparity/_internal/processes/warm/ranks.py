@@ -1,0 +1,417 @@
+"""In a torchrun agent forked warm: fork its ranks warm too, from a zygote made before torchrun runs.
+
+A phase's environment turns this off with TRAINPARITY_WARM_RANKS=0. A forked
+rank does less work than a fresh one (no import of torch): it may end within
+one sample of the rank watcher (so its row comes from its measured exit,
+below), and its peak RSS leaves out the pages of torch that only the import
+touched (docs/limitations.md).
+
+Loaded by server.py from its file (standard library only, nothing of
+trainparity in sys.modules), in an agent child (`python -m
+torch.distributed.run …`) right after child_side.become_fresh. `install`
+forks the zygote first: a copy of the agent taken before any of torchrun's
+code ran, so as pristine as the warm server itself (torch imported, no op
+run, no thread). Then it replaces torchrun's SubprocessHandler._popen, the
+one place the agent starts a rank, with a Popen whose child the zygote forks
+through a middle process while the agent is a child subreaper: the rank is
+the agent's own child, as torchrun's Popen would make it (waitpid, killpg).
+
+A rank is forked only when a fresh one would start exactly alike: its
+command is this interpreter with `-u` and a script or `-m module`, and its
+environment is the agent's plus only the variables torchrun sets per rank
+(none read by importing torch; not OMP_NUM_THREADS, which the OpenMP runtime
+reads when torch loads it), with a fixed PYTHONHASHSEED (a forked rank
+keeps the zygote's str hashes, a fresh one without it draws its own), and
+/proc can show its command and environment (the rank watcher reads them).
+Any other rank, and every rank after the zygote failed, starts as torchrun
+starts it. Per rank, as `python -u` would: its own session, stdout and
+stderr the files torchrun opened for it (passed over the socket), other
+descriptors closed, standard streams unbuffered.
+
+A forked rank is reaped with wait4, and what the kernel measured (CPU time,
+peak RSS, exit status) is appended to the phase's rank exits file
+(TRAINPARITY_RANK_EXITS_FILE; its format is in distributed/rank_processes.py):
+its row then does not depend on sampling a rank that may end within one
+sample. A rank started as torchrun starts it is sampled, as in a fresh agent:
+wait4's peak RSS of a process that exec'd counts the memory of the one it
+replaced (here the agent).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_REPARENT_SECONDS = 10.0  # the middle process exits right after its fork: never reached
+_REPLY_SECONDS = 60.0
+# What torchrun's agent sets per rank, none of it read by importing torch.
+_RANK_VARIABLES = frozenset(
+    {
+        "LOCAL_RANK",
+        "RANK",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "ROLE_NAME",
+        "LOCAL_WORLD_SIZE",
+        "WORLD_SIZE",
+        "GROUP_WORLD_SIZE",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "NCCL_ASYNC_ERROR_HANDLING",
+    }
+)
+_RANK_PREFIXES = ("TORCHELASTIC_", "TRAINPARITY_")
+# trainparity._internal.distributed.phases.RANK_EXITS_FILE_VARIABLE (nothing of trainparity is imported here).
+_RANK_EXITS_FILE_VARIABLE = "TRAINPARITY_RANK_EXITS_FILE"
+
+
+def install(child_side, agent_environment: dict[str, str]) -> None:
+    """Fork the zygote and route torchrun's rank starts through it (nothing when it cannot).
+
+    Called only when the check asked for it, with a fixed hash seed (starter.py).
+    """
+    agent_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    agent = os.getpid()
+    zygote = os.fork()
+    if zygote == 0:
+        try:
+            agent_end.close()
+            _serve(zygote_end, agent, child_side)
+        finally:
+            os._exit(0)  # never back into the agent's code
+    zygote_end.close()
+    atexit.register(_stop_zygote, agent_end, zygote)  # reaped by the agent, not left to others
+    try:
+        from torch.distributed.elastic.multiprocessing.subprocess_handler import (
+            subprocess_handler,
+        )
+    except ImportError:
+        subprocess_handler = None
+    handler = getattr(subprocess_handler, "SubprocessHandler", None)
+    if handler is None or _parameters(handler._popen) != ["self", "args", "env"]:
+        return  # a torch whose rank start this does not know: every rank starts fresh
+    _ForkedRankPopen.zygote = _Zygote(agent_end, dict(agent_environment))
+    _ForkedRankPopen.exits_file = agent_environment.get(_RANK_EXITS_FILE_VARIABLE) or None
+
+    def _popen(self, args, env):  # torchrun's own _popen, on POSIX
+        return _ForkedRankPopen(
+            args=args, env=env, stdout=self._stdout, stderr=self._stderr, start_new_session=True
+        )
+
+    handler._popen = _popen
+
+
+def _stop_zygote(connection: socket.socket, pid: int) -> None:
+    connection.close()  # the zygote sees the end of its requests and exits
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _parameters(function) -> list[str]:
+    code = function.__code__
+    return list(code.co_varnames[: code.co_argcount])
+
+
+class _Zygote:
+    """The agent's end of the zygote: one request at a time, from torchrun's thread."""
+
+    def __init__(self, connection: socket.socket, environment: dict[str, str]) -> None:
+        self.connection = connection
+        self.environment = environment
+        self.broken = False
+        self.buffer = b""
+
+    def refusal(self, argv: list[str], env: dict[str, str]) -> str | None:
+        if self.broken:
+            return "the zygote failed"
+        if len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-u":
+            return "not `python -u script` or `python -u -m module`"
+        if argv[2] == "-m" and (len(argv) < 4 or argv[3].startswith("-")):
+            return "not `python -u -m module`"
+        if argv[2] != "-m" and argv[2].startswith("-"):
+            return "an interpreter option"
+        for name in set(env) | set(self.environment):
+            if env.get(name) != self.environment.get(name) and not _per_rank(name):
+                return f"{name} differs from the agent's"
+        return None
+
+    def fork(self, request: dict, descriptors: list[int]) -> int:
+        """The forked rank's pid, a child of this process; OSError if the zygote cannot."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+        try:
+            socket.send_fds(self.connection, [json.dumps(request).encode() + b"\n"], descriptors)
+            reply = self._reply()
+        finally:
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        if "pid" not in reply:
+            raise OSError(0, str(reply.get("error", "no pid in the zygote's reply")))
+        return int(reply["pid"])
+
+    def _reply(self) -> dict:
+        deadline = time.monotonic() + _REPLY_SECONDS
+        while b"\n" not in self.buffer:
+            self.connection.settimeout(max(0.01, deadline - time.monotonic()))
+            chunk = self.connection.recv(65536)
+            if not chunk:
+                raise OSError(0, "the zygote exited")
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return json.loads(line)
+
+
+def _per_rank(name: str) -> bool:
+    return name in _RANK_VARIABLES or name.startswith(_RANK_PREFIXES)
+
+
+class _ForkedRankPopen(subprocess.Popen):
+    """A Popen whose child the zygote forks, when it can; otherwise Popen's own fork and exec.
+
+    A forked child is reaped with wait4 and its exit figures written to
+    `exits_file` (Popen's poll and wait reap with waitpid, which drops them).
+    """
+
+    zygote: _Zygote | None = None
+    exits_file: str | None = None
+    _exit_note: dict | None = None  # what the exit record adds to wait4's figures
+
+    def _execute_child(self, args, executable, *rest):
+        # rest: preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags, shell,
+        # p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite, ... (Python 3.10 to 3.13)
+        cwd, env = rest[3], rest[4]
+        pipes = rest[8:11] + (rest[12],)
+        stdout, stderr = rest[11], rest[13]
+        zygote = self.zygote
+        argv = [os.fsdecode(argument) for argument in args]
+        if (
+            zygote is None
+            or executable is not None
+            or env is None
+            or any(end != -1 for end in pipes)  # torchrun passes files or nothing
+            or zygote.refusal(argv, env) is not None
+        ):
+            return super()._execute_child(args, executable, *rest)
+        request = {
+            "argv": argv,
+            "cwd": os.fsdecode(cwd) if cwd is not None else os.getcwd(),
+            "env": dict(env),
+            "stdout": stdout != -1,
+            "stderr": stderr != -1,
+        }
+        descriptors = [end for end in (stdout, stderr) if end != -1]
+        note = _exit_note(env) if self.exits_file is not None else None
+        try:
+            self.pid = zygote.fork(request, descriptors)
+        except OSError:
+            zygote.broken = True
+            return super()._execute_child(args, executable, *rest)
+        self._child_created = True
+        self._exit_note = note
+
+    # Reaping: Popen's own logic (3.10 to 3.13), with wait4 where it calls waitpid.
+
+    def _try_wait(self, wait_flags):
+        """wait() reaps here; callers hold self._waitpid_lock."""
+        if self._exit_note is None:
+            return super()._try_wait(wait_flags)
+        try:
+            pid, status, usage = os.wait4(self.pid, wait_flags)
+        except ChildProcessError:  # as Popen's: reaped elsewhere, status unknown
+            return self.pid, 0
+        if pid == self.pid:
+            self._write_exit(status, usage)
+        return pid, status
+
+    def _internal_poll(self, _deadstate=None, *args, **kwargs):
+        """poll() reaps here (Popen's own calls waitpid directly, not _try_wait)."""
+        if self._exit_note is None or self.returncode is not None:
+            return super()._internal_poll(_deadstate, *args, **kwargs)
+        if not self._waitpid_lock.acquire(False):
+            return None  # another thread is waiting for it
+        try:
+            if self.returncode is None:
+                pid, status = self._try_wait(os.WNOHANG)
+                if pid == self.pid:
+                    self._handle_exitstatus(status)
+        except OSError:
+            if _deadstate is not None:
+                self.returncode = _deadstate
+        finally:
+            self._waitpid_lock.release()
+        return self.returncode
+
+    def _write_exit(self, status: int, usage) -> None:
+        note, self._exit_note = self._exit_note, None
+        try:
+            returncode = os.waitstatus_to_exitcode(status)
+        except ValueError:  # not an exit (wait4 without WUNTRACED never gives one)
+            return
+        record = {
+            **note,
+            "ended": time.monotonic(),
+            "pid": self.pid,
+            "returncode": returncode,
+            "user_seconds": usage.ru_utime,
+            "system_seconds": usage.ru_stime,
+            "peak_rss_bytes": usage.ru_maxrss * 1024,  # kB on Linux
+        }
+        line = (json.dumps(record, sort_keys=True) + "\n").encode()
+        try:  # one write in append mode: the agents of one phase never cut each other's lines
+            descriptor = os.open(
+                self.exits_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+            )
+            try:
+                os.write(descriptor, line)
+            finally:
+                os.close(descriptor)
+        except OSError:  # evidence never breaks a run: the check keeps its samples
+            pass
+
+
+def _exit_note(env) -> dict | None:
+    """The rank's identity and start time for its exit record; None without a RANK."""
+    try:
+        rank = int(env["RANK"])
+        local_rank = int(env.get("LOCAL_RANK", rank))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return {"rank": rank, "local_rank": local_rank, "started": time.monotonic()}
+
+
+def _serve(connection: socket.socket, agent: int, child_side) -> None:
+    """The zygote: fork a rank per request until the agent closes its end (or dies)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != agent:
+        return
+    while True:
+        try:
+            message, descriptors, _, _ = socket.recv_fds(connection, 1 << 20, 2)
+        except OSError:
+            return
+        if not message:
+            return
+        request = json.loads(message)
+        refusal = _shown_refusal(request["argv"], request["env"], child_side)
+        if refusal is not None:
+            for descriptor in descriptors:
+                os.close(descriptor)
+            connection.sendall((json.dumps({"error": refusal}) + "\n").encode())
+            continue
+        reply = _fork(request, descriptors, agent, connection, child_side)
+        if reply is None:  # the rank: it never returns here
+            os._exit(127)
+        connection.sendall((json.dumps(reply) + "\n").encode())
+
+
+def _shown_refusal(argv: list[str], environment: dict[str, str], child_side) -> str | None:
+    """Why /proc could not show this rank's command and environment (None: it can)."""
+    arg_start, arg_end, env_start, env_end = child_side.proc_areas()
+    command = sum(len(os.fsencode(argument)) + 1 for argument in argv)
+    variables = sum(
+        len(os.fsencode(name)) + len(os.fsencode(value)) + 2 for name, value in environment.items()
+    )
+    if command > arg_end - arg_start or variables > env_end - env_start:
+        return "its command or environment is longer than /proc can show for a forked rank"
+    return None
+
+
+def _fork(request: dict, descriptors: list[int], agent: int, connection, child_side) -> dict | None:
+    """Fork the rank through a middle process; None in the rank (after it ran), else the reply."""
+    read_end, write_end = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        try:
+            middle = os.getpid()  # not the rank's getppid(): the agent's if it adopted it already
+            rank = os.fork()
+            if rank == 0:
+                os.close(read_end)
+                connection.close()
+                _become_rank(request, descriptors, agent, middle, write_end, child_side)
+        except BaseException:
+            os._exit(127)
+        os._exit(0)  # the rank is orphaned now, and adopted by the agent
+    os.close(write_end)
+    for descriptor in descriptors:
+        os.close(descriptor)
+    os.waitpid(middle, 0)
+    with os.fdopen(read_end, "rb") as status:
+        text = status.read().decode()
+    pid_line, _, outcome = text.partition("\n")
+    if not pid_line.isdigit():
+        return {"error": "the forked rank died before it reported its pid"}
+    if outcome != "ok":
+        return {"error": f"the forked rank could not be set up: {outcome}"}
+    return {"pid": int(pid_line)}
+
+
+def _become_rank(
+    request: dict, descriptors: list[int], agent: int, middle: int, write_end: int, child_side
+) -> None:
+    """Set the rank up as Popen(start_new_session=True) and `python -u` would, then run it."""
+    os.write(write_end, f"{os.getpid()}\n".encode())
+    try:
+        os.setsid()
+        deadline = time.monotonic() + _REPARENT_SECONDS
+        while os.getppid() == middle and time.monotonic() < deadline:
+            time.sleep(0.0002)
+        if os.getppid() != agent:  # the agent could not adopt it
+            os._exit(127)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        own = iter(descriptors)
+        for wanted, target in ((request["stdout"], 1), (request["stderr"], 2)):
+            if wanted:
+                descriptor = next(own)
+                os.dup2(descriptor, target)
+        child_side.close_descriptors(keep=write_end)
+        os.chdir(request["cwd"])
+    except OSError as error:
+        os.write(write_end, f"{error}".encode())
+        os._exit(127)
+    os.write(write_end, b"ok")
+    os.close(write_end)
+    argv = request["argv"]
+    command = [argv[0], *argv[2:]]  # what child_side runs; -u is set up below
+    child_side.become_fresh(command, request["cwd"], request["env"])
+    sys.orig_argv = list(argv)
+    child_side._show_process(argv, request["env"])
+    _unbuffered_standard_streams()
+    try:
+        child_side.run_main(command, request["cwd"])
+    except SystemExit as exit:
+        child_side.exit_as_fresh(exit.code)
+    child_side.exit_as_fresh(None)
+
+
+def _unbuffered_standard_streams() -> None:
+    """sys.stdout and sys.stderr as `python -u` makes them: no buffer, text written through."""
+    for name, descriptor in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        raw = io.FileIO(descriptor, "w", closefd=False)
+        raw.name = f"<{name}>"
+        stream = io.TextIOWrapper(
+            raw, encoding=old.encoding, errors=old.errors, newline="\n", write_through=True
+        )
+        stream.mode = "w"
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+__all__ = ["install"]

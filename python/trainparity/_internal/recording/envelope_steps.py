@@ -1,0 +1,329 @@
+"""Recorded steps judged against the noise envelope, step by step, in step order.
+
+A check lines its recordings up into positions: at each baseline record,
+the samples (the uninterrupted runs' records of that step, and any other
+run that is one more sample there, like candidate_split before its save)
+and the candidates' records aligned with it. Each position is judged by
+comparison/envelope.py; the walk stops at the first position that decides:
+
+- samples that disagree where the envelope holds values exact, or whose
+  noise exceeds `max_noise`: the check abstains;
+- a candidate with a difference or an envelope exit: the check fails.
+
+Every judged step leaves a row for the report: per component the largest
+noise, excursion and limit, and the path closest to (or past) the limit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainparity._internal.comparison.envelope import PathEnvelope, StepEnvelope, judge_step
+from trainparity._internal.comparison.noise import NoiseComparison
+from trainparity._internal.comparison.policies import MISSING, Difference
+from trainparity._internal.recording.reader import RecordedStep
+from trainparity._internal.recording.trajectory import component_of
+from trainparity._internal.state.paths import path_under
+from trainparity._internal.state.snapshot import Snapshot
+
+__all__ = [
+    "EnvelopeEvent",
+    "final_state_envelope",
+    "EnvelopeWalk",
+    "first_noisy_step",
+    "Position",
+    "StepRow",
+]
+
+
+@dataclass(frozen=True)
+class Position:
+    """One aligned step: named sample records and named candidate records (None: missing)."""
+
+    step: int
+    samples: tuple[tuple[str, RecordedStep | None], ...]
+    candidates: tuple[tuple[str, RecordedStep | None, bool], ...] = ()  # (name, record, round trip)
+
+
+@dataclass(frozen=True)
+class EnvelopeEvent:
+    """What decided: `kind` is "samples_differ", "too_noisy" or "candidate_left"."""
+
+    kind: str
+    step: int
+    rank: int
+    phase: str  # the sample that disagreed, or the candidate that left
+    differences: tuple[Difference, ...]
+    entry: PathEnvelope | None = None  # the envelope numbers of the first exit or the noisiest path
+    round_trip: bool = False
+
+    def with_rank_in_paths(self, ranks: int) -> EnvelopeEvent:
+        if ranks < 2:
+            return self
+        key = f"rank{self.rank}"
+        import dataclasses
+
+        return dataclasses.replace(
+            self,
+            differences=tuple(
+                dataclasses.replace(found, path=path_under(key, found.path))
+                for found in self.differences
+            ),
+            entry=None
+            if self.entry is None
+            else dataclasses.replace(self.entry, path=path_under(key, self.entry.path)),
+        )
+
+
+@dataclass
+class StepRow:
+    """One judged step of one candidate (or of the samples alone) for the report."""
+
+    step: int
+    rank: int
+    phase: str | None
+    noise: dict[str, float] = field(default_factory=dict)  # component -> largest relative noise
+    excursion: dict[str, float] = field(default_factory=dict)
+    limit: dict[str, float] = field(default_factory=dict)
+    worst: PathEnvelope | None = None
+    unmeasured: int = 0
+
+    def to_dict(self, ranks: int) -> dict[str, Any]:
+        worst = None
+        if self.worst is not None:
+            worst = self.worst.to_dict()
+            if ranks > 1:
+                worst["path"] = path_under(f"rank{self.rank}", worst["path"])
+        return {
+            "step": self.step,
+            "rank": self.rank,
+            "candidate": self.phase,
+            "noise": dict(sorted(self.noise.items())),
+            "excursion": dict(sorted(self.excursion.items())),
+            "limit": dict(sorted(self.limit.items())),
+            "largest_ratio": worst,
+            **({"unmeasured_paths": self.unmeasured} if self.unmeasured else {}),
+        }
+
+
+class EnvelopeWalk:
+    """Judges positions of one rank in order; `event` is the first decision, `rows` the steps seen."""
+
+    def __init__(self, policy: NoiseComparison, rank: int) -> None:
+        self.policy = policy
+        self.rank = rank
+        self.rows: list[StepRow] = []
+        self.event: EnvelopeEvent | None = None
+        self.noise_so_far: dict[str, float] = {}
+
+    def run(self, positions: Iterable[Position]) -> EnvelopeEvent | None:
+        for position in positions:
+            self.event = self._judge(position)
+            if self.event is not None:
+                break
+        return self.event
+
+    def _judge(self, position: Position) -> EnvelopeEvent | None:
+        if not position.samples:  # candidate records past the baselines' last one
+            name, record, _ = position.candidates[0]
+            claimed = MISSING if record is None else repr(record.step)
+            return EnvelopeEvent(
+                "candidate_left",
+                position.step,
+                self.rank,
+                name,
+                (Difference("step", "missing_baseline", MISSING, claimed),),
+            )
+        present = [(name, record) for name, record in position.samples if record is not None]
+        missing = [name for name, record in position.samples if record is None]
+        if missing:
+            reference = present[0][1] if present else None
+            return EnvelopeEvent(
+                "samples_differ",
+                position.step,
+                self.rank,
+                missing[0],
+                (
+                    Difference(
+                        "step",
+                        "missing_candidate",
+                        repr(reference.step) if reference else MISSING,
+                        MISSING,
+                    ),
+                ),
+            )
+        samples = [record.snapshot() for _, record in present]
+        names = [name for name, _ in present]
+        if not position.candidates:
+            judged = judge_step(self.policy, samples, noise_so_far=self.noise_so_far)
+            event = self._samples_event(position, judged, names)
+            self._row(position.step, None, judged)
+            return event
+        for name, record, round_trip in position.candidates:
+            if record is None:
+                return EnvelopeEvent(
+                    "candidate_left",
+                    position.step,
+                    self.rank,
+                    name,
+                    (Difference("step", "missing_candidate", repr(position.step), MISSING),),
+                    round_trip=round_trip,
+                )
+            judged = judge_step(
+                self.policy, samples, record.snapshot(), noise_so_far=self.noise_so_far
+            )
+            event = self._samples_event(position, judged, names)
+            self._row(position.step, name, judged)
+            if event is not None:
+                return event
+            if judged.differences:
+                exits = [entry for entry in judged.paths if entry.outside]
+                return EnvelopeEvent(
+                    "candidate_left",
+                    position.step,
+                    self.rank,
+                    name,
+                    judged.differences,
+                    entry=_entry_of(exits, judged.differences[0].path),
+                    round_trip=round_trip,
+                )
+        return None
+
+    def _samples_event(
+        self, position: Position, judged: StepEnvelope, names: Sequence[str]
+    ) -> EnvelopeEvent | None:
+        if judged.sample_differences:
+            index, found = judged.sample_differences[0]
+            same_sample = tuple(d for i, d in judged.sample_differences if i == index)
+            return EnvelopeEvent(
+                "samples_differ", position.step, self.rank, names[index], same_sample or (found,)
+            )
+        noisy = judged.too_noisy(self.policy.max_noise)
+        if noisy is not None:
+            return EnvelopeEvent(
+                "too_noisy",
+                position.step,
+                self.rank,
+                names[0],
+                (Difference(noisy.path, "noise_above_max_noise", "", ""),),
+                entry=noisy,
+            )
+        return None
+
+    def _row(self, step: int, phase: str | None, judged: StepEnvelope) -> None:
+        row = StepRow(step, self.rank, phase, unmeasured=len(judged.unmeasured))
+        for entry in judged.paths:
+            component = component_of(entry.path)
+            row.noise[component] = max(row.noise.get(component, 0.0), entry.noise)
+            row.limit[component] = max(row.limit.get(component, 0.0), entry.limit)
+            if entry.excursion is not None:
+                row.excursion[component] = max(row.excursion.get(component, 0.0), entry.excursion)
+        row.worst = judged.worst()
+        self.rows.append(row)
+
+
+def _entry_of(exits: list[PathEnvelope], path: str) -> PathEnvelope | None:
+    return next((entry for entry in exits if entry.path == path), None)
+
+
+def earliest(events: Iterable[EnvelopeEvent | None]) -> EnvelopeEvent | None:
+    present = [event for event in events if event is not None]
+    return min(present, key=lambda event: (event.step, event.rank)) if present else None
+
+
+def closest_approach(rows: Iterable[StepRow], ranks: int) -> dict[str, Any] | None:
+    """The candidate's largest excursion/noise ratio over every judged step, and where."""
+    best: StepRow | None = None
+    for row in rows:
+        if row.phase is None or row.worst is None or row.worst.ratio is None:
+            continue
+        if best is None or row.worst.ratio > best.worst.ratio:  # type: ignore[union-attr]
+            best = row
+    if best is None:
+        return None
+    assert best.worst is not None
+    path = best.worst.path if ranks < 2 else path_under(f"rank{best.rank}", best.worst.path)
+    return {
+        "ratio": best.worst.ratio,
+        "step": best.step,
+        "path": path,
+        "candidate": best.phase,
+        "excursion": best.worst.excursion,
+        "noise": best.worst.noise,
+    }
+
+
+def first_noisy_step(rows: Sequence[StepRow]) -> int | None:
+    """The first step a candidate was judged at where the samples differed (else the first judged)."""
+    judged = [row for row in rows if row.phase is not None]
+    noisy = [row.step for row in judged if any(value > 0 for value in row.noise.values())]
+    if noisy:
+        return min(noisy)
+    return min((row.step for row in judged), default=None)
+
+
+def sensitivity_line(rows: Sequence[StepRow], step: int | None) -> str | None:
+    """What the check could have seen at `step` (its first candidate step): per component the limit."""
+    at_step = [row for row in rows if row.phase is not None and row.step == step]
+    if not at_step:
+        return None
+    limits: dict[str, float] = {}
+    for row in at_step:
+        for component, limit in row.limit.items():
+            limits[component] = max(limits.get(component, 0.0), limit)
+    measured = [
+        f"{component}.* by more than {_number(limit)}"
+        for component, limit in sorted(limits.items())
+        if limit > 0
+    ]
+    if not measured:
+        return (
+            f"at step {step} every path was judged bit for bit (the uninterrupted runs agreed "
+            "there): any change would have been seen"
+        )
+    return (
+        f"a fault that changes {', or '.join(measured)} (relative L2) at step {step} would "
+        "have been seen; every other path was judged bit for bit"
+    )
+
+
+def _number(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.2g}"
+
+
+class _Final:
+    """A final-state snapshot standing in for a record in an envelope walk."""
+
+    def __init__(self, snapshot: Snapshot, step: int) -> None:
+        self._snapshot = snapshot
+        self.step = step
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshot
+
+
+def final_state_envelope(
+    policy: NoiseComparison,
+    samples: Sequence[tuple[str, Snapshot]],
+    candidates: Sequence[tuple[str, Snapshot]],
+    total_step: int,
+) -> tuple[EnvelopeEvent | None, dict[str, Any]]:
+    """The envelope judgment of final states (runs that do not call record()): event and report."""
+    walk = EnvelopeWalk(policy, 0)
+    position = Position(
+        total_step,
+        tuple((name, _Final(snapshot, total_step)) for name, snapshot in samples),  # type: ignore[misc]
+        tuple((name, _Final(snapshot, total_step), False) for name, snapshot in candidates),  # type: ignore[misc]
+    )
+    event = walk.run([position])
+    report = {
+        "judged_on": "final states",
+        "samples": [name for name, _ in samples],
+        "steps": [row.to_dict(1) for row in walk.rows],
+        "closest_approach": closest_approach(walk.rows, 1),
+        "sensitivity": sensitivity_line(walk.rows, total_step),
+    }
+    return event, report

@@ -1,0 +1,1 @@
+"""The state layer: freezing, normalising, paths, snapshots and snapshot files."""
