@@ -60,7 +60,7 @@ from pathlib import Path
 import torch
 from timing import median_seconds
 from trainparity._internal.cases.command_case import CommandCase, observe_default
-from trainparity._internal.processes.observer.worker import observe_one
+from trainparity._internal.processes.observer.snapshot_service import observe_one
 from trainparity._internal.state.normalize import normalize_observation
 from trainparity._internal.state.snapshot_file import read_snapshot, write_snapshot
 

@@ -16,7 +16,7 @@
 2. Step-trace cost. In this process, the noisy script's own training step
    (nt.train_one_step, NOISY_ORDER=threads, --threads threads) untraced,
    against the same step traced as record() traces it under
-   TRAINPARITY_TRACE_STEP=N: a StepTracer (forensics/step_trace.py) whose
+   TRAINPARITY_TRACE_STEP=N: a StepTracer (why/forensics/step_trace.py) whose
    record_done(N-1) begins the session and record_arriving(N) ends it and
    writes the trace file, both inside the timed region (record()'s own
    recording lies outside the step in both arms). Target: traced /
@@ -48,9 +48,9 @@ from typing import Any
 import torch
 import trainparity
 from trainparity import trace
-from trainparity._internal.forensics.capture import debug_mode_available
-from trainparity._internal.forensics.step_trace import StepTracer
-from trainparity._internal.forensics.trace_file import read_trace
+from trainparity._internal.why.forensics.capture import debug_mode_available
+from trainparity._internal.why.forensics.step_trace import StepTracer
+from trainparity._internal.why.forensics.trace_file import read_trace
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 CASE = "tests.fixtures.noisy_training:ThreadRuns"

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 from timing import median_seconds
 from trainparity import trace
-from trainparity._internal.forensics import diff_traces
+from trainparity._internal.why.forensics import diff_traces
 
 TARGET_TRACE_RATIO = 3.0
 TARGET_DIFF_SECONDS = 1.0

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 import trainparity  # noqa: E402
 from trainparity import NoiseComparison, Outcome  # noqa: E402
-from trainparity._internal.comparison.envelope import judge_step  # noqa: E402
+from trainparity._internal.noise.envelope import judge_step  # noqa: E402
 from trainparity._internal.recording.reader import read_recordings  # noqa: E402
 
 from tests.fixtures import noisy_training  # noqa: E402

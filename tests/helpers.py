@@ -8,7 +8,7 @@ import struct
 import subprocess
 from pathlib import Path
 
-from trainparity._internal.distributed.launch import torchrun_command
+from trainparity._internal.distributed.torchrun_argv import torchrun_command
 from trainparity._internal.native.core import core
 from trainparity._internal.state.freeze import freeze
 from trainparity._internal.state.snapshot import Snapshot

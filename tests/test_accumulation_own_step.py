@@ -207,18 +207,23 @@ def test_a_wrong_step_count_fails_at_the_count_before_any_phase(
 def test_a_raising_step_is_an_error_naming_the_child_and_quoting_its_stderr(tmp_path):
     result = check("RaisingStepCase", temporary_root=tmp_path)
     assert result.outcome == "ERROR"
-    assert result.message == (
+    first, *rest = result.message.split("\n")
+    assert first == (
         "worker failed: RuntimeError: train_step exploded on purpose "
-        "(raised by case.train_step() in candidate); "
-        "last stderr line: RuntimeError: train_step exploded on purpose"
+        "(raised by case.train_step() in candidate)"
     )
+    assert rest[0].endswith(" lines of candidate's stderr:")
+    assert rest[-2:] == [
+        "  RuntimeError: train_step exploded on purpose",
+        "full log: removed with the run directory; pass work_dir (--work-dir) to keep it",
+    ]
     assert result.first_observed_phase is None
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_raising_step_keeps_its_traceback_in_the_work_dir(tmp_path):
     result = check("RaisingStepCase", work_dir=tmp_path)
-    assert result.message.endswith("; see candidate/stderr.log under the preserved work_dir")
+    assert result.message.endswith(f"\nfull log: {tmp_path / 'candidate' / 'stderr.log'}")
     log = (tmp_path / "candidate" / "stderr.log").read_text()
     assert "in train_step" in log and "train_step exploded on purpose" in log
 

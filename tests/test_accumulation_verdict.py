@@ -9,8 +9,14 @@ from __future__ import annotations
 
 import pytest
 from trainparity._internal.accumulation.plan import INITIAL_KEY
-from trainparity._internal.accumulation.verdict import Verdict, judge_observations
+from trainparity._internal.accumulation.verdict import (
+    Verdict,
+    disagreement_before_phases,
+    judge_before_phases,
+    judge_observations,
+)
 from trainparity._internal.comparison.policies import ExactComparison
+from trainparity._internal.outcomes import Outcome
 from trainparity._internal.state.freeze import freeze
 from trainparity._internal.state.snapshot import Snapshot
 
@@ -33,20 +39,20 @@ def child(
 
 
 def verdict(candidate, *, own_step, baseline_b=None, ranks=()):
-    with pytest.raises(Verdict) as raised:
-        judge_observations(
-            EXACT, [child(), baseline_b or child(), candidate], list(ranks), own_step=own_step
-        )
-    fields = raised.value.fields
-    return fields["first_observed_phase"], [d.path for d in fields["all_differences"]], fields
+    decision = judge_observations(
+        EXACT, [child(), baseline_b or child(), candidate], list(ranks), own_step=own_step
+    )
+    assert decision.outcome is not Outcome.PASS
+    paths = [d.path for d in decision.all_differences]
+    return decision.first_observed_phase, paths, decision
 
 
 def test_a_wrong_optimizer_step_count_decides_before_the_gradient_phase():
     wrong = child(gradient=0.25, optimizer_calls=4, lr=0.25)
-    phase, paths, fields = verdict(wrong, own_step=True)
+    phase, paths, decision = verdict(wrong, own_step=True)
     assert phase == "optimizer_state"
     assert paths == ["optimizer.step_calls", "optimizer.lr"]  # the count first, then the rest
-    assert fields["message"] == (
+    assert decision.message == (
         "first observed divergence in optimizer_state: train_step called optimizer.step "
         "4 times in one update (the reference: 1); not a root-cause claim"
     )
@@ -60,7 +66,7 @@ def test_the_declarative_path_keeps_the_contract_order():
 
 
 def test_baselines_that_count_differently_leave_the_verdict_to_the_phases():
-    phase, paths, fields = verdict(
+    phase, paths, decision = verdict(
         child(gradient=0.25, optimizer_calls=4), own_step=True, baseline_b=child(optimizer_calls=2)
     )
     assert (phase, paths) == ("gradient", ["gradient.weight"])
@@ -70,22 +76,39 @@ def test_a_wrong_scheduler_count_decides_before_the_lr_it_gave_the_optimizer():
     phase, paths, _ = verdict(child(scheduler_calls=2, last_epoch=2), own_step=True)
     assert (phase, paths) == ("scheduler_state", ["scheduler.step_calls", "scheduler.last_epoch"])
     early = child(lr=0.125, parameter=1.5, scheduler_calls=4, last_epoch=4)
-    phase, paths, fields = verdict(early, own_step=True)
+    phase, paths, decision = verdict(early, own_step=True)
     assert (phase, paths) == ("scheduler_state", ["scheduler.step_calls", "scheduler.last_epoch"])
-    assert "train_step called scheduler.step 4 times in one update" in fields["message"]
+    assert "train_step called scheduler.step 4 times in one update" in decision.message
     both = child(optimizer_calls=2, scheduler_calls=4)  # the optimizer's count is judged first
     assert verdict(both, own_step=True)[:2] == ("optimizer_state", ["optimizer.step_calls"])
 
 
 def test_the_step_count_of_every_rank_is_judged_before_the_ranks_agreement():
     ranks = [child(), child(optimizer_calls=2, parameter=1.0)]
-    phase, paths, fields = verdict(ranks[0], own_step=True, ranks=ranks)
+    phase, paths, decision = verdict(ranks[0], own_step=True, ranks=ranks)
     assert (phase, paths) == ("optimizer_state", ["optimizer.step_calls"])
-    assert "rank 1's train_step called optimizer.step 2 times" in fields["message"]
+    assert "rank 1's train_step called optimizer.step 2 times" in decision.message
 
 
 def test_the_scheduler_count_of_every_rank_is_judged_too():
     ranks = [child(), child(scheduler_calls=4, last_epoch=4)]
-    phase, paths, fields = verdict(ranks[0], own_step=True, ranks=ranks)
+    phase, paths, decision = verdict(ranks[0], own_step=True, ranks=ranks)
     assert (phase, paths) == ("scheduler_state", ["scheduler.step_calls", "scheduler.last_epoch"])
-    assert "rank 1's train_step called scheduler.step 4 times" in fields["message"]
+    assert "rank 1's train_step called scheduler.step 4 times" in decision.message
+
+
+def test_agreeing_observations_are_a_pass_returned_not_raised():
+    decision = judge_observations(EXACT, [child(), child(), child()], [], own_step=True)
+    assert decision.outcome is Outcome.PASS
+    assert decision.verified_equal_initial_state is True
+    assert decision.first_observed_phase is None
+
+
+def test_the_judgments_before_the_phases_still_raise_for_the_noise_envelope():
+    # accumulation/noise_verdict.py ends its sequence with a raised Verdict.
+    wrong = child(optimizer_calls=4)
+    with pytest.raises(Verdict) as raised:
+        judge_before_phases(EXACT, child(), child(), wrong, [], own_step=True)
+    decision = raised.value.decision()
+    assert decision.first_observed_phase == "optimizer_state"
+    assert decision == disagreement_before_phases(EXACT, child(), child(), wrong, [], own_step=True)

@@ -12,7 +12,11 @@ import random
 import numpy
 import torch
 from trainparity._internal.comparison.policies import ExactComparison
-from trainparity._internal.state.capture import CaptureIssue, CaptureResult, capture_snapshot
+from trainparity._internal.state.snapshot_capture import (
+    CaptureIssue,
+    CaptureResult,
+    capture_snapshot,
+)
 from trainparity.outcomes import Outcome
 
 

@@ -11,7 +11,7 @@ import torch
 import trainparity
 from trainparity import Outcome, ToleranceComparison
 from trainparity._internal.accumulation.plan import AccumulationExecutionPlan
-from trainparity._internal.distributed.launch import local_ranks, torchrun_command
+from trainparity._internal.distributed.torchrun_argv import local_ranks, torchrun_command
 from trainparity._internal.environment import usable_cores
 from trainparity._internal.processes.threads import ChildThreads, child_threads
 

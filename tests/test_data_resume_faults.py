@@ -23,8 +23,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset
 from trainparity import ExactlyOnce, SameGlobalOrder
 from trainparity._internal.coverage.recorded_ids import audit_recorded_chain
-from trainparity._internal.coverage.resume_chain import resume_chain_differences
 from trainparity._internal.recording.record_ids import flush_ids, recorded_ids
+from trainparity._internal.resume.sample_order import resume_chain_differences
 from trainparity.distributed import track_ids
 from trainparity.sample_coverage import audit_global_order
 

@@ -25,7 +25,7 @@ import pytest
 import torch
 from trainparity._internal.cases.command_case import CommandCase, observe_default
 from trainparity._internal.comparison.snapshots import diff_snapshots
-from trainparity._internal.processes.observer.worker import observe_one
+from trainparity._internal.processes.observer.snapshot_service import observe_one
 from trainparity._internal.state.file_ranges import checkpoint_files
 from trainparity._internal.state.freeze import FrozenMapping
 from trainparity._internal.state.normalize import normalize_observation

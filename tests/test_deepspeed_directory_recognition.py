@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
-from trainparity._internal.checkpoints.deepspeed import is_deepspeed_checkpoint
+from trainparity._internal.checkpoints.deepspeed_zero import is_deepspeed_checkpoint
 from trainparity.checkpoints import load_checkpoint_directory
 
 

@@ -6,8 +6,7 @@ import pytest
 import torch
 from trainparity import Outcome, compare_states
 from trainparity._internal.state.freeze import UnsupportedStateError, freeze
-from trainparity._internal.state.placed_shard import PlacedShard
-from trainparity._internal.state.placement import ShardPlacement
+from trainparity._internal.state.placement import PlacedShard, ShardPlacement
 from trainparity._internal.state.reassembly import global_state
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from trainparity import Outcome
-from trainparity._internal.processes.evidence import ExternalProcessEvidence
+from trainparity._internal.processes.check_result import ExternalProcessEvidence
 from trainparity._internal.processes.progress import ProgressEvent
 from trainparity._internal.reports.html_views import html_fragment
 from trainparity._internal.reports.notebook import NotebookProgress

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy
 import pytest
 from trainparity import Outcome, ToleranceComparison, check_resume, check_runs
-from trainparity._internal.distributed.launch import fixed_port_problem, is_torchrun
+from trainparity._internal.distributed.torchrun_argv import fixed_port_problem, is_torchrun
 from trainparity._internal.processes.warm.pool import current_shared_servers
 from trainparity.distributed import torchrun_command
 

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 import torch
-from trainparity import environment
+from trainparity._internal import environment
 from trainparity._internal.environment import ALLOWED_VARIABLES, environment_fingerprint
-from trainparity._internal.environment_leads import environment_leads
+from trainparity._internal.why.environment_leads import environment_leads
 
 
 def _keys_sorted_everywhere(value) -> bool:

@@ -20,7 +20,7 @@ import pytest
 import torch
 from trainparity._internal.cli.main import main
 from trainparity._internal.processes.failure_text import exception_line
-from trainparity._internal.processes.observer.worker import DEFAULT_OBSERVER_HINT
+from trainparity._internal.processes.observer.snapshot_service import DEFAULT_OBSERVER_HINT
 
 # A training script's command line after `--`: the check's own interpreter runs it.
 TEMPLATE = ["{checkpoint}", "{end_step}", "--resume", "{resume_from?}"]

@@ -13,10 +13,10 @@ import torch
 import trainparity
 from trainparity import Outcome, ToleranceComparison
 from trainparity._internal.cli.main import main as cli_main
-from trainparity._internal.forensics import diff_traces, read_trace
-from trainparity._internal.forensics.capture import debug_mode_available
-from trainparity._internal.forensics.leads import op_kind
 from trainparity._internal.state.snapshot_file import SnapshotFileError
+from trainparity._internal.why.forensics import diff_traces, read_trace
+from trainparity._internal.why.forensics.capture import debug_mode_available
+from trainparity._internal.why.forensics.leads import op_kind
 
 from tests.fixtures.forensics_step import traced_step
 
@@ -243,7 +243,7 @@ def test_a_trace_has_module_paths_forward_and_backward_and_named_leaves(capture)
     assert {"0.fc1.weight", "0.fc1.bias", "0.fc2.weight", "0.fc2.bias", "x"} <= names
     # The in-place update read the weight as it was before the step, and wrote the new one.
     weight = next(v for v in trace.values if v.name == "0.fc1.weight")
-    from trainparity._internal.forensics.capture import measure_tensor
+    from trainparity._internal.why.forensics.capture import measure_tensor
 
     assert weight.digest == measure_tensor(before).digest
     update = next(op for op in updates if op.inputs[0] == weight.index)
@@ -282,7 +282,7 @@ def test_both_captures_record_the_same_ops_and_digests():
 def test_a_trace_file_reads_back_verified_and_a_flipped_byte_is_an_error(tmp_path):
     trace, _, _ = _tiny_step("auto")
     path = tmp_path / "tiny.trace"
-    trainparity._internal.forensics.write_trace(path, trace)
+    trainparity._internal.why.forensics.write_trace(path, trace)
     back = read_trace(path)
     assert [op.key for op in back.ops] == [op.key for op in trace.ops]
     assert [(v.kind, v.digest, v.shape, v.name) for v in back.values] == [
@@ -467,7 +467,7 @@ def test_a_step_that_record_never_reaches_or_skips_is_a_clear_error(tmp_path, ca
 
 
 def test_step_tracer_rules_for_record_boundaries(tmp_path, capsys):
-    from trainparity._internal.forensics.step_trace import StepTracer, TraceStepError
+    from trainparity._internal.why.forensics.step_trace import StepTracer, TraceStepError
 
     def records(tracer, steps):
         for step in steps:

@@ -7,7 +7,7 @@ import re
 import pytest
 from trainparity import Outcome
 from trainparity._internal.environment import environment_fingerprint
-from trainparity._internal.processes.evidence import ExternalProcessEvidence
+from trainparity._internal.processes.check_result import ExternalProcessEvidence
 from trainparity._internal.reports.html import render_html_report, write_html_report
 from trainparity._internal.reports.html_views import OUTCOME_COLOURS
 from trainparity.api import Difference, ProcessResumeResult

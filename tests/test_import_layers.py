@@ -56,13 +56,20 @@ LAYERS = {
     "integrations": SURFACE,
     "resume": CHECKS,
     "runs": CHECKS,
+    # "Why two runs part" is one room serving several layers: explain and its reruns are a
+    # check; the op tracer is used by record() (processes); the likely cause ranks a state's
+    # differences; the diagnosis words a report; leads and hints are plain facts anyone reads.
     "why": CHECKS,
+    "why.forensics": PROCESSES,
+    "why.likely_cause": STATE,
+    "why.diagnosis": REPORTS,
+    "why.environment_leads": FOUNDATION,
+    "why.nondeterminism_hints": FOUNDATION,
     "accumulation": CHECKS,
     "coverage": CHECKS,
     "processes": PROCESSES,
     "distributed": PROCESSES,
     "recording": PROCESSES,
-    "forensics": PROCESSES,
     # Executors run the phases elsewhere (SLURM, a plan's replay): beside processes/, whose
     # seam (processes/executor.py) they implement; only the checks and the CLI choose one.
     "executors": PROCESSES,
@@ -70,10 +77,15 @@ LAYERS = {
     "checkpoints": CASES,
     "state": STATE,
     "comparison": STATE,
+    # The noise envelope is one room (measure a step, walk the steps, word the verdict) that
+    # recording/diff.py and the checks both use, so it sits where its lowest user can reach
+    # it. Its policy is a unit of its own: comparison/states.py accepts a NoiseComparison, and
+    # the rest of the room builds on comparison/.
+    "noise": STATE,
+    "noise.policy": STATE,
     "reports": REPORTS,
     "native": NATIVE,
     "environment": FOUNDATION,
-    "environment_leads": FOUNDATION,
     "error_text": FOUNDATION,
     "lazy_names": FOUNDATION,
     "outcomes": FOUNDATION,
@@ -196,7 +208,7 @@ def test_the_graph_is_read_from_the_real_sources():
     assert "trainparity._internal.resume.execution" in graph["trainparity._internal.resume.check"]
     # An import inside a function counts.
     assert (
-        "trainparity._internal.forensics.step_trace"
+        "trainparity._internal.why.forensics.step_trace"
         in graph["trainparity._internal.recording.recorder"]
     )
 
@@ -352,12 +364,12 @@ def test_workers_never_import_their_orchestrators():
     # The observer worker is launched as `python -m trainparity._internal.processes.observer`: the package
     # (importing nothing), then its __main__, which runs the worker.
     assert graph["trainparity._internal.processes.observer"] == set()
-    assert "trainparity._internal.processes.observer.worker" in reachable(
+    assert "trainparity._internal.processes.observer.snapshot_service" in reachable(
         "trainparity._internal.processes.observer.__main__"
     )
     for start in (
         "trainparity._internal.processes.observer.__main__",
-        "trainparity._internal.processes.observer.worker",
+        "trainparity._internal.processes.observer.snapshot_service",
     ):
         assert "trainparity._internal.processes.observer.client" not in reachable(start)
     # The packages the worker is launched from import nothing; the public face hands out the

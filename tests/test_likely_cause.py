@@ -14,16 +14,16 @@ from pathlib import Path
 import torch
 from trainparity import Outcome, check_resume
 from trainparity._internal.cases.command_case import CommandCase
-from trainparity._internal.comparison.likely_cause import (
+from trainparity._internal.comparison.policies import ExactComparison
+from trainparity._internal.reports.html_views import html_fragment
+from trainparity._internal.reports.text_views import text_report
+from trainparity._internal.state.freeze import freeze
+from trainparity._internal.why.likely_cause import (
     CONSTANT_IN_RECORDS,
     NOT_A_TENSOR,
     likely_cause,
     scalar_leaves,
 )
-from trainparity._internal.comparison.policies import ExactComparison
-from trainparity._internal.reports.html_views import html_fragment
-from trainparity._internal.reports.text_views import text_report
-from trainparity._internal.state.freeze import freeze
 
 SCRIPT = Path(__file__).resolve().parent / "fixtures" / "cosine_schedule_train.py"
 

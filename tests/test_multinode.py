@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 from trainparity import check_resume
-from trainparity._internal.distributed.launch import torchrun_command
+from trainparity._internal.distributed.torchrun_argv import torchrun_command
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = """
 from pathlib import Path
 
 from parity_case import DistributedResumeCase
-from trainparity._internal.distributed.launch import torchrun_command
+from trainparity._internal.distributed.torchrun_argv import torchrun_command
 
 
 class TwoNodes(DistributedResumeCase):

@@ -1,4 +1,4 @@
-"""NoiseComparison and one step judged against the envelope (comparison/envelope.py), in process."""
+"""NoiseComparison and one step judged against the envelope (noise/envelope.py), in process."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import trainparity
 from trainparity import ExactComparison, NoiseComparison
-from trainparity._internal.comparison.envelope import EXIT_REASON, judge_step
+from trainparity._internal.noise.envelope import EXIT_REASON, judge_step
 from trainparity._internal.state.freeze import freeze
 
 torch.manual_seed(0)

@@ -63,7 +63,7 @@ FACE_NAMES = {
     },
     "trainparity.results": {
         "trainparity._internal.accumulation.result": ["AccumulationResult"],
-        "trainparity._internal.processes.evidence": ["ExternalProcessEvidence"],
+        "trainparity._internal.processes.check_result": ["ExternalProcessEvidence"],
         "trainparity._internal.reports.machine": ["report_dict"],
         "trainparity._internal.resume.result": ["ProcessResumeResult"],
     },
@@ -93,7 +93,7 @@ FACE_NAMES = {
         ],
     },
     "trainparity.snapshot": {
-        "trainparity._internal.state.capture": [
+        "trainparity._internal.state.snapshot_capture": [
             "CaptureIssue",
             "CaptureResult",
             "capture_snapshot",
@@ -169,11 +169,11 @@ def test_production_sources_name_no_framework():
     # Each imports deepspeed lazily, inside a function (test_checkpoints_import_no_framework).
     deepspeed_reader = {
         private / "checkpoints" / name
-        for name in ("deepspeed.py", "deepspeed_universal.py", "directories.py", "__init__.py")
+        for name in ("deepspeed_zero.py", "deepspeed_universal.py", "directories.py", "__init__.py")
     } | {package / "checkpoints.py"}
     # The launch module reads the `deepspeed` launcher's command line, as it reads torchrun's
     # (its fixed --master_port); it never imports it.
-    launcher_reader = private / "distributed" / "launch.py"
+    launcher_reader = private / "distributed" / "torchrun_argv.py"
     for source in package.rglob("*.py"):
         if source.is_relative_to(integrations) or source.is_relative_to(faces):
             continue

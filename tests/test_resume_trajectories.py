@@ -16,7 +16,7 @@ import torch
 import trainparity
 from trainparity import ExactComparison, Outcome
 from trainparity._internal.recording import recording_to
-from trainparity._internal.recording.resume import RECORDINGS_DIRECTORY, ResumeTrajectories
+from trainparity._internal.resume.recordings import RECORDINGS_DIRECTORY, ResumeTrajectories
 from trainparity._internal.state.paths import path_under
 
 from tests.test_resume_faults import FAULTS as FINAL_STATE_FAULTS

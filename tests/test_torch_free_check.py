@@ -69,7 +69,7 @@ def test_importing_trainparity_and_its_checks_imports_no_torch():
         "from trainparity import check_resume, check_runs, CommandCase, Outcome, record\n"
         "from trainparity import check_accumulation\n"
         "import trainparity._internal.accumulation.check, trainparity._internal.accumulation.execution\n"
-        "import trainparity._internal.forensics.variables, trainparity._internal.comparison.snapshots\n"
+        "import trainparity._internal.why.forensics.variables, trainparity._internal.comparison.snapshots\n"
         "print('torch' in sys.modules, 'numpy' in sys.modules)"
     )
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -6,7 +6,7 @@ import torch
 import trainparity
 from trainparity._internal.comparison.policies import ExactComparison
 from trainparity._internal.recording.phase_recordings import RECORDINGS_DIRECTORY
-from trainparity._internal.recording.runs import RunsTrajectories
+from trainparity._internal.runs.recordings import RunsTrajectories
 from trainparity.api import recording_to
 
 

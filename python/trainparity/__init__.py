@@ -23,7 +23,6 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from trainparity._internal.accumulation.result import AccumulationResult as AccumulationResult
     from trainparity._internal.cases.command_case import CommandCase as CommandCase
     from trainparity._internal.cases.phase_plan import current_phase_plan as current_phase_plan
-    from trainparity._internal.comparison.noise import NoiseComparison as NoiseComparison
     from trainparity._internal.comparison.policies import ComparisonPolicy as ComparisonPolicy
     from trainparity._internal.comparison.policies import Difference as Difference
     from trainparity._internal.comparison.policies import ExactComparison as ExactComparison
@@ -46,9 +45,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from trainparity._internal.coverage.audit import audit_sample_coverage as audit_sample_coverage
     from trainparity._internal.coverage.global_order import SameGlobalOrder as SameGlobalOrder
     from trainparity._internal.environment import environment_fingerprint as environment_fingerprint
-    from trainparity._internal.forensics.trace_diff import TraceDiff as TraceDiff
-    from trainparity._internal.forensics.trace_diff import diff_traces as diff_traces
-    from trainparity._internal.forensics.tracing import trace as trace
+    from trainparity._internal.noise.policy import NoiseComparison as NoiseComparison
     from trainparity._internal.outcomes import Outcome as Outcome
     from trainparity._internal.processes.progress import ProgressEvent as ProgressEvent
     from trainparity._internal.processes.termination import TerminatedBySignal as TerminatedBySignal
@@ -80,9 +77,12 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from trainparity._internal.version import (
         MACHINE_REPORT_SCHEMA_VERSION as MACHINE_REPORT_SCHEMA_VERSION,
     )
-    from trainparity._internal.why.explain import Explanation as Explanation
-    from trainparity._internal.why.explain import LeadTrial as LeadTrial
     from trainparity._internal.why.explain import explain as explain
+    from trainparity._internal.why.explanation import Explanation as Explanation
+    from trainparity._internal.why.explanation import LeadTrial as LeadTrial
+    from trainparity._internal.why.forensics.trace_diff import TraceDiff as TraceDiff
+    from trainparity._internal.why.forensics.trace_diff import diff_traces as diff_traces
+    from trainparity._internal.why.forensics.tracing import trace as trace
     from trainparity._internal.why.recordings import explain_recordings as explain_recordings
 
 __version__ = _PACKAGE_VERSION
@@ -94,7 +94,7 @@ _DEFINED_IN = {
     "AccumulationResult": "trainparity._internal.accumulation.result",
     "CommandCase": "trainparity._internal.cases.command_case",
     "current_phase_plan": "trainparity._internal.cases.phase_plan",
-    "NoiseComparison": "trainparity._internal.comparison.noise",
+    "NoiseComparison": "trainparity._internal.noise.policy",
     "ComparisonPolicy": "trainparity._internal.comparison.policies",
     "Difference": "trainparity._internal.comparison.policies",
     "ExactComparison": "trainparity._internal.comparison.policies",
@@ -117,9 +117,9 @@ _DEFINED_IN = {
     "audit_sample_coverage": "trainparity._internal.coverage.audit",
     "SameGlobalOrder": "trainparity._internal.coverage.global_order",
     "environment_fingerprint": "trainparity._internal.environment",
-    "TraceDiff": "trainparity._internal.forensics.trace_diff",
-    "diff_traces": "trainparity._internal.forensics.trace_diff",
-    "trace": "trainparity._internal.forensics.tracing",
+    "TraceDiff": "trainparity._internal.why.forensics.trace_diff",
+    "diff_traces": "trainparity._internal.why.forensics.trace_diff",
+    "trace": "trainparity._internal.why.forensics.tracing",
     "Outcome": "trainparity._internal.outcomes",
     "ProgressEvent": "trainparity._internal.processes.progress",
     "TerminatedBySignal": "trainparity._internal.processes.termination",
@@ -149,8 +149,8 @@ _DEFINED_IN = {
     "RunsResult": "trainparity._internal.runs.result",
     "VariantComparison": "trainparity._internal.runs.result",
     "MACHINE_REPORT_SCHEMA_VERSION": "trainparity._internal.version",
-    "Explanation": "trainparity._internal.why.explain",
-    "LeadTrial": "trainparity._internal.why.explain",
+    "Explanation": "trainparity._internal.why.explanation",
+    "LeadTrial": "trainparity._internal.why.explanation",
     "explain": "trainparity._internal.why.explain",
     "explain_recordings": "trainparity._internal.why.recordings",
 }

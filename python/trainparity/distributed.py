@@ -2,7 +2,7 @@
 command lines, and the readers of record_ids directories."""
 
 from trainparity._internal.distributed.ending import end_rank
-from trainparity._internal.distributed.launch import torchrun_command
+from trainparity._internal.distributed.torchrun_argv import torchrun_command
 from trainparity._internal.recording.record_ids import (
     IDS_DIR_VARIABLE,
     batch_ends,

@@ -1,4 +1,4 @@
-"""`trainparity.importing`: case loading and its errors, a documented path kept as a face; see docs/api.md."""
+"""`trainparity.importing`: case loading and its errors, a contract path (docs/api.md, "Module paths")."""
 
 from trainparity._internal.cases.loading import CaseImportError as CaseImportError
 from trainparity._internal.cases.loading import CaseSetupError as CaseSetupError

@@ -1,3 +1,3 @@
-"""`trainparity.outcomes`, a public path: its names live in trainparity._internal.outcomes."""
+"""`trainparity.outcomes`, a public path (docs/api.md, "Module paths"): re-exports from trainparity._internal.outcomes."""
 
 from trainparity._internal.outcomes import Outcome as Outcome

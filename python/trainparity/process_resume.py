@@ -1,4 +1,4 @@
-"""`trainparity.process_resume`: check_resume and its runner, a contract path (CONTRACT.md) kept as a face; see docs/api.md."""
+"""`trainparity.process_resume`: check_resume and its runner, a contract path (docs/api.md, "Module paths")."""
 
 from trainparity._internal.resume.check import ProcessResumeRunner as ProcessResumeRunner
 from trainparity._internal.resume.check import check_resume as check_resume

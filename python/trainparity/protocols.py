@@ -1,4 +1,4 @@
-"""`trainparity.protocols`, a public path: its names live in trainparity._internal.protocols."""
+"""`trainparity.protocols`, a public path (docs/api.md, "Module paths"): re-exports from trainparity._internal.protocols."""
 
 from trainparity._internal.protocols import AccumulationCase as AccumulationCase
 from trainparity._internal.protocols import LossAccounting as LossAccounting

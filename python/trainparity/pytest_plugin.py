@@ -1,4 +1,4 @@
-"""`trainparity.pytest_plugin`, a public path: its names live in trainparity._internal.pytest_plugin."""
+"""`trainparity.pytest_plugin`, a public path (docs/api.md, "Module paths"): re-exports from trainparity._internal.pytest_plugin."""
 
 from trainparity._internal.pytest_plugin import (
     pytest_assertrepr_compare as pytest_assertrepr_compare,

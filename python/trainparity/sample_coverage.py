@@ -1,4 +1,4 @@
-"""`trainparity.sample_coverage`: the sample coverage audit, a contract path (CONTRACT.md) kept as a face; see docs/api.md."""
+"""`trainparity.sample_coverage`: the sample coverage audit, a contract path (docs/api.md, "Module paths")."""
 
 from trainparity._internal.coverage.arrays import RankArray as RankArray
 from trainparity._internal.coverage.audit import AtLeastOnce as AtLeastOnce

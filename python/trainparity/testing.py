@@ -1,3 +1,3 @@
-"""`trainparity.testing`, a public path: its names live in trainparity._internal.testing."""
+"""`trainparity.testing`, a public path (docs/api.md, "Module paths"): re-exports from trainparity._internal.testing."""
 
 from trainparity._internal.testing import assert_parity as assert_parity

@@ -1,4 +1,4 @@
-"""`trainparity.version`, a public path: its names live in trainparity._internal.version."""
+"""`trainparity.version`, a public path (docs/api.md, "Module paths"): re-exports from trainparity._internal.version."""
 
 from trainparity._internal.version import (
     MACHINE_REPORT_SCHEMA_VERSION as MACHINE_REPORT_SCHEMA_VERSION,

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import torch
 from trainparity import trace
-from trainparity._internal.forensics.trace_diff import diff_traces
-from trainparity._internal.forensics.trace_file import read_trace
 from trainparity._internal.native.cuda import digest_buffer
 from trainparity._internal.recording.diff import diff_recordings
 from trainparity._internal.recording.frames import RecordingError
 from trainparity._internal.recording.recorder import record, recording_to
 from trainparity._internal.state.snapshot_file import SnapshotFileError
+from trainparity._internal.why.forensics.trace_diff import diff_traces
+from trainparity._internal.why.forensics.trace_file import read_trace
 
 RECORDED_STEPS = (1, 2, 3, 4)
 # The 24-byte frame header's fields by byte range (docs/design.md, "Recordings").

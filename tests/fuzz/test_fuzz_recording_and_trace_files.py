@@ -17,13 +17,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 from trainparity import trace
-from trainparity._internal.forensics.trace_diff import diff_traces
-from trainparity._internal.forensics.trace_file import read_trace
 from trainparity._internal.recording.diff import diff_recordings
 from trainparity._internal.recording.frames import RecordingError
 from trainparity._internal.recording.reader import read_recording
 from trainparity._internal.recording.recorder import record, recording_to
 from trainparity._internal.state.snapshot_file import SnapshotFileError
+from trainparity._internal.why.forensics.trace_diff import diff_traces
+from trainparity._internal.why.forensics.trace_file import read_trace
 from trainparity.outcomes import Outcome
 
 from tests.fuzz.budget import fuzz_settings, within_seconds

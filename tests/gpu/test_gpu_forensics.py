@@ -6,8 +6,8 @@ import pytest
 import torch
 import trainparity
 from trainparity import Outcome
-from trainparity._internal.forensics import diff_traces
-from trainparity._internal.forensics.capture import measure_tensor
+from trainparity._internal.why.forensics import diff_traces
+from trainparity._internal.why.forensics.capture import measure_tensor
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 

@@ -1,7 +1,7 @@
 """Environment fingerprint: the host, library and flag facts that can explain numeric drift.
 
 Every check, snapshot, recording and trace carries one, taken where the
-training ran; environment_leads.py turns the differences between two of them
+training ran; why/environment_leads.py turns the differences between two of them
 into leads.
 """
 

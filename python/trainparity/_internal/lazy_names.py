@@ -1,6 +1,6 @@
 """A package face whose public names load on first use (PEP 562), one implementation for all.
 
-`import trainparity`, `trainparity._internal.forensics` and `trainparity._internal.accumulation`
+`import trainparity`, `trainparity._internal.why.forensics` and `trainparity._internal.accumulation`
 each name what they export and the module it lives in; a name is imported
 from there the first time it is asked for, then kept in the package. That
 keeps torch (and the orchestrators) out of processes that only need a

@@ -1,4 +1,4 @@
-"""`trainparity.integrations.accelerate`: its names live in trainparity._internal.integrations.accelerate."""
+"""`trainparity.integrations.accelerate`, a public path (docs/integrations.md): re-exports."""
 
 from trainparity._internal.integrations.accelerate import AccelerateCase as AccelerateCase
 from trainparity._internal.integrations.accelerate import NeedsUnpickling as NeedsUnpickling

@@ -1,4 +1,4 @@
-"""`trainparity.integrations.huggingface`: its names live in trainparity._internal.integrations.huggingface."""
+"""`trainparity.integrations.huggingface`, a public path (docs/integrations.md): re-exports."""
 
 from trainparity._internal.integrations.huggingface import HuggingFaceCase as HuggingFaceCase
 from trainparity._internal.integrations.huggingface import NeedsUnpickling as NeedsUnpickling

@@ -1,4 +1,4 @@
-"""`trainparity.integrations.lightning`: its names live in trainparity._internal.integrations.lightning."""
+"""`trainparity.integrations.lightning`, a public path (docs/integrations.md): re-exports."""
 
 from trainparity._internal.integrations.lightning import LightningCase as LightningCase
 from trainparity._internal.integrations.lightning import NeedsUnpickling as NeedsUnpickling

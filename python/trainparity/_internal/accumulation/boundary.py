@@ -36,7 +36,8 @@ from trainparity._internal.environment import environment_fingerprint
 from trainparity._internal.error_text import error_text
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.protocols import LossAccounting, TrainingState
-from trainparity._internal.state.capture import (
+from trainparity._internal.state.freeze import FrozenMapping
+from trainparity._internal.state.snapshot_capture import (
     CaptureResult,
     canonical_optimizer_state,
     capture_snapshot,
@@ -45,7 +46,6 @@ from trainparity._internal.state.capture import (
     parameter_and_buffer_trees,
     state_dict_or_none,
 )
-from trainparity._internal.state.freeze import FrozenMapping
 from trainparity._internal.state.snapshot_file import write_snapshot
 
 __all__ = [

@@ -30,19 +30,19 @@ from trainparity._internal.accumulation.plan import (
 )
 from trainparity._internal.accumulation.result import AccumulationResult
 from trainparity._internal.accumulation.user_step import check_own_step_plan, has_train_step
-from trainparity._internal.cases.case_argument import children_case_spec, reported_case
+from trainparity._internal.cases.command_case import children_case_spec, reported_case
 from trainparity._internal.cases.loading import (
     CaseSetupError,
     CaseSetupTypeError,
     load_accumulation_case,
+    setup_failure,
 )
-from trainparity._internal.cases.setup_failure import setup_failure
-from trainparity._internal.comparison.noise import NoiseComparison
 from trainparity._internal.comparison.policies import (
     ComparisonPolicy,
     ExactComparison,
     ToleranceComparison,
 )
+from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import CheckRunner
 from trainparity._internal.processes.progress import ProgressCallback
@@ -191,14 +191,13 @@ class AccumulationRunner(CheckRunner):
                 policy=self.policy,
                 own_step=own_step,
             )
-            verdict = execution.run()
-        result = AccumulationResult(
+            decision = execution.run()
+        result = decision.result(
             case=reported_case(case),
             equivalence=equivalence,
             comparison_policy=policy_name,
             peak_temporary_directory_bytes=execution.peak_bytes,
             environment=environment_report,
-            **verdict,
         )
         return self.finished(result, report_path)
 

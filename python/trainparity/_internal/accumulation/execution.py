@@ -1,4 +1,9 @@
-"""One accumulation check's children: started, awaited, and read for accumulation_verdict to judge."""
+"""One accumulation check's children: started, awaited, and read for accumulation_verdict to judge.
+
+A child that fails is worded as a training phase of check_resume or
+check_runs is (processes/failure_text.py): how it ended, its exception line,
+its stderr's last lines and where its full log is.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,6 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from trainparity._internal.accumulation.noise_verdict import judge_noise_observations
 from trainparity._internal.accumulation.plan import (
@@ -19,12 +23,22 @@ from trainparity._internal.accumulation.plan import (
     AccumulationExecutionPlan,
 )
 from trainparity._internal.accumulation.rank_orchestration import rank_names, rank_specs
-from trainparity._internal.accumulation.verdict import Verdict, judge_observations
-from trainparity._internal.comparison.noise import NoiseComparison
+from trainparity._internal.accumulation.verdict import (
+    Decision,
+    Verdict,
+    judge_observations,
+    passed,
+)
 from trainparity._internal.comparison.policies import ExactComparison, ToleranceComparison
 from trainparity._internal.error_text import error_text
+from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import RunSettings
+from trainparity._internal.processes.failure_text import (
+    directory_listing,
+    explained_failure,
+    shown_path,
+)
 from trainparity._internal.processes.group import (
     ChildGroup,
     ChildLaunchError,
@@ -41,9 +55,6 @@ CHILD_NAMES = ("baseline_a", "baseline_b", "candidate")  # under NoiseComparison
 RESULT_FILE = "result.json"
 OBSERVATIONS_FILE = "observations.safetensors"
 
-_PASS_MESSAGE = "declared executions are equivalent for one optimizer-update boundary"
-_STDERR_TAIL_CHARACTERS = 300
-
 
 def _tree_bytes(root: Path) -> int:
     total = 0
@@ -57,8 +68,8 @@ def _tree_bytes(root: Path) -> int:
 
 
 @dataclass(frozen=True)
-class _ChildReport:
-    """What one child published: its verdict and, on PASS, its observations."""
+class _WorkerReport:
+    """What one worker published: its verdict and, on PASS, its observations."""
 
     name: str
     pid: int
@@ -94,31 +105,31 @@ class AccumulationExecution:
         self.own_step_children = {"candidate"} if own_step else set()
         self.group = ChildGroup(on_event=self._on_child_event, launcher=settings.starter.launch)
         self.launch_errors: dict[str, str] = {}
-        self.rank_reports: list[_ChildReport] = []  # every rank's, for a multi-rank candidate
+        self.rank_reports: list[_WorkerReport] = []  # every rank's, for a multi-rank candidate
         self.rank_pids: list[tuple[str, int]] = []
         self.peak_bytes = 0
         self.process_ids: list[int] = []
         self.thread_details: dict[str, str] = {}  # each child's threads, for its progress line
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Decision:
         with self.group:
-            try:
-                if self.settings.parallel:
-                    for name in self.child_names:
-                        self._start(name)
-                reports = [self._report(name) for name in self.child_names]
-            except Verdict as verdict:
-                return {"process_ids": tuple(self.process_ids), **verdict.fields}
-        captured = all(report.loss_normalization_captured for report in reports)
-        try:
-            fields = self._decide(reports)
-        except Verdict as verdict:
-            fields = verdict.fields
-        return {
-            "process_ids": tuple(self.process_ids),
-            "loss_normalization_captured": captured,
-            **fields,
-        }
+            if self.settings.parallel:
+                for name in self.child_names:
+                    self._start(name)
+            reports = []
+            for name in self.child_names:
+                report = self._report(name)
+                if isinstance(report, Decision):
+                    return dataclasses.replace(report, process_ids=tuple(self.process_ids))
+                reports.append(report)
+        decision = self._decide(reports)
+        return dataclasses.replace(
+            decision,
+            process_ids=tuple(self.process_ids),
+            loss_normalization_captured=all(
+                report.loss_normalization_captured for report in reports
+            ),
+        )
 
     # Children ---------------------------------------------------------------------------
 
@@ -173,7 +184,7 @@ class AccumulationExecution:
             self.thread_details[name] = self.settings.threads.describe()
             self.group.start(spec, timeout=self.settings.timeout)
         except (ChildLaunchError, OSError, TypeError, ValueError) as error:
-            self.launch_errors[name] = f"worker launch failed ({name}): {error_text(error)}"
+            self.launch_errors[name] = f"{name} child launch failed: {error_text(error)}"
 
     def _on_child_event(self, name: str, kind: str, result: ChildResult | None) -> None:
         self.settings.progress.event(
@@ -185,45 +196,29 @@ class AccumulationExecution:
         if kind == "end":
             self.peak_bytes = max(self.peak_bytes, _tree_bytes(self.settings.run_root))
 
-    def _report(self, name: str) -> _ChildReport:
-        """Wait for child `name` and read what it published; raise Verdict unless PASS."""
+    def _report(self, name: str) -> _WorkerReport | Decision:
+        """Wait for child `name` and read what it published; a Decision unless it passed."""
         if not self.settings.parallel:
             self._start(name)
         if name in self.launch_errors:
-            raise Verdict(Outcome.ERROR, self.launch_errors[name])
+            return Decision(Outcome.ERROR, self.launch_errors[name])
         if self.plans[name].world_size > 1:
             return self._report_ranks(name)
         result = self.group.wait_for(name)
         assert result is not None  # wait_for without a timeout returns once reaped
         self.process_ids.append(result.pid)
-        directory = self.settings.run_root / name
-        if result.timed_out:
-            raise Verdict(
-                Outcome.ERROR,
-                self._with_logs(
-                    name, f"worker timeout ({name} ran past {self.settings.timeout:g} s)"
-                ),
-            )
-        status = (
-            f"exited with status {result.exit_code}"
-            if result.exit_code is not None
-            else f"was killed by signal {result.signal}"
-        )
-        result_path = directory / RESULT_FILE
-        if result.exit_code != 0 or not result_path.is_file():
-            raise Verdict(
-                Outcome.ERROR,
-                self._with_logs(name, f"worker did not publish a result ({name} {status})"),
-            )
-        report = self._read_result(name, result_path)
+        failure = self._failure(name, result)
+        if failure is not None:
+            return failure
+        report = self._read_result(name, self.settings.run_root / name / RESULT_FILE)
+        if isinstance(report, Decision) or report.outcome is Outcome.PASS:
+            return report
         if report.outcome is Outcome.ERROR and name in self.own_step_children:
             # The user's own step failed: its traceback is in the child's stderr.
-            raise Verdict(report.outcome, self._with_logs(name, report.message))
-        if report.outcome is not Outcome.PASS:
-            raise Verdict(report.outcome, report.message)
-        return report
+            return Decision(report.outcome, self._explained(name, report.message))
+        return Decision(report.outcome, report.message)
 
-    def _report_ranks(self, name: str) -> _ChildReport:
+    def _report_ranks(self, name: str) -> _WorkerReport | Decision:
         """Wait for every rank of `name`; the first that fails stops the others (ERROR).
 
         A rank that crashed leaves the others blocked in a collective until
@@ -250,44 +245,59 @@ class AccumulationExecution:
                 self.process_ids.extend(pid for rank, pid in self.rank_pids if rank not in seen)
                 # Ranks reaped together: a crash or timeout explains the others' errors
                 # (a peer that vanished mid-collective), not the other way round.
-                raise Verdict(*min(failures, key=lambda failure: failure[0])[1])
+                return min(failures, key=lambda failure: failure[0])[1]
             if len(seen) < len(names):
                 self.group.wait(None)
-        self.rank_reports = [self._read_result(rank, self._rank_result(rank)) for rank in names]
+        reports = [self._read_result(rank, self._rank_result(rank)) for rank in names]
+        for report in reports:
+            if isinstance(report, Decision):
+                return report
+        self.rank_reports = [report for report in reports if isinstance(report, _WorkerReport)]
         return dataclasses.replace(self.rank_reports[0], name=name)
 
     def _rank_result(self, rank: str) -> Path:
         return self.settings.run_root / self._log_directory(rank) / RESULT_FILE
 
-    def _rank_failure(self, rank: str, result: ChildResult) -> tuple[Outcome, str] | None:
-        if result.timed_out:
-            return Outcome.ERROR, self._with_logs(
-                rank, f"worker timeout ({rank} ran past {self.settings.timeout:g} s)"
-            )
-        path = self._rank_result(rank)
-        if result.exit_code != 0 or not path.is_file():
-            status = (
-                f"exited with status {result.exit_code}"
-                if result.exit_code is not None
-                else f"was killed by signal {result.signal}"
-            )
-            return Outcome.ERROR, self._with_logs(
-                rank, f"worker did not publish a result ({rank} {status})"
-            )
-        report = self._read_result(rank, path)
+    def _rank_failure(self, rank: str, result: ChildResult) -> Decision | None:
+        failure = self._failure(rank, result)
+        if failure is not None:
+            return failure
+        report = self._read_result(rank, self._rank_result(rank))
+        if isinstance(report, Decision):
+            return report
         if report.outcome is Outcome.PASS:
             return None
         message = report.message if rank in report.message else f"{report.message} ({rank})"
         if report.outcome is Outcome.ERROR:
-            return Outcome.ERROR, self._with_logs(rank, message)
-        return report.outcome, message
+            return Decision(Outcome.ERROR, self._explained(rank, message))
+        return Decision(report.outcome, message)
+
+    def _failure(self, name: str, result: ChildResult) -> Decision | None:
+        """ERROR, as a training phase's: a child that timed out, failed, or published no result."""
+        if result.timed_out:
+            message = self._explained(name, f"{name} child exceeded timeout", with_reason=False)
+            return Decision(Outcome.ERROR, message)
+        returncode = result.exit_code if result.exit_code is not None else -(result.signal or 0)
+        if returncode != 0:
+            return Decision(
+                Outcome.ERROR,
+                self._explained(name, f"{name} child exited with status {returncode}"),
+            )
+        directory = self.settings.run_root / self._log_directory(name)
+        if (directory / RESULT_FILE).is_file():
+            return None
+        message = (
+            f"{name} did not publish its result {self._shown(directory / RESULT_FILE)}; "
+            f"the directory {self._shown(directory)} held: {directory_listing(directory)}"
+        )
+        return Decision(Outcome.ERROR, self._explained(name, message))
 
     def _log_directory(self, name: str) -> str:
         """`candidate/rank1` for rank children, else the child's own name."""
         owner, _, rank = name.partition(".")
         return f"{owner}/{rank}" if rank else name
 
-    def _read_result(self, name: str, path: Path) -> _ChildReport:
+    def _read_result(self, name: str, path: Path) -> _WorkerReport | Decision:
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             outcome = Outcome(record["outcome"])
@@ -296,7 +306,7 @@ class AccumulationExecution:
             if not isinstance(message, str) or isinstance(pid, bool) or not isinstance(pid, int):
                 raise TypeError("message must be a str and pid an int")
             if outcome is not Outcome.PASS:
-                return _ChildReport(name, pid, outcome, message)
+                return _WorkerReport(name, pid, outcome, message)
             captured = record["loss_normalization_captured"]
             if not isinstance(captured, bool):
                 raise TypeError("loss_normalization_captured must be a bool")
@@ -305,65 +315,62 @@ class AccumulationExecution:
                 raise ValueError(f"unexpected unobserved phases {unobserved!r}")
             observations, extras = read_snapshot(path.parent / OBSERVATIONS_FILE)
         except (OSError, ValueError, KeyError, TypeError, SnapshotFileError) as error:
-            raise Verdict(
-                Outcome.ERROR,
-                self._with_logs(name, f"worker result was corrupt ({name}: {error_text(error)})"),
-            ) from None
+            message = f"{name}'s result was corrupt: {error_text(error)}"
+            return Decision(Outcome.ERROR, self._explained(name, message))
         # A warm check's process has no torch of its own: the report's torch facts are a worker's.
         self.settings.observed_environment(extras.get("environment"))
-        return _ChildReport(name, pid, outcome, message, captured, observations, unobserved)
+        return _WorkerReport(name, pid, outcome, message, captured, observations, unobserved)
 
-    def _with_logs(self, name: str, message: str) -> str:
-        directory = self._log_directory(name)
-        if self.settings.preserved:
-            return f"{message}; see {directory}/stderr.log under the preserved work_dir"
-        tail = _last_line(self.settings.run_root / directory / "stderr.log")
-        return f"{message}; last stderr line: {tail}" if tail else message
+    def _explained(self, name: str, message: str, *, with_reason: bool = True) -> str:
+        """`message` and the last lines of child `name`'s stderr, read before its directory goes."""
+        log = self.settings.run_root / self._log_directory(name) / "stderr.log"
+        return explained_failure(
+            message,
+            f"{name}'s stderr",
+            log,
+            kept=self.settings.preserved,
+            with_reason=with_reason,
+        )
+
+    def _shown(self, path: Path) -> str:
+        return shown_path(path, self.settings.run_root, kept=self.settings.preserved)
 
     # Decisions --------------------------------------------------------------------------
 
-    def _decide(self, reports: list[_ChildReport]) -> dict[str, Any]:
+    def _decide(self, reports: list[_WorkerReport]) -> Decision:
         reports_with_ranks = [*reports[:-1], *(self.rank_reports or reports[-1:])]
         if len({report.pid for report in reports_with_ranks}) != len(reports_with_ranks):
-            raise Verdict(Outcome.ERROR, "fresh executions did not have distinct process IDs")
+            return Decision(Outcome.ERROR, "fresh executions did not have distinct process IDs")
         self.settings.progress.event("comparison", "start")
         began = time.perf_counter()
-        views = [_phase_views(report) for report in reports]
-        rank_views = [_phase_views(report) for report in self.rank_reports]
-        envelope: dict[str, Any] = {}
+        views = []
+        for report in (*reports, *self.rank_reports):
+            view = _phase_views(report)
+            if isinstance(view, Decision):
+                return view
+            views.append(view)
         try:
-            if isinstance(self.policy, NoiseComparison):
-                compared_on, report = judge_noise_observations(
-                    self.policy,
-                    views[:-1],
-                    views[-1],
-                    rank_views,
-                    own_step=bool(self.own_step_children),
-                )
-                envelope["noise_envelope"] = report
-            else:
-                compared_on = judge_observations(
-                    self.policy, views, rank_views, own_step=bool(self.own_step_children)
-                )
+            return self._judged(views[: len(reports)], views[len(reports) :])
         finally:
             self.settings.progress.event("comparison", "end", time.perf_counter() - began)
-        message = _PASS_MESSAGE
-        closest = envelope.get("noise_envelope", {}).get("closest_approach")
-        if closest is not None:
-            message += (
-                f"; inside the noise envelope, closest approach {closest['ratio']:.3g}× the "
-                f"noise in {closest['phase']}, {closest['path']}"
+
+    def _judged(
+        self, views: list[dict[str, Snapshot]], rank_views: list[dict[str, Snapshot]]
+    ) -> Decision:
+        """The verdict on the baselines', the candidate's and its ranks' phase views."""
+        own_step = bool(self.own_step_children)
+        if not isinstance(self.policy, NoiseComparison):
+            return judge_observations(self.policy, views, rank_views, own_step=own_step)
+        try:
+            compared_on, report = judge_noise_observations(
+                self.policy, views[:-1], views[-1], rank_views, own_step=own_step
             )
-        return {
-            "outcome": Outcome.PASS,
-            "message": message,
-            "verified_equal_initial_state": True,
-            **({"compared_on": compared_on} if compared_on is not None else {}),
-            **envelope,
-        }
+        except Verdict as verdict:  # the noise envelope's sequence ends by raising its verdict
+            return verdict.decision()
+        return passed(compared_on=compared_on, noise_envelope=report)
 
 
-def _phase_views(report: _ChildReport) -> dict[str, Snapshot]:
+def _phase_views(report: _WorkerReport) -> dict[str, Snapshot] | Decision:
     """Per-phase snapshots of one child's observation file: initial at step 0, phases after."""
     observations = report.observations
     assert observations is not None
@@ -371,24 +378,11 @@ def _phase_views(report: _ChildReport) -> dict[str, Snapshot]:
     observed = [phase for phase in PHASES if phase not in report.unobserved_phases]
     missing = [key for key in (INITIAL_KEY, *observed) if key not in subtrees]
     if missing:
-        raise Verdict(
+        return Decision(
             Outcome.ERROR,
-            f"worker result was corrupt ({report.name}: observations lack {', '.join(missing)})",
+            f"{report.name}'s result was corrupt: observations lack {', '.join(missing)}",
         )
     views = {INITIAL_KEY: Snapshot(0, subtrees[INITIAL_KEY], observations.backend)}
     for phase in (*observed, RANKS_KEY) if RANKS_KEY in subtrees else observed:
         views[phase] = Snapshot(observations.step, subtrees[phase], observations.backend)
     return views
-
-
-def _last_line(path: Path) -> str:
-    try:
-        with open(path, "rb") as stream:
-            stream.seek(max(0, os.fstat(stream.fileno()).st_size - 4096))
-            lines = stream.read().decode("utf-8", "replace").splitlines()
-    except OSError:
-        return ""
-    for line in reversed(lines):
-        if line.strip():
-            return line.strip()[:_STDERR_TAIL_CHARACTERS]
-    return ""

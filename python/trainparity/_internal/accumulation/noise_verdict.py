@@ -23,10 +23,12 @@ from trainparity._internal.accumulation.sharded import (
     holds_shards,
 )
 from trainparity._internal.accumulation.verdict import Verdict, judge_before_phases
-from trainparity._internal.comparison.envelope import PathEnvelope, excursion_words, judge_step
-from trainparity._internal.comparison.noise import NoiseComparison
+from trainparity._internal.comparison.policies import ExactComparison
+from trainparity._internal.noise.envelope import PathEnvelope, StepEnvelope, judge_step
+from trainparity._internal.noise.policy import NoiseComparison
+from trainparity._internal.noise.verdict import envelope_verdict
+from trainparity._internal.noise.walk import EnvelopeEvent, StepRow, step_event
 from trainparity._internal.outcomes import Outcome
-from trainparity._internal.recording.trajectory import component_of
 from trainparity._internal.state.snapshot import Snapshot
 
 __all__ = ["judge_noise_observations"]
@@ -44,7 +46,7 @@ def judge_noise_observations(
 ) -> tuple[str | None, dict[str, Any]]:
     """Raise the first ABSTAIN or FAIL Verdict (its fields carry `noise_envelope`); else
     return (how the candidate was compared, the `noise_envelope` report)."""
-    exact = policy.exact
+    exact = ExactComparison()  # the initial states and step counts the envelope does not cover
     rows: list[dict[str, Any]] = []
     report: dict[str, Any] = {
         **policy.settings(),
@@ -81,58 +83,57 @@ def judge_noise_observations(
             policy, [view[phase] for view in baselines], candidate[phase], noise_so_far
         )
         rows.append(_row(index, phase, judged.paths))
+        event = step_event(policy, judged, index, 0, report["samples"], ("candidate", False))
+        if event is None:
+            continue
         fields: dict[str, Any] = {
             "first_observed_phase": phase,
             "verified_equal_initial_state": True,
-            "noise_envelope": None,
+            "noise_envelope": _finished(report, rows),
             **({"compared_on": compared_on} if compared_on is not None else {}),
         }
-        if judged.sample_differences:
-            sample, found = judged.sample_differences[0]
-            fields["noise_envelope"] = _finished(report, rows)
-            raise Verdict(
-                Outcome.ABSTAIN,
-                f"baseline self-consistency failed in {phase}: baseline_{chr(ord('a') + sample)} "
-                f"differs from baseline_a at {found.path}, which NoiseComparison holds exact",
-                primary_difference=found,
-                all_differences=tuple(d for _, d in judged.sample_differences),
-                **fields,
-            )
-        noisy = judged.too_noisy(policy.max_noise)
-        if noisy is not None:
-            fields["noise_envelope"] = _finished(report, rows)
-            raise Verdict(
-                Outcome.ABSTAIN,
-                f"the noise in {phase} is {noisy.noise:.3g} (relative L2, at {noisy.path}), above "
-                f"max_noise={policy.max_noise:.3g}: a difference smaller than that cannot be seen",
-                primary_difference=judged.differences[0] if judged.differences else None,
-                **fields,
-            )
-        if judged.differences:
-            first = judged.differences[0]
-            entry = next((e for e in judged.paths if e.path == first.path and e.outside), None)
-            fields["noise_envelope"] = _finished(report, rows)
-            raise Verdict(
-                Outcome.FAIL,
-                f"first observed divergence in {phase}; not a root-cause claim"
-                + _exit_detail(entry, policy),
-                primary_difference=first,
-                all_differences=judged.differences,
-                **fields,
-            )
+        outcome, message = _verdict(event, policy, phase)
+        raise Verdict(outcome, message, **_differences(event, judged), **fields)
     return compared_on, _finished(report, rows)
 
 
+def _verdict(event: EnvelopeEvent, policy: NoiseComparison, phase: str) -> tuple[Outcome, str]:
+    """The outcome and message of the event met in `phase`."""
+
+    def samples_differ(event: EnvelopeEvent, path: str) -> str:
+        return (
+            f"baseline self-consistency failed in {phase}: {event.phase} differs from "
+            f"baseline_a at {path}, which NoiseComparison holds exact"
+        )
+
+    def candidate_left(event: EnvelopeEvent, path: str, words: str | None) -> str:
+        detail = "" if words is None else f" ({path} left the noise envelope: {words})"
+        return f"first observed divergence in {phase}; not a root-cause claim{detail}"
+
+    return envelope_verdict(
+        event,
+        policy,
+        samples_differ=samples_differ,
+        candidate_left=candidate_left,
+        where=f"in {phase}",
+    )
+
+
+def _differences(event: EnvelopeEvent, judged: StepEnvelope) -> dict[str, Any]:
+    """The verdict's differences: every baseline's that disagreed, or the candidate's."""
+    if event.kind == "samples_differ":
+        return {
+            "primary_difference": event.differences[0],
+            "all_differences": tuple(d for _, d in judged.sample_differences),
+        }
+    first = judged.differences[0] if judged.differences else None
+    if event.kind == "too_noisy":
+        return {"primary_difference": first}
+    return {"primary_difference": first, "all_differences": judged.differences}
+
+
 def _row(index: int, phase: str, paths: Sequence[PathEnvelope]) -> dict[str, Any]:
-    noise: dict[str, float] = {}
-    excursion: dict[str, float] = {}
-    limit: dict[str, float] = {}
-    for entry in paths:
-        component = component_of(entry.path)
-        noise[component] = max(noise.get(component, 0.0), entry.noise)
-        limit[component] = max(limit.get(component, 0.0), entry.limit)
-        if entry.excursion is not None:
-            excursion[component] = max(excursion.get(component, 0.0), entry.excursion)
+    folded = StepRow.of(index, 0, "candidate", paths)
     ratios = [entry for entry in paths if entry.ratio]
     worst = max(ratios, key=lambda entry: entry.ratio or 0.0) if ratios else None
     return {
@@ -140,9 +141,9 @@ def _row(index: int, phase: str, paths: Sequence[PathEnvelope]) -> dict[str, Any
         "phase": phase,
         "rank": 0,
         "candidate": "candidate",
-        "noise": dict(sorted(noise.items())),
-        "excursion": dict(sorted(excursion.items())),
-        "limit": dict(sorted(limit.items())),
+        "noise": dict(sorted(folded.noise.items())),
+        "excursion": dict(sorted(folded.excursion.items())),
+        "limit": dict(sorted(folded.limit.items())),
         "largest_ratio": None if worst is None else worst.to_dict(),
     }
 
@@ -179,12 +180,3 @@ def _finished(report: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, A
         else "every path was judged bit for bit (the baselines agreed): any change would have been seen"
     )
     return {**report, "steps": list(rows), "closest_approach": closest, "sensitivity": sensitivity}
-
-
-def _exit_detail(entry: PathEnvelope | None, policy: NoiseComparison) -> str:
-    words = excursion_words(entry, policy)
-    return (
-        ""
-        if words is None or entry is None
-        else f" ({entry.path} left the noise envelope: {words})"
-    )

@@ -24,7 +24,7 @@ from trainparity._internal.state.freeze import FrozenMapping
 if TYPE_CHECKING:
     import torch
 
-    from trainparity._internal.state.capture import CaptureResult
+    from trainparity._internal.state.snapshot_capture import CaptureResult
 
 __all__ = [
     "DECLARATIVE_LOOP_FLAGS",
@@ -235,13 +235,16 @@ class StepObserver:
 
     def capture_gradient(self) -> CaptureResult:
         """The gradient phase now: every parameter's `.grad` by the reference's names."""
-        from trainparity._internal.state.capture import capture_tree, gradient_tree
+        from trainparity._internal.state.snapshot_capture import capture_tree, gradient_tree
 
         return capture_tree(lambda: {"gradient": gradient_tree(self.named_model)}, step=None)
 
     def capture_optimizer_state(self) -> CaptureResult:
         """The optimizer's canonical state now, without the call count (known only at the end)."""
-        from trainparity._internal.state.capture import canonical_optimizer_state, capture_tree
+        from trainparity._internal.state.snapshot_capture import (
+            canonical_optimizer_state,
+            capture_tree,
+        )
 
         return capture_tree(
             lambda: {"optimizer": canonical_optimizer_state(self.optimizer, self.named_model)},

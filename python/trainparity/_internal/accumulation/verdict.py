@@ -10,11 +10,14 @@ whose ranks hold shards (FSDP2) is judged on its global state instead of rank 0'
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from trainparity._internal.accumulation.plan import INITIAL_KEY, PHASES
 from trainparity._internal.accumulation.rank_orchestration import rank_differences
+from trainparity._internal.accumulation.result import AccumulationResult
 from trainparity._internal.accumulation.sharded import (
     SHARDED_COMPARISON,
     ReassemblyError,
@@ -30,21 +33,83 @@ from trainparity._internal.outcomes import Outcome
 from trainparity._internal.state.freeze import FrozenMapping
 from trainparity._internal.state.snapshot import Snapshot
 
-__all__ = ["Verdict", "judge_before_phases", "judge_observations"]
+__all__ = [
+    "Decision",
+    "Verdict",
+    "disagreement_before_phases",
+    "judge_before_phases",
+    "judge_observations",
+    "passed",
+]
 
 INITIAL_STATE = "initial_state"
 OPTIMIZER_PHASE = "optimizer_state"
 SCHEDULER_PHASE = "scheduler_state"
+PASS_MESSAGE = "declared executions are equivalent for one optimizer-update boundary"
 
 Views = Mapping[str, Snapshot]
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What one accumulation check concluded: the verdict fields of its AccumulationResult.
+
+    Returned along the decision sequence, not raised; `result()` completes it.
+    """
+
+    outcome: Outcome
+    message: str
+    first_observed_phase: str | None = None
+    primary_difference: Difference | None = None
+    all_differences: tuple[Difference, ...] = ()
+    verified_equal_initial_state: bool = False
+    compared_on: str | None = None
+    noise_envelope: dict[str, Any] | None = None
+    process_ids: tuple[int, ...] = ()
+    loss_normalization_captured: bool = False
+
+    def as_fields(self) -> dict[str, Any]:
+        """Each field by name (the values themselves, not copies as dataclasses.asdict makes)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def result(self, **context: Any) -> AccumulationResult:
+        """The check's result: this decision and what the check knows besides (its case, ...)."""
+        return AccumulationResult(**self.as_fields(), **context)
+
+
 class Verdict(Exception):
-    """Ends the decision sequence with a verdict (fields of AccumulationResult)."""
+    """A Decision raised: how accumulation/noise_verdict.py ends its decision sequence.
+
+    Its `fields` are the Decision's; the one place that catches it turns it
+    back into the Decision (`decision()`).
+    """
 
     def __init__(self, outcome: Outcome, message: str, **fields: Any) -> None:
         super().__init__(message)
         self.fields = {"outcome": outcome, "message": message, **fields}
+
+    def decision(self) -> Decision:
+        return Decision(**self.fields)
+
+
+def passed(
+    *, compared_on: str | None = None, noise_envelope: dict[str, Any] | None = None
+) -> Decision:
+    """PASS: every observation agreed (under NoiseComparison, with its closest approach)."""
+    message = PASS_MESSAGE
+    closest = (noise_envelope or {}).get("closest_approach")
+    if closest is not None:
+        message += (
+            f"; inside the noise envelope, closest approach {closest['ratio']:.3g}× the "
+            f"noise in {closest['phase']}, {closest['path']}"
+        )
+    return Decision(
+        Outcome.PASS,
+        message,
+        verified_equal_initial_state=True,
+        compared_on=compared_on,
+        noise_envelope=noise_envelope,
+    )
 
 
 def judge_observations(
@@ -53,12 +118,13 @@ def judge_observations(
     rank_views: Sequence[Views],
     *,
     own_step: bool,
-) -> str | None:
-    """Raise the first ABSTAIN or FAIL Verdict; when all observations agree, return how the
-    candidate was compared (the report's `compared_on`; None: as observed, rank 0 for ranks).
+) -> Decision:
+    """The first ABSTAIN, FAIL or ERROR in contract order; PASS when all observations agree.
 
     `views` are baseline_a's, baseline_b's and the candidate's (rank 0's)
     phase snapshots; `rank_views` every rank's, for a multi-rank candidate.
+    `compared_on` says how the candidate was compared (None: as observed,
+    rank 0 for ranks).
     """
     baseline_a, baseline_b, candidate = views
     compared_on = None
@@ -66,20 +132,19 @@ def judge_observations(
         try:
             candidate = global_views(rank_views)
         except ReassemblyError as error:
-            raise Verdict(
+            return Decision(
                 Outcome.ERROR, f"the candidate's shards could not be reassembled: {error}"
-            ) from None
+            )
         compared_on = SHARDED_COMPARISON
-    try:
-        _judge(policy, baseline_a, baseline_b, candidate, rank_views, own_step=own_step)
-    except Verdict as verdict:
-        if compared_on is not None:
-            verdict.fields["compared_on"] = compared_on
-        raise
-    return compared_on
+    disagreement = _first_disagreement(
+        policy, baseline_a, baseline_b, candidate, rank_views, own_step=own_step
+    )
+    if disagreement is None:
+        return passed(compared_on=compared_on)
+    return dataclasses.replace(disagreement, compared_on=compared_on)
 
 
-def _judge(
+def _first_disagreement(
     policy: ExactComparison | ToleranceComparison,
     baseline_a: Views,
     baseline_b: Views,
@@ -87,28 +152,32 @@ def _judge(
     rank_views: Sequence[Views],
     *,
     own_step: bool,
-) -> None:
-    judge_before_phases(policy, baseline_a, baseline_b, candidate, rank_views, own_step=own_step)
+) -> Decision | None:
+    before = disagreement_before_phases(
+        policy, baseline_a, baseline_b, candidate, rank_views, own_step=own_step
+    )
+    if before is not None:
+        return before
     for phase in PHASES:
         if phase not in candidate:  # an own step that did not report its losses
             continue
         differences = policy.compare_all(baseline_a[phase], baseline_b[phase])
         if differences:
-            raise Verdict(
-                Outcome.ABSTAIN,
-                "baseline self-consistency failed",
-                **_differences(phase, differences, verified=True),
+            return _diverged(
+                Outcome.ABSTAIN, "baseline self-consistency failed", phase, differences
             )
         differences = policy.compare_all(baseline_a[phase], candidate[phase])
         if differences:
-            raise Verdict(
+            return _diverged(
                 Outcome.FAIL,
                 f"first observed divergence in {phase}; not a root-cause claim",
-                **_differences(phase, differences, verified=True),
+                phase,
+                differences,
             )
+    return None
 
 
-def judge_before_phases(
+def disagreement_before_phases(
     policy: Any,
     baseline_a: Views,
     baseline_b: Views,
@@ -116,22 +185,36 @@ def judge_before_phases(
     rank_views: Sequence[Views],
     *,
     own_step: bool,
-) -> None:
+) -> Decision | None:
     """The judgments before the phases: initial states, an own step's step counts, the ranks.
 
     Exact under every policy that reaches them this way; NoiseComparison
     (accumulation/noise_verdict.py) passes ExactComparison for each baseline.
+    None when they all agree.
     """
-    _judge_initial(policy, baseline_a[INITIAL_KEY], baseline_b[INITIAL_KEY], candidate)
+    initial = _judge_initial(policy, baseline_a[INITIAL_KEY], baseline_b[INITIAL_KEY], candidate)
+    if initial is not None:
+        return initial
     if own_step:
         for phase, component in ((OPTIMIZER_PHASE, "optimizer"), (SCHEDULER_PHASE, "scheduler")):
-            _judge_step_count(
+            count = _judge_step_count(
                 policy, phase, component, baseline_a, baseline_b, rank_views or [candidate]
             )
+            if count is not None:
+                return count
     disagreement = rank_differences(policy, rank_views) if rank_views else None
     if disagreement is not None:
         message, differences = disagreement
-        raise Verdict(Outcome.FAIL, message, **_differences("ranks", differences, verified=True))
+        return _diverged(Outcome.FAIL, message, "ranks", differences)
+    return None
+
+
+def judge_before_phases(policy: Any, *views: Any, own_step: bool) -> None:
+    """disagreement_before_phases (the same arguments), raised as a Verdict: the decision
+    sequence of accumulation/noise_verdict.py ends by raising."""
+    decision = disagreement_before_phases(policy, *views, own_step=own_step)
+    if decision is not None:
+        raise Verdict(**decision.as_fields())
 
 
 def _judge_initial(
@@ -139,18 +222,15 @@ def _judge_initial(
     baseline_a: Snapshot,
     baseline_b: Snapshot,
     candidate: Views,
-) -> None:
+) -> Decision | None:
     for other, message in (
         (baseline_b, "baseline initial-state self-consistency failed"),
         (candidate[INITIAL_KEY], "candidate did not start from verified-equal initial state"),
     ):
         differences = policy.compare_all(baseline_a, other)
         if differences:
-            raise Verdict(
-                Outcome.ABSTAIN,
-                message,
-                **_differences(INITIAL_STATE, differences, verified=False),
-            )
+            return _diverged(Outcome.ABSTAIN, message, INITIAL_STATE, differences, verified=False)
+    return None
 
 
 def _judge_step_count(
@@ -160,7 +240,7 @@ def _judge_step_count(
     baseline_a: Views,
     baseline_b: Views,
     candidates: Sequence[Views],
-) -> None:
+) -> Decision | None:
     """FAIL at `<component>.step_calls` when a train_step did not step it as the reference did.
 
     Decisive before every phase, the ranks' agreement included. The count is
@@ -175,7 +255,7 @@ def _judge_step_count(
     """
     reference = _step_calls(baseline_a, phase, component)
     if reference is None or _step_calls(baseline_b, phase, component) != reference:
-        return
+        return None
     for rank, view in enumerate(candidates):
         counted = _step_calls(view, phase, component)
         if counted is None or counted == reference:
@@ -189,12 +269,14 @@ def _judge_step_count(
             if difference.path != count_difference[0].path
         )
         who = f"rank {rank}'s train_step" if len(candidates) > 1 else "train_step"
-        raise Verdict(
+        return _diverged(
             Outcome.FAIL,
             f"first observed divergence in {phase}: {who} called {component}.step "
             f"{counted} times in one update (the reference: {reference}); not a root-cause claim",
-            **_differences(phase, (*count_difference, *rest), verified=True),
+            phase,
+            (*count_difference, *rest),
         )
+    return None
 
 
 def _step_calls(view: Views, phase: str, component: str) -> int | None:
@@ -211,12 +293,19 @@ def _count_tree(component: str, calls: int) -> FrozenMapping:
     return FrozenMapping(((component, FrozenMapping((("step_calls", calls),))),))
 
 
-def _differences(
-    phase: str, differences: tuple[Difference, ...], *, verified: bool
-) -> dict[str, Any]:
-    return {
-        "first_observed_phase": phase,
-        "primary_difference": differences[0],
-        "all_differences": differences,
-        "verified_equal_initial_state": verified,
-    }
+def _diverged(
+    outcome: Outcome,
+    message: str,
+    phase: str,
+    differences: tuple[Difference, ...],
+    *,
+    verified: bool = True,
+) -> Decision:
+    return Decision(
+        outcome,
+        message,
+        first_observed_phase=phase,
+        primary_difference=differences[0],
+        all_differences=differences,
+        verified_equal_initial_state=verified,
+    )

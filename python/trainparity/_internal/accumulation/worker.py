@@ -39,7 +39,7 @@ from trainparity._internal.accumulation.user_step import check_own_step_plan, ha
 from trainparity._internal.cases.loading import CaseImportError, load_accumulation_case
 from trainparity._internal.error_text import error_text
 from trainparity._internal.outcomes import Outcome
-from trainparity._internal.processes.observer.worker import write_result
+from trainparity._internal.processes.observer.snapshot_service import write_result
 from trainparity._internal.protocols import TrainingState
 
 __all__ = ["execute", "main", "seed_everything"]

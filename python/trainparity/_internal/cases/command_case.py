@@ -11,6 +11,10 @@ ZeRO directory through `load_checkpoint_directory`) or by
 `observe="module:function"`. The observer worker is a fresh interpreter: it gets the case back from `spec`,
 a JSON text that holds every field, so nothing but the case's own values
 crosses the process boundary.
+
+A check's `case` argument is a spec, a case class or a CommandCase
+(`CaseArgument`): `reported_case` and `children_case_spec` say how its report
+and its children name each.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from trainparity._internal.cases.case_class import (
+    importable_spec,
+    reported_class,
+    write_class_by_value,
+)
 from trainparity._internal.cases.command_program import (
     anchored,
     interpreter_description,
@@ -40,10 +49,13 @@ from trainparity._internal.protocols import ProcessExecutionPlan
 
 __all__ = [
     "COMMAND_CASE_PREFIX",
+    "CaseArgument",
     "CommandCase",
     "case_names",
+    "children_case_spec",
     "command_report_fields",
     "observe_default",
+    "reported_case",
     "resolved_case",
 ]
 
@@ -213,6 +225,33 @@ def case_names(case: str | CommandCase) -> tuple[str, str]:
     if isinstance(case, CommandCase):
         return case.describe(), case.spec
     return case, case
+
+
+# What check_resume, check_runs and check_accumulation accept as `case`.
+CaseArgument = str | type | CommandCase
+
+
+def reported_case(case: CaseArgument) -> str:
+    """The report's `case`: the spec, `<by value> __main__.MyCase`, or a command case's template."""
+    if isinstance(case, type):
+        return reported_class(case)
+    if isinstance(case, (str, CommandCase)):
+        return case_names(case)[0]
+    # Not a case at all: loading says so as the check's setup error. (Not its repr: that
+    # holds a memory address, and the same input must give the same report.)
+    return f"<not a case: {type(case).__qualname__}>"
+
+
+def children_case_spec(case: CaseArgument, run_root: Path) -> str:
+    """The spec the observer and the workers load the case by.
+
+    A class that cannot be imported is pickled into `run_root` here, so that
+    it lives, and is removed, with the check's run directory.
+    """
+    if isinstance(case, type):
+        spec = importable_spec(case)
+        return spec if spec is not None else write_class_by_value(case, run_root)
+    return case_names(case)[1]
 
 
 def command_report_fields(

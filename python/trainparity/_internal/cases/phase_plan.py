@@ -3,7 +3,7 @@
 A case's `command(plan)` hands the plan to the training script through
 environment variables (`plan_command` puts them in front of the argv with
 `env`, which execs the script, so the child keeps its PID). Scripts built on
-the library integrations (`trainparity._internal.integrations.*`) read them back with
+the library integrations (`trainparity.integrations.*`) read them back with
 `current_phase_plan()`; a process not run by a check finds none and trains as
 configured.
 

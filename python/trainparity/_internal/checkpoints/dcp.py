@@ -13,7 +13,7 @@ With `mmap=True` an entry stored whole in one shard file (what an unsharded
 or replicated tensor becomes) is not read at all: the shard file is mapped
 copy-on-write, as `torch.load(mmap=True)` maps a file, and the entry is a
 view of its bytes there. A snapshot of such a state refers to the shard
-file's byte ranges instead of copying them (state/snapshot_file.py). An
+file's byte ranges instead of copying them (state/snapshot_references.py). An
 entry sharded over several chunks by rows (FSDP's Shard(0): each rank's chunk
 a range of whole rows, so the global tensor's bytes are the chunks' bytes in
 row order) is assembled from the mapped chunks into one tensor, and its

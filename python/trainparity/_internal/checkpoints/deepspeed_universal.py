@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.checkpoints.deepspeed import (
+from trainparity._internal.checkpoints.deepspeed_zero import (
     _ENGINE_KEYS,
     MODEL_FILE,
     _deepspeed_classes_allowed,

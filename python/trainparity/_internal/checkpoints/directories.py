@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 from trainparity._internal.checkpoints.dcp import load_dcp
-from trainparity._internal.checkpoints.deepspeed import is_deepspeed_checkpoint, load_deepspeed
 from trainparity._internal.checkpoints.deepspeed_universal import (
     is_deepspeed_universal_checkpoint,
     load_deepspeed_universal,
 )
+from trainparity._internal.checkpoints.deepspeed_zero import is_deepspeed_checkpoint, load_deepspeed
 from trainparity._internal.checkpoints.safetensors_files import (
     is_safetensors_directory,
     load_safetensors,

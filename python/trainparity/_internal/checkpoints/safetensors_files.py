@@ -3,7 +3,7 @@
 safetensors' own reader maps the file copy-on-write (`load_file` builds its
 tensors on `torch.UntypedStorage.from_file`), so no tensor byte is read
 here, and a snapshot of the state refers to the file's byte ranges instead
-of copying them (state/snapshot_file.py). A directory is what a sharded
+of copying them (state/snapshot_references.py). A directory is what a sharded
 model is saved as (`model-00001-of-00002.safetensors`, ... beside a
 `model.safetensors.index.json`): every `.safetensors` file in it, its keys
 merged. A directory that holds anything else (a trainer's `optimizer.pt`,

@@ -185,7 +185,7 @@ def noise_comparison_from(arguments: argparse.Namespace) -> Any:
             if value is not None:
                 raise UsageError(f"{option} needs --noise-factor K (the noise envelope)")
         return None
-    from trainparity._internal.comparison.noise import NoiseComparison
+    from trainparity._internal.noise.policy import NoiseComparison
 
     if not factor > 0 or factor == float("inf"):
         raise UsageError(f"--noise-factor must be a finite number > 0, got {factor}")
@@ -321,7 +321,7 @@ def executor_from(arguments: argparse.Namespace) -> Any:
     """None (local children) or a SlurmExecutor read from the environment, as sbatch reads it."""
     if arguments.executor != "slurm":
         return None
-    from trainparity._internal.executors import SlurmExecutor
+    from trainparity._internal.executors.slurm import SlurmExecutor
 
     return SlurmExecutor.from_environment()
 

@@ -67,8 +67,8 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
 
 def run(arguments: argparse.Namespace) -> common.CommandOutput:
     from trainparity._internal.comparison.snapshots import diff_snapshots
-    from trainparity._internal.forensics.trace_diff import diff_traces
-    from trainparity._internal.forensics.trace_file import is_trace_file
+    from trainparity._internal.why.forensics.trace_diff import diff_traces
+    from trainparity._internal.why.forensics.trace_file import is_trace_file
 
     comparison = common.comparison_from(arguments)
     noise_given = getattr(comparison, "name", None) == "noise_envelope"

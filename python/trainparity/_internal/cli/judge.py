@@ -34,10 +34,10 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
 def run(arguments: argparse.Namespace) -> common.CommandOutput:
     from trainparity._internal.cases.command_case import COMMAND_CASE_PREFIX, CommandCase
     from trainparity._internal.comparison.policies import ToleranceComparison
-    from trainparity._internal.environment_leads import environment_leads
     from trainparity._internal.executors.replay import PlanReplay
     from trainparity._internal.resume.check import check_resume
     from trainparity._internal.resume.plan import PLAN_FILE
+    from trainparity._internal.why.environment_leads import environment_leads
 
     directory = arguments.directory.resolve()
     plan = _read_plan(directory / PLAN_FILE)

@@ -54,13 +54,13 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
 
 
 def run(arguments: argparse.Namespace) -> common.CommandOutput:
-    from trainparity._internal.forensics.step_trace import (
+    from trainparity._internal.version import add_report_metadata
+    from trainparity._internal.why.forensics.step_trace import (
         KEEP_VARIABLE,
         OUTPUT_VARIABLE,
         STEP_VARIABLE,
     )
-    from trainparity._internal.forensics.trace_file import read_trace
-    from trainparity._internal.version import add_report_metadata
+    from trainparity._internal.why.forensics.trace_file import read_trace
 
     command = list(arguments.training_command)
     if command and command[0] == "--":
@@ -85,7 +85,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
             KEEP_VARIABLE: ",".join(arguments.keep),
         }
     )
-    child = [command[0], "-m", "trainparity._internal.forensics.launch", *command[1:]]
+    child = [command[0], "-m", "trainparity._internal.why.forensics.launch", *command[1:]]
     returncode = subprocess.run(child, env=environment, check=False).returncode
     # The child says why it wrote no trace on stderr ("trainparity: no trace written: ...").
     if returncode != 0:

@@ -19,11 +19,11 @@ from trainparity._internal.comparison.states import (
     checked_policy,
     compare_states_with_records,
 )
-from trainparity._internal.environment_leads import EnvironmentLead, environment_leads
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.reports.reported import ReportedResult
 from trainparity._internal.state.snapshot_file import read_snapshot
 from trainparity._internal.state.tree_codec import SnapshotFileError
+from trainparity._internal.why.environment_leads import EnvironmentLead, environment_leads
 
 __all__ = ["SnapshotDiff", "diff_snapshots"]
 

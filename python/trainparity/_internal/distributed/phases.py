@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainparity._internal.distributed.launch import (
+from trainparity._internal.distributed.nodes import NODES_FILE_VARIABLE
+from trainparity._internal.distributed.torchrun_argv import (
     fixed_port_problem,
     is_torchrun,
     nodes_on_this_host,
 )
-from trainparity._internal.distributed.nodes import NODES_FILE_VARIABLE
 from trainparity._internal.recording.record_ids import IDS_DIR_VARIABLE
 
 __all__ = [
@@ -197,7 +197,7 @@ def concurrency_problem(phase: str, argv: list[str], environment: dict[str, str]
     return (
         f"{phase} command cannot run concurrently with the other phases: {problem}, so two "
         "phases would collide on it (or join each other's job); launch with "
-        "trainparity._internal.distributed.torchrun_command, add --standalone, or pass parallel=False "
+        "trainparity.distributed.torchrun_command, add --standalone, or pass parallel=False "
         "(--sequential)"
     )
 

@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from trainparity._internal.distributed.launch import is_torchrun
 from trainparity._internal.distributed.phases import PHASE_TAG_VARIABLE
+from trainparity._internal.distributed.torchrun_argv import is_torchrun
 
 __all__ = [
     "SAMPLE_INTERVAL_SECONDS",

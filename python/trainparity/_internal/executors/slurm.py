@@ -11,6 +11,13 @@ CANCELLED, NODE_FAIL, OUT_OF_MEMORY, ...) is the check's ERROR, naming the
 job; leaving the check by any way (verdict, Ctrl-C, SIGTERM) cancels every
 job still queued or running. submitit is imported only when a check uses
 this executor (`pip install trainparity[slurm]`).
+
+Inside the job, submitit calls `run_phase`: the phase's command runs under
+the same ChildGroup discipline as on the checking host (own process group,
+timeout with SIGTERM then SIGKILL, logs to the phase's files, resources from
+wait4), and only plain values travel back in submitit's result file. The
+job's own SLURM_* variables are added to the phase's environment, so an
+`srun torchrun ...` command sees its allocation.
 """
 
 from __future__ import annotations
@@ -19,14 +26,19 @@ import math
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.processes.group import ChildResult, ChildSpec, EventCallback
+from trainparity._internal.processes.group import (
+    ChildResult,
+    ChildSpec,
+    EventCallback,
+    run_children,
+)
 from trainparity._internal.processes.progress import ProgressReporter
 
-__all__ = ["SlurmExecutor"]
+__all__ = ["SlurmExecutor", "run_phase"]
 
 # States in which a job may still produce its result (submitit's own list, plus CONFIGURING).
 _UNFINISHED = frozenset(
@@ -120,8 +132,6 @@ class SlurmLauncher:
     def start(self, spec: ChildSpec, *, timeout: float | None) -> str:
         """Submit the phase as one job; returns its job id."""
         import submitit
-
-        from trainparity._internal.executors.slurm_job import run_phase
 
         limit = 24 * 3600.0 if timeout is None else timeout
         submitter = submitit.SlurmExecutor(folder=self.folder / "%j")
@@ -244,3 +254,29 @@ class SlurmLauncher:
 def _state(info: Mapping[str, str]) -> str:
     """The job's state word from sacct's answer: `CANCELLED by 0` is CANCELLED."""
     return (info.get("State") or "UNKNOWN").split()[0].upper()
+
+
+# What the job runs on its node ----------------------------------------------------------
+
+
+def run_phase(
+    name: str,
+    argv: list[str],
+    cwd: str,
+    environment: dict[str, str],
+    stdout_path: str,
+    stderr_path: str,
+    timeout: float,
+) -> dict[str, Any]:
+    """Run one phase to its end on this node; its ChildResult's fields."""
+    allocation = {key: value for key, value in os.environ.items() if key.startswith("SLURM")}
+    spec = ChildSpec(
+        name=name,
+        argv=argv,
+        cwd=Path(cwd),
+        env={**environment, **allocation},
+        stdout_path=Path(stdout_path),
+        stderr_path=Path(stderr_path),
+    )
+    (result,) = run_children([spec], timeout=timeout)
+    return asdict(result)

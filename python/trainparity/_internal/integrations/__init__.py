@@ -1,6 +1,6 @@
 """Library integrations: Hugging Face Trainer, Lightning and Accelerate, each behind its own extra.
 
-`trainparity._internal.integrations.huggingface`, `.lightning` and `.accelerate` each
+`trainparity.integrations.huggingface`, `.lightning` and `.accelerate` each
 import their library and raise ImportError naming the extra to install when
 it is missing; the core package never imports them.
 """

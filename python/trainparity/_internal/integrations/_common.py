@@ -27,7 +27,7 @@ def require(extra: str, *module_names: str) -> ModuleType:
         except ImportError:
             continue
     raise ImportError(
-        f"trainparity._internal.integrations.{extra} needs {' or '.join(module_names)}: "
+        f"trainparity.integrations.{extra} needs {' or '.join(module_names)}: "
         f"pip install 'trainparity[{extra}]'"
     )
 

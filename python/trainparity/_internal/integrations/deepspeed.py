@@ -44,8 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainparity._internal.integrations._common import require
-from trainparity._internal.state.placed_shard import PlacedShard
-from trainparity._internal.state.placement import ShardPlacement
+from trainparity._internal.state.placement import PlacedShard, ShardPlacement
 
 __all__ = ["engine_state"]
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity._internal.cases.phase_plan import PhasePlan, current_phase_plan
-from trainparity._internal.checkpoints.deepspeed import is_deepspeed_checkpoint, load_deepspeed
+from trainparity._internal.checkpoints.deepspeed_zero import is_deepspeed_checkpoint, load_deepspeed
 from trainparity._internal.integrations._common import (
     NeedsUnpickling,
     RecordingCollator,
@@ -86,7 +86,7 @@ class TrainParityCallback(transformers.TrainerCallback):
 
     `state`, when given, is what each step records instead of the model's,
     optimizer's and scheduler's `state_dict()` (called only when a check
-    records): under DeepSpeed, `lambda: trainparity._internal.integrations.deepspeed.
+    records): under DeepSpeed, `lambda: trainparity.integrations.deepspeed.
     engine_state(trainer.model_wrapped)`.
     """
 
@@ -113,7 +113,7 @@ class TrainParityCallback(transformers.TrainerCallback):
         ):
             raise ValueError(
                 f"output_dir {args.output_dir!r} is shared by the check's concurrent phases; "
-                "use TrainingArguments(output_dir=trainparity._internal.integrations.huggingface.output_dir(...))"
+                "use TrainingArguments(output_dir=trainparity.integrations.huggingface.output_dir(...))"
             )
         if self.recording and plan is not None and plan.resume_from is not None:
             # The round trip: what was loaded, at the split step, before any training.

@@ -1,5 +1,8 @@
 """The verdict core that check_resume, check_runs and check_accumulation results share.
 
+With it, what a check reports of each training child it ran (`processes`):
+phase, PID, time, exit status, resources, job.
+
 Field order matters for positional construction: `outcome, message, case` stay
 the first three positional fields of every result; the shared fields after them
 are keyword-only, so each check's own positional fields follow the case as
@@ -12,11 +15,47 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from trainparity._internal.comparison.policies import Difference
+from trainparity._internal.distributed.rank_processes import RankProcessEvidence
 from trainparity._internal.outcomes import Outcome
-from trainparity._internal.processes.evidence import ExternalProcessEvidence
 from trainparity._internal.reports.reported import ReportedResult
 
-__all__ = ["CheckResult", "PhaseCheckResult"]
+__all__ = ["CheckResult", "ExternalProcessEvidence", "NodeProcessEvidence", "PhaseCheckResult"]
+
+
+@dataclass(frozen=True)
+class NodeProcessEvidence:
+    """One torchrun agent of a multi-node phase: its node, PID, exit status and resources (wait4)."""
+
+    node: int
+    pid: int
+    returncode: int
+    elapsed_seconds: float
+    user_seconds: float
+    system_seconds: float
+    peak_rss_bytes: int
+
+
+@dataclass(frozen=True)
+class ExternalProcessEvidence:
+    """One training child that ran to exit: which phase, its PID, time, exit status and resources."""
+
+    phase: str
+    pid: int
+    elapsed_seconds: float
+    returncode: int
+    signal: int | None = None
+    user_seconds: float = 0.0
+    system_seconds: float = 0.0
+    peak_rss_bytes: int = 0
+    ranks: tuple[RankProcessEvidence, ...] = ()  # a torchrun phase's ranks, sampled from /proc
+    # The scheduler's job that ran the phase (processes/executor.py); not in a report
+    # when None, so a local check's report has the keys it always had.
+    job_id: str | None = field(default=None, metadata={"omitted_when_none": True})
+    # A multi-node phase's agents, one per node (distributed/nodes.py); not in a report when
+    # empty, as job_id.
+    nodes: tuple[NodeProcessEvidence, ...] = field(
+        default=(), metadata={"omitted_when_empty": True}
+    )
 
 
 @dataclass(frozen=True, repr=False)
@@ -67,5 +106,5 @@ class PhaseCheckResult(CheckResult):
     command_interpreter: str | None = field(default=None, metadata={"omitted_when_none": True})
     command_cwd: str | None = field(default=None, metadata={"omitted_when_none": True})
     # Only with explain=True on a FAIL or ABSTAIN that names a recorded step: the
-    # Explanation's report (why/explain.py): the first op and the leads tested.
+    # Explanation's report (why/explanation.py): the first op and the leads tested.
     explanation: dict[str, Any] | None = field(default=None, metadata={"omitted_when_none": True})

@@ -158,7 +158,7 @@ class CheckRunner:
         if executor is not None and not isinstance(executor, PhaseExecutor):
             raise TypeError(
                 f"executor must be None or a phase executor such as "
-                f"trainparity._internal.executors.SlurmExecutor, not {type(executor).__name__}"
+                f"trainparity.executors.SlurmExecutor, not {type(executor).__name__}"
             )
         self.executor = executor
 

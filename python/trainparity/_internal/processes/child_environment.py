@@ -1,4 +1,14 @@
-"""The environment of a check's children: the parent's, the caller's overrides, the case's directory."""
+"""Where a check's children run, and with what environment.
+
+The environment: the parent's, the caller's overrides, the case's directory.
+
+Where a training phase runs: every phase runs in the check's cwd (`plan.cwd`,
+CONTRACT §6.6) unless its case has `phase_cwd(plan)`, as
+`CommandCase(cwd="{run_dir}")` has: then it runs there, for scripts that save
+into their working directory. A phase run elsewhere gets the check's cwd
+first on PYTHONPATH, so that `python -m package.module` still imports the
+package it would have found from there.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trainparity._internal.cases.loading import CaseSetupError, CaseSetupTypeError, case_module_name
+from trainparity._internal.protocols import ProcessExecutionPlan
+
+__all__ = ["child_environment", "phase_cwd", "phase_environment"]
 
 
 def child_environment(
@@ -41,4 +54,26 @@ def child_environment(
         case_directory = str(Path(module_file).resolve().parent)
         existing = variables.get("PYTHONPATH")
         variables["PYTHONPATH"] = case_directory + (os.pathsep + existing if existing else "")
+    return variables
+
+
+def phase_cwd(case: object, plan: ProcessExecutionPlan) -> Path:
+    """The directory the phase of `plan` runs in; TypeError if the case's hook gives no Path."""
+    hook = getattr(case, "phase_cwd", None)
+    if hook is None:
+        return plan.cwd
+    directory = hook(plan)
+    if not isinstance(directory, Path):
+        raise TypeError(f"phase_cwd must return a pathlib.Path, got {type(directory).__name__}")
+    return directory
+
+
+def phase_environment(
+    environment: Mapping[str, str], *, cwd: Path, check_cwd: Path
+) -> dict[str, str]:
+    """`environment`, with `check_cwd` first on PYTHONPATH when the phase runs elsewhere."""
+    variables = dict(environment)
+    if cwd != check_cwd:
+        existing = variables.get("PYTHONPATH")
+        variables["PYTHONPATH"] = str(check_cwd) + (os.pathsep + existing if existing else "")
     return variables

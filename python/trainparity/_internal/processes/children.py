@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainparity._internal.distributed import phases as multirank
-from trainparity._internal.distributed.launch import local_ranks
 from trainparity._internal.distributed.rank_processes import (
     MeasuredExit,
     rank_event_detail,
@@ -29,20 +28,24 @@ from trainparity._internal.distributed.rank_processes import (
     unsampled_exit_events,
 )
 from trainparity._internal.distributed.rank_watcher import RankEvent, RankSample, RankWatcher
+from trainparity._internal.distributed.torchrun_argv import local_ranks
 from trainparity._internal.error_text import error_text
 from trainparity._internal.outcomes import Outcome
+from trainparity._internal.processes.check_result import (
+    ExternalProcessEvidence,
+    NodeProcessEvidence,
+)
 from trainparity._internal.processes.check_runner import RunSettings
-from trainparity._internal.processes.evidence import ExternalProcessEvidence, NodeProcessEvidence
+from trainparity._internal.processes.child_environment import phase_cwd, phase_environment
 from trainparity._internal.processes.executor import PhaseLauncher
 from trainparity._internal.processes.failure_text import (
-    HEADLINE_SCAN_LINES,
-    TAIL_LINES,
     directory_listing,
-    exception_line,
+    explained_failure,
     failure_block,
+    foreign_interpreter_hint,
     log_tail,
+    shown_path,
 )
-from trainparity._internal.processes.foreign_interpreter import foreign_interpreter_hint
 from trainparity._internal.processes.group import (
     ChildGroup,
     ChildLaunchError,
@@ -50,7 +53,6 @@ from trainparity._internal.processes.group import (
     ChildSpec,
 )
 from trainparity._internal.processes.observer.client import ObserverClient
-from trainparity._internal.processes.phase_directory import phase_cwd, phase_environment
 from trainparity._internal.protocols import ProcessExecutionPlan
 from trainparity._internal.state.snapshot import Snapshot
 
@@ -58,17 +60,9 @@ __all__ = [
     "PhaseChildren",
     "PhaseError",
     "TrainingPhase",
-    "nondeterminism_hints",
     "path_bytes",
     "validated_command",
 ]
-
-# Environment variables whose absence or value commonly explains run-to-run drift.
-# (Not OMP_NUM_THREADS: every child runs with a thread count the check decides.)
-_NONDETERMINISM_VARIABLES = {
-    "CUBLAS_WORKSPACE_CONFIG": "CUBLAS_WORKSPACE_CONFIG is unset: cuBLAS may pick non-deterministic algorithms (set ':4096:8' with torch.use_deterministic_algorithms(True))",
-    "PYTHONHASHSEED": "PYTHONHASHSEED is unset: str hashes, and so set/dict iteration over str, differ per process",
-}
 
 
 class PhaseError(Exception):
@@ -301,36 +295,28 @@ class PhaseChildren:
         return checkpoint
 
     def shown(self, path: Path) -> str:
-        """`path` for a message: whole under a kept work_dir; else from the run root, whose
-        temporary name would make two reports of the same inputs differ."""
-        if self.settings.preserved or not path.is_relative_to(self.settings.run_root):
-            return str(path)
-        return str(path.relative_to(self.settings.run_root))
+        """`path` for a message (failure_text.shown_path)."""
+        return shown_path(path, self.settings.run_root, kept=self.settings.preserved)
 
     def explained(self, phase: TrainingPhase, message: str, *, with_reason: bool = True) -> str:
         """`message` and, on the lines below it, the last lines of the child's stderr.
 
-        Read now, before the run directory is removed; a torchrun phase gives
-        each failed rank's own log where torchrun kept one (else its tee'd
-        lines are in the phase's stderr). The first line ends with the exception
-        line of the child's traceback (`RuntimeError: ...`, see exception_line) when
-        `message` has no detail yet and `with_reason` (a timed-out child's last line
-        is no reason).
+        A torchrun phase gives each failed rank's own log where torchrun kept one
+        (else its tee'd lines are in the phase's stderr); any other phase, its
+        stderr as failure_text.explained_failure words it.
         """
         kept = self.settings.preserved
         stderr_path = phase.run_dir / "stderr.log"
-        scanned = log_tail(stderr_path, HEADLINE_SCAN_LINES)
-        tail = scanned[-TAIL_LINES:]
         rank_logs = multirank.failed_rank_logs(stderr_path, phase.run_dir)
+        if not rank_logs:
+            label = f"{phase.name}'s stderr"
+            return explained_failure(
+                message, label, stderr_path, kept=kept, with_reason=with_reason
+            )
         blocks = [
             failure_block(f"rank {rank}'s stderr", log_tail(log), log, kept=kept)
             for rank, log in rank_logs
         ]
-        if not blocks:
-            blocks.append(failure_block(f"{phase.name}'s stderr", tail, stderr_path, kept=kept))
-            reason = exception_line(scanned)
-            if with_reason and reason and ": " not in message:
-                message += f": {reason}"
         return "\n".join([message, *blocks])
 
     def ordered_processes(self) -> tuple[ExternalProcessEvidence, ...]:
@@ -463,10 +449,3 @@ def validated_command(command: object) -> list[str]:
     if not argv or not all(isinstance(item, str) and "\0" not in item for item in argv):
         raise TypeError("command() must return a non-empty sequence of str without NUL characters")
     return argv
-
-
-def nondeterminism_hints(environment: Mapping[str, str]) -> tuple[str, ...]:
-    """Why runs may drift, for each such variable that the children's environment lacks."""
-    return tuple(
-        hint for variable, hint in _NONDETERMINISM_VARIABLES.items() if variable not in environment
-    )

@@ -3,7 +3,7 @@
 A check's training children go through a PhaseLauncher; the observer
 worker and the verdict always stay in the checking process. By default the
 launcher is the check's own ChildGroup (fresh local processes);
-`executor=...` (trainparity._internal.executors.SlurmExecutor) hands the phases to a
+`executor=...` (trainparity.executors.SlurmExecutor) hands the phases to a
 scheduler instead. The launcher reports each phase's start and end through
 the same `on_event` callback a ChildGroup calls, with a ChildResult whose
 `job_id`/`job_state` say which job ran it and how the scheduler saw it end.

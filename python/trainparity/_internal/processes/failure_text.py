@@ -3,14 +3,23 @@
 The run directory is removed after a check unless the user keeps it
 (`work_dir`), so the evidence a user needs (the traceback) has to travel in
 the message itself, read before the directory goes.
+
+`ModuleNotFoundError: No module named 'torch'` from a phase usually means the
+phase ran another Python than the one running the check: `python` found on
+PATH without the venv activated, or a path to another installation. The
+message then says which interpreter ran and which one the check is.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Sequence
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from trainparity._internal.cases.command_program import is_python
 from trainparity._internal.error_text import without_terminal_styling
 
 __all__ = [
@@ -19,6 +28,7 @@ __all__ = [
     "directory_listing",
     "exception_line",
     "failure_block",
+    "foreign_interpreter_hint",
     "log_tail",
 ]
 
@@ -36,6 +46,7 @@ _EXCEPTION_LINE = re.compile(
 _TAIL_BYTES = 64 * 1024
 _LINE_CHARACTERS = 500
 _LISTED_ENTRIES = 20
+_MISSING_MODULE = "ModuleNotFoundError"
 
 
 def log_tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
@@ -95,6 +106,30 @@ def failure_block(label: str, tail: Sequence[str], log: Path, *, kept: bool) -> 
     return "\n".join(lines)
 
 
+def explained_failure(
+    message: str, label: str, log: Path, *, kept: bool, with_reason: bool = True
+) -> str:
+    """`message`, then on the lines below it the last lines of the child's log `log`.
+
+    The first line ends with the exception line of the child's last traceback
+    (see exception_line) when `message` has no detail yet and `with_reason`
+    (a timed-out child's last line is no reason). Read now, before the run
+    directory is removed.
+    """
+    scanned = log_tail(log, HEADLINE_SCAN_LINES)
+    reason = exception_line(scanned) if with_reason and ": " not in message else None
+    headline = f"{message}: {reason}" if reason else message
+    return "\n".join([headline, failure_block(label, scanned[-TAIL_LINES:], log, kept=kept)])
+
+
+def shown_path(path: Path, run_root: Path, *, kept: bool) -> str:
+    """`path` for a message: whole under a kept work_dir; else from the run root, whose
+    temporary name would make two reports of the same inputs differ."""
+    if kept or not path.is_relative_to(run_root):
+        return str(path)
+    return str(path.relative_to(run_root))
+
+
 def directory_listing(directory: Path) -> str:
     """The entries of a phase directory, sorted: what the child did write."""
     try:
@@ -109,3 +144,32 @@ def directory_listing(directory: Path) -> str:
     if len(names) > _LISTED_ENTRIES:
         shown += f", ... {len(names) - _LISTED_ENTRIES} more"
     return shown
+
+
+def foreign_interpreter_hint(
+    argv: Sequence[str], environment: Mapping[str, str], stderr_tail: Sequence[str]
+) -> str | None:
+    """A line naming the phase's interpreter, or None (no missing module, or the check's own)."""
+    if not argv or not any(_MISSING_MODULE in line for line in stderr_tail):
+        return None
+    program = argv[0]
+    if os.sep not in program:
+        program = shutil.which(program, path=environment.get("PATH", os.defpath)) or program
+    if not is_python(program) or _installation(program) == _installation(sys.executable):
+        return None
+    return (
+        f"the phase ran the interpreter {program}, not the one running this check "
+        f"({sys.executable}), and a module was missing there: start the command with `python` "
+        "(in a command template: the check's interpreter), give the check's interpreter's path, "
+        "or install the module for that interpreter"
+    )
+
+
+def _installation(program: str) -> str:
+    """What tells two interpreters apart: a venv's directory (its python is a link to the
+    base's, so the link's target would call the venv and its base the same), else the file."""
+    path = os.path.abspath(program)
+    root = os.path.dirname(os.path.dirname(path))
+    if os.path.isfile(os.path.join(root, "pyvenv.cfg")):
+        return root
+    return os.path.realpath(path)

@@ -6,8 +6,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainparity._internal.comparison.envelope import excursion_words
-from trainparity._internal.comparison.noise import NoiseComparison
 from trainparity._internal.comparison.policies import (
     ComparisonPolicy,
     Difference,
@@ -16,19 +14,22 @@ from trainparity._internal.comparison.policies import (
     policy_report_fields,
 )
 from trainparity._internal.comparison.windows import ValueWindow
-from trainparity._internal.environment_leads import EnvironmentLead, environment_leads
-from trainparity._internal.outcomes import Outcome
-from trainparity._internal.recording.envelope_steps import (
+from trainparity._internal.noise.policy import NoiseComparison
+from trainparity._internal.noise.verdict import envelope_verdict
+from trainparity._internal.noise.walk import (
+    EnvelopeEvent,
     EnvelopeWalk,
     Position,
     closest_approach,
     first_noisy_step,
     sensitivity_line,
 )
+from trainparity._internal.outcomes import Outcome
 from trainparity._internal.recording.frames import FRAME_VERSION
 from trainparity._internal.recording.reader import RecordedStep, Recording, read_recording
 from trainparity._internal.recording.trajectory import compare_records, drift_point
 from trainparity._internal.reports.reported import ReportedResult
+from trainparity._internal.why.environment_leads import EnvironmentLead, environment_leads
 
 __all__ = ["RecordedFile", "RecordingDiff", "diff_recordings"]
 
@@ -261,34 +262,24 @@ def _noise_verdict(
             ),
             report,
         )
-    path = event.differences[0].path
-    if event.kind == "samples_differ":
-        return (
-            Outcome.ABSTAIN,
-            (
-                f"the noise samples disagree at step {event.step} on {path} ({event.phase}), which "
-                "NoiseComparison holds exact: they do not measure noise"
-            ),
-            report,
-        )
-    if event.kind == "too_noisy":
-        return (
-            Outcome.ABSTAIN,
-            (
-                f"the noise at step {event.step} exceeds max_noise at {path}: smaller differences "
-                "cannot be seen"
-            ),
-            report,
-        )
-    words = excursion_words(event.entry, policy)
+    outcome, message = envelope_verdict(
+        event, policy, samples_differ=_samples_differ, candidate_left=_candidate_left
+    )
+    return outcome, message, report
+
+
+def _samples_differ(event: EnvelopeEvent, path: str) -> str:
+    return (
+        f"the noise samples disagree at step {event.step} on {path} ({event.phase}), which "
+        "NoiseComparison holds exact: they do not measure noise"
+    )
+
+
+def _candidate_left(event: EnvelopeEvent, path: str, words: str | None) -> str:
     detail = "" if words is None else f" ({words})"
     return (
-        Outcome.FAIL,
-        (
-            f"the runs part beyond the noise at step {event.step}: {path}{detail}: more than "
-            "reordering alone produces"
-        ),
-        report,
+        f"the runs part beyond the noise at step {event.step}: {path}{detail}: more than "
+        "reordering alone produces"
     )
 
 

@@ -1,8 +1,8 @@
 """The recordings of one check's children: read on demand, reported the same way by every check.
 
 Each child of a check records into `<run root>/recordings/<child name>/`
-(one file per rank). check_resume (`recording/resume.py`) and check_runs
-(`recording/runs.py`) align the records differently; what they share is
+(one file per rank). check_resume (`resume/recordings.py`) and check_runs
+(`runs/recordings.py`) align the records differently; what they share is
 here: reading (a recording that cannot be read makes the verdict ERROR),
 and the report keys `trajectory` and `final_state_differences`. When two
 children part, `trajectory.drift` is the drift curve of that pair, on the
@@ -15,12 +15,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.comparison.likely_cause import scalar_leaves
 from trainparity._internal.comparison.policies import ComparisonPolicy, Difference
 from trainparity._internal.recording.reader import RecordedStep, Recording, read_recordings
 from trainparity._internal.recording.trajectory import StepDivergence, drift_curve, recorded_steps
 from trainparity._internal.recording.variables import PHASE_VARIABLE, RECORD_VARIABLE
 from trainparity._internal.state.paths import path_under
+from trainparity._internal.why.likely_cause import scalar_leaves
 
 # (baseline record, candidate record, round trip): one aligned position of two children.
 AlignedPair = tuple[RecordedStep | None, RecordedStep | None, bool]

@@ -3,7 +3,7 @@
 A recording is asked for by the environment (`TRAINPARITY_RECORD=DIR`, set by
 hand or by a check for its phases) or in-process with `recording_to(DIR)`; a
 trace of one step by `TRAINPARITY_TRACE_STEP=N`, for which each record() call
-marks a step boundary (see forensics/step_trace.py). Until then `record`
+marks a step boundary (see why/forensics/step_trace.py). Until then `record`
 costs one comparison: this module imports nothing heavy at load time and
 `record` touches nothing else when nothing is active.
 """
@@ -18,7 +18,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.forensics.variables import TRACE_STEP_VARIABLE
 from trainparity._internal.recording.variables import (
     ALSO_VARIABLE,
     EVERY_VARIABLE,
@@ -27,6 +26,7 @@ from trainparity._internal.recording.variables import (
     PHASE_VARIABLE,
     RECORD_VARIABLE,
 )
+from trainparity._internal.why.forensics.variables import TRACE_STEP_VARIABLE
 
 MODES = ("auto", "full", "summary")
 # "auto" keeps full values for a step whose tensors total at most this many bytes.
@@ -144,7 +144,7 @@ class _StepBoundaries:
         self.recorder = recorder
 
     def record(self, step: int, state: Mapping[str, object]) -> None:
-        from trainparity._internal.forensics.step_trace import install_from_environment
+        from trainparity._internal.why.forensics.step_trace import install_from_environment
 
         tracer = install_from_environment(follow_optimizers=False)
         if tracer is not None:

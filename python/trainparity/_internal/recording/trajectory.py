@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +17,7 @@ from trainparity._internal.comparison.policies import (
 )
 from trainparity._internal.comparison.windows import ValueWindow, value_window
 from trainparity._internal.recording.reader import RecordedStep, Recording, tensor_at
-from trainparity._internal.state.paths import path_under
-
-_COMPONENT = re.compile(r"[^.\[]+")
+from trainparity._internal.state.paths import component_of, path_under
 
 
 @dataclass(frozen=True)
@@ -184,12 +181,6 @@ def first_divergence(
                 comparison=comparison,
             )
     return None
-
-
-def component_of(path: str) -> str:
-    """The top-level component of a rendered path: `model` for `model["0.bias"]`."""
-    match = _COMPONENT.match(path)
-    return match.group(0) if match else path
 
 
 def drift_point(step: int, baseline: RecordedStep, errors: dict[str, float]) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 record() reads them on its first call, and check_resume and check_runs set
 them for their children; they live here so that neither side has to import
-the other for a name. The step-trace variables are forensics/variables.py's.
+the other for a name. The step-trace variables are why/forensics/variables.py's.
 """
 
 RECORD_VARIABLE = "TRAINPARITY_RECORD"

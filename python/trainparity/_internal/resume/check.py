@@ -16,25 +16,26 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.cases.case_argument import (
+from trainparity._internal.cases.command_case import (
     CaseArgument,
     children_case_spec,
+    command_report_fields,
     reported_case,
+    resolved_case,
 )
-from trainparity._internal.cases.command_case import command_report_fields, resolved_case
 from trainparity._internal.cases.loading import (
     CaseSetupError,
     CaseSetupTypeError,
     load_process_case,
+    setup_failure,
 )
-from trainparity._internal.cases.setup_failure import setup_failure
-from trainparity._internal.comparison.noise import NoiseComparison
 from trainparity._internal.comparison.policies import (
     ExactComparison,
     ToleranceComparison,
     policy_report_fields,
 )
 from trainparity._internal.environment import environment_fingerprint
+from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import CheckRunner
 from trainparity._internal.processes.child_environment import child_environment
@@ -89,7 +90,7 @@ def check_resume(
     declares `device = "cuda..."`; True/False force it. `progress=True`
     prints phase start/end lines to stderr; a callable receives ProgressEvent
     objects. `executor` runs the training phases elsewhere (e.g.
-    trainparity._internal.executors.SlurmExecutor: one SLURM job per phase); the
+    trainparity.executors.SlurmExecutor: one SLURM job per phase); the
     observer and the verdict stay here. Returns PASS, FAIL (first divergent
     path), ABSTAIN or ERROR.
     `start="warm"` forks each `python script.py`/`python -m` child from a

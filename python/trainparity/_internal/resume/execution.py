@@ -10,35 +10,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.comparison.likely_cause import likely_cause
-from trainparity._internal.comparison.noise import NoiseComparison
 from trainparity._internal.comparison.policies import (
     Difference,
     ExactComparison,
     ToleranceComparison,
 )
 from trainparity._internal.comparison.windows import ValueWindow, differences_with_windows
-from trainparity._internal.coverage.resume_boundary import BoundaryDifference
-from trainparity._internal.coverage.resume_chain import resume_chain_differences
 from trainparity._internal.distributed.phases import ids_path
+from trainparity._internal.noise.policy import NoiseComparison
+from trainparity._internal.noise.walk import final_state_envelope
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import RunSettings
 from trainparity._internal.processes.children import (
     PhaseChildren,
     PhaseError,
     TrainingPhase,
-    nondeterminism_hints,
 )
 from trainparity._internal.processes.observer.client import ObservationFailure
 from trainparity._internal.protocols import ProcessResumeCase
-from trainparity._internal.recording.envelope_steps import final_state_envelope
-from trainparity._internal.recording.resume import (
-    ResumeTrajectories,
-    TrajectoryError,
-    phase_recording_environment,
-    recording_directory,
-)
-from trainparity._internal.recording.resume_envelope import ResumeEnvelope
 from trainparity._internal.resume.chain import CandidatePhase, chain_report, on_another_layout
 from trainparity._internal.resume.noise_decision import (
     baseline_names,
@@ -46,8 +35,21 @@ from trainparity._internal.resume.noise_decision import (
     pass_message,
     split_differs_message,
 )
+from trainparity._internal.resume.noise_recordings import ResumeEnvelope
+from trainparity._internal.resume.recordings import (
+    ResumeTrajectories,
+    TrajectoryError,
+    phase_recording_environment,
+    recording_directory,
+)
 from trainparity._internal.resume.result import ProcessResumeResult
+from trainparity._internal.resume.sample_order import (
+    BoundaryDifference,
+    resume_chain_differences,
+)
 from trainparity._internal.state.snapshot import Snapshot
+from trainparity._internal.why.likely_cause import likely_cause
+from trainparity._internal.why.nondeterminism_hints import nondeterminism_hints
 
 __all__ = ["CONCURRENT_CHILDREN", "ResumeExecution", "concurrent_children", "resume_phases"]
 

@@ -1,9 +1,12 @@
-"""check_resume's verdict under NoiseComparison: the messages, and the final states when nothing was recorded.
+"""check_resume's verdict under NoiseComparison, in check_resume's words.
 
 The decision order is the exact check's: samples that disagree where they
 must not (or noise above `max_noise`) abstain, then a candidate outside the
 envelope fails at its first step, else the check passes and says how close
-the candidate came. resume/execution.py runs the phases and calls these.
+the candidate came. noise/verdict.py decides the outcome and words what
+every check shares; this module names check_resume's runs (baseline_a, …,
+candidate_split before its save). resume/execution.py runs the phases and
+calls these.
 """
 
 from __future__ import annotations
@@ -11,10 +14,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from trainparity._internal.comparison.envelope import excursion_words
-from trainparity._internal.comparison.noise import NoiseComparison
+from trainparity._internal.noise.policy import NoiseComparison
+from trainparity._internal.noise.verdict import envelope_verdict
+from trainparity._internal.noise.walk import EnvelopeEvent
 from trainparity._internal.outcomes import Outcome
-from trainparity._internal.recording.envelope_steps import EnvelopeEvent
 
 __all__ = ["baseline_names", "event_verdict", "pass_message", "split_differs_message"]
 
@@ -30,31 +33,23 @@ def event_verdict(
     event: EnvelopeEvent, policy: NoiseComparison, reference: str, split_phase: str, split_step: int
 ) -> tuple[Outcome, str]:
     """The outcome and message of the event that decided."""
-    path = event.differences[0].path if event.differences else "$"
-    if event.kind == "samples_differ":
+
+    def samples_differ(event: EnvelopeEvent, path: str) -> str:
         if event.phase == split_phase:
-            return Outcome.ABSTAIN, split_differs_message(
-                split_phase, reference, event.step, path, split_step
-            )
-        return Outcome.ABSTAIN, (
+            return split_differs_message(split_phase, reference, event.step, path, split_step)
+        return (
             f"baseline self-consistency failed at step {event.step}: {event.phase} differs from "
             f"{reference} at {path}, which NoiseComparison holds exact (not a floating-point "
             "value); resume attribution is unsafe"
         )
-    if event.kind == "too_noisy":
-        entry = event.entry
-        assert entry is not None
-        return Outcome.ABSTAIN, (
-            f"the run-to-run noise at step {event.step} is {_g(entry.noise)} (relative L2, at "
-            f"{entry.path}), above max_noise={_g(policy.max_noise)}: a fault that moves the "
-            "state by less than that at that step cannot be seen"
-        )
-    entry = event.entry
-    message = f"first observed divergence at step {event.step}: {path}"
-    words = excursion_words(entry, policy)
-    if words is not None:
-        message += f" left the noise envelope ({words})"
-    return Outcome.FAIL, message
+
+    def candidate_left(event: EnvelopeEvent, path: str, words: str | None) -> str:
+        message = f"first observed divergence at step {event.step}: {path}"
+        return message if words is None else f"{message} left the noise envelope ({words})"
+
+    return envelope_verdict(
+        event, policy, samples_differ=samples_differ, candidate_left=candidate_left
+    )
 
 
 def split_differs_message(

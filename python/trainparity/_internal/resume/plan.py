@@ -24,12 +24,12 @@ from typing import Any
 from trainparity._internal.cases.command_case import CommandCase, case_names
 from trainparity._internal.comparison.policies import ComparisonPolicy, ToleranceComparison
 from trainparity._internal.executors.replay import PHASE_RESULT_FILE
+from trainparity._internal.processes.child_environment import phase_cwd
 from trainparity._internal.processes.children import validated_command
-from trainparity._internal.processes.phase_directory import phase_cwd
 from trainparity._internal.protocols import ProcessExecutionPlan
-from trainparity._internal.recording.resume import phase_recording_environment
 from trainparity._internal.resume.check import resume_case_setup
 from trainparity._internal.resume.execution import resume_phases
+from trainparity._internal.resume.recordings import phase_recording_environment
 
 __all__ = ["PHASE_ENVIRONMENT_FILE", "PLAN_FILE", "write_plan"]
 
@@ -134,7 +134,7 @@ def _script(phase: dict[str, Any], cwd: Path, staging: tuple[Path, Path] | None)
         f"mkdir -p {run_dir} || exit 1",
         f"rm -f {result}",
     ]
-    if phase["cwd"] != str(cwd):  # CommandCase(cwd="{run_dir}"), as phase_directory.py runs it
+    if phase["cwd"] != str(cwd):  # CommandCase(cwd="{run_dir}"), as child_environment.py runs it
         lines += [
             f"cd {quote(phase['cwd'])} || exit 1",
             f'export PYTHONPATH={quote(str(cwd))}"${{PYTHONPATH:+:$PYTHONPATH}}"',

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainparity._internal.comparison.likely_cause import LikelyCause
 from trainparity._internal.comparison.windows import ValueWindow
-from trainparity._internal.environment_leads import EnvironmentLead
 from trainparity._internal.processes.check_result import PhaseCheckResult
+from trainparity._internal.why.environment_leads import EnvironmentLead
+from trainparity._internal.why.likely_cause import LikelyCause
 
 __all__ = ["ProcessResumeResult"]
 
@@ -25,7 +25,7 @@ class ProcessResumeResult(PhaseCheckResult):
     # verdict names: what a report previews (a summary shows a tensor's first elements only).
     value_windows: tuple[ValueWindow, ...] = ()
     # FAIL only, when many paths differ and one of them is a value that training does not
-    # change (comparison/likely_cause.py): the one that explains the others, which the
+    # change (why/likely_cause.py): the one that explains the others, which the
     # reports name before the first path in traversal order.
     likely_cause: LikelyCause | None = field(default=None, metadata={"omitted_when_none": True})
     # `trainparity judge` only: how the machines that ran baseline_a and candidate_resume

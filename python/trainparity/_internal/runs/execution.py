@@ -15,19 +15,18 @@ import dataclasses
 import time
 from typing import Any
 
-from trainparity._internal.comparison.noise import NoiseComparison
 from trainparity._internal.comparison.policies import (
     Difference,
     ExactComparison,
     ToleranceComparison,
 )
+from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import RunSettings
 from trainparity._internal.processes.children import (
     PhaseChildren,
     PhaseError,
     TrainingPhase,
-    nondeterminism_hints,
 )
 from trainparity._internal.processes.observer.client import ObservationFailure
 from trainparity._internal.protocols import RunsCase
@@ -35,12 +34,13 @@ from trainparity._internal.recording.phase_recordings import (
     recording_directory,
     recording_environment,
 )
-from trainparity._internal.recording.runs import RunsTrajectories
 from trainparity._internal.runs.comparisons import comparison_of, recorded, where
 from trainparity._internal.runs.noise_decision import decide_noise
 from trainparity._internal.runs.plan import REPEATS, RunVariant
+from trainparity._internal.runs.recordings import RunsTrajectories
 from trainparity._internal.runs.result import RunsResult, VariantComparison
 from trainparity._internal.state.snapshot import Snapshot
+from trainparity._internal.why.nondeterminism_hints import nondeterminism_hints
 
 __all__ = ["RunsExecution"]
 

@@ -2,7 +2,7 @@
 
 The pair's runs (two repeats of one variant, or 1 against 2 threads) are
 the samples; each other variant's two runs are candidates, step by step
-when the runs record (recording/runs_envelope.py), else on their final
+when the runs record (runs/noise_recordings.py), else on their final
 states. The first variant that leaves the envelope is the FAIL; a pair
 that disagrees where it must not, or whose noise passes `max_noise`, is
 ABSTAIN.
@@ -13,15 +13,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trainparity._internal.comparison.envelope import excursion_words
-from trainparity._internal.comparison.noise import NoiseComparison
+from trainparity._internal.noise.policy import NoiseComparison
+from trainparity._internal.noise.verdict import envelope_verdict
+from trainparity._internal.noise.walk import EnvelopeEvent, final_state_envelope
 from trainparity._internal.outcomes import Outcome
-from trainparity._internal.processes.children import nondeterminism_hints
-from trainparity._internal.recording.envelope_steps import final_state_envelope
-from trainparity._internal.recording.runs_envelope import RunsEnvelope
 from trainparity._internal.runs.comparisons import comparison_of, recorded, where
+from trainparity._internal.runs.noise_recordings import RunsEnvelope
 from trainparity._internal.runs.plan import REPEATS
 from trainparity._internal.runs.result import RunsResult, VariantComparison
+from trainparity._internal.why.nondeterminism_hints import nondeterminism_hints
 
 __all__ = ["decide_noise"]
 
@@ -58,8 +58,7 @@ def decide_noise(
             execution.timings["comparison"] = time.perf_counter() - began
             return execution.result(
                 fields,
-                Outcome.ABSTAIN,
-                _noise_abstain_message(event, policy, noise_text),
+                *_verdict(event, policy, noise_text, variant),
                 first_divergent_step=event.step,
                 primary_difference=event.differences[0],
                 all_differences=event.differences,
@@ -81,9 +80,7 @@ def decide_noise(
         variant, event = failing
         return execution.result(
             fields,
-            Outcome.FAIL,
-            f"variant {variant} leaves the noise of {noise_text} at "
-            f"{where(event.step, event.differences)}{_exit_detail(event, policy)}",
+            *_verdict(event, policy, noise_text, variant),
             first_divergent_step=event.step,
             divergent_variant=variant,
             primary_difference=event.differences[0],
@@ -127,21 +124,24 @@ def _noise_report(
     return {**policy.settings(), "noise_pair": list(pair), **report}
 
 
-def _noise_abstain_message(event: Any, policy: NoiseComparison, noise_text: str) -> str:
-    path = event.differences[0].path
-    if event.kind == "too_noisy":
+def _verdict(
+    event: EnvelopeEvent, policy: NoiseComparison, noise_text: str, variant: str
+) -> tuple[Outcome, str]:
+    """The outcome and message of `event`, met while judging `variant` against the noise pair."""
+
+    def samples_differ(event: EnvelopeEvent, path: str) -> str:
         return (
-            f"the noise of {noise_text} at step {event.step} is {event.entry.noise:.3g} "
-            f"(relative L2, at {event.entry.path}), above max_noise={policy.max_noise:.3g}: a "
-            "difference smaller than that at that step cannot be seen"
+            f"the noise pair is not a measure of noise: {event.phase} differs from the other "
+            f"runs of {noise_text} at step {event.step}: {path}, which NoiseComparison holds "
+            "exact (not a floating-point value); agreement between variants cannot be judged"
         )
-    return (
-        f"the noise pair is not a measure of noise: {event.phase} differs from the other runs "
-        f"of {noise_text} at step {event.step}: {path}, which NoiseComparison holds exact "
-        "(not a floating-point value); agreement between variants cannot be judged"
+
+    def candidate_left(event: EnvelopeEvent, path: str, words: str | None) -> str:
+        return (
+            f"variant {variant} leaves the noise of {noise_text} at "
+            f"{where(event.step, event.differences)}" + ("" if words is None else f" ({words})")
+        )
+
+    return envelope_verdict(
+        event, policy, samples_differ=samples_differ, candidate_left=candidate_left
     )
-
-
-def _exit_detail(event: Any, policy: NoiseComparison) -> str:
-    words = excursion_words(event.entry, policy)
-    return "" if words is None else f" ({words})"

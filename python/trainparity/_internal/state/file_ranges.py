@@ -8,7 +8,7 @@ instead. This module only says where a tensor's memory is mapped from
 file's: a private mapping's page stops following the file once the observer
 writes to it (copy-on-write). /proc/self/pagemap tells that per page without
 reading the data, so the writer reads each tensor once; where it cannot tell,
-snapshot_file.py digests the file's bytes too before it records a reference.
+snapshot_references.py digests the file's bytes too before it records a reference.
 
 A tensor a loader assembled from several file ranges (a DCP entry sharded
 over the ranks' shard files: load_dcp copies each chunk's rows into one

@@ -13,8 +13,7 @@ from trainparity._internal.native.cuda import DeviceTensorBytes
 from trainparity._internal.native.dtypes import info_for_dtype, info_for_text
 from trainparity._internal.state.file_ranges import FileRange
 from trainparity._internal.state.paths import StatePath, render_path
-from trainparity._internal.state.placed_shard import PlacedShard
-from trainparity._internal.state.placement import ShardPlacement
+from trainparity._internal.state.placement import PlacedShard, ShardPlacement
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 PathPart = str | int
 StatePath = tuple[PathPart, ...]
+
+_COMPONENT = re.compile(r"[^.\[]+")
 
 
 def render_path(path: StatePath) -> str:
@@ -34,3 +37,9 @@ def path_under(key: str, rendered: str) -> str:
     if rendered == "$":
         return head
     return head + rendered if rendered.startswith("[") else f"{head}.{rendered}"
+
+
+def component_of(path: str) -> str:
+    """The top-level component of a rendered path: `model` for `model["0.bias"]`."""
+    match = _COMPONENT.match(path)
+    return match.group(0) if match else path

@@ -1,11 +1,18 @@
-"""Where a rank's local shard of a sharded tensor (DTensor, ShardedTensor) sits in the global tensor."""
+"""Where a rank's local shard of a sharded tensor (DTensor, ShardedTensor) sits in the global tensor.
+
+A tensor no torch type describes (a ZeRO optimizer's fragment) gets its
+placement from the caller: PlacedShard.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["IndexRuns", "ShardPlacement"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["IndexRuns", "PlacedShard", "ShardPlacement"]
 
 # "zero_fragment": a ZeRO optimizer rank's 1-D fragment of a flattened parameter.
 KINDS = ("dtensor", "sharded_tensor", "zero_fragment")
@@ -128,3 +135,20 @@ def _index_runs(value: Any) -> IndexRuns:
             raise ValueError(f"malformed shard index runs {item!r}")
         parsed.append((dim, tuple((start, length) for start, length in runs)))
     return tuple(parsed)
+
+
+@dataclass(frozen=True)
+class PlacedShard:
+    """A plain local tensor and where it sits in its global tensor, for record() and compare_states.
+
+    DTensor and ShardedTensor carry their placement; a ZeRO optimizer's
+    fragment of a flat parameter partition is a plain tensor whose place only
+    the optimizer knows. Wrapping it here lets freeze() record it as a shard:
+    compared shard by shard within one layout, reassembled by placement
+    across world sizes (state/reassembly.py). `local` is frozen as it is
+    (zero-copy where freeze is); its shape must be the one the placement
+    implies at `placement.offsets`.
+    """
+
+    local: torch.Tensor
+    placement: ShardPlacement

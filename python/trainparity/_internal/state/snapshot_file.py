@@ -14,26 +14,9 @@ verdict can rely on is covered. `read_snapshot` checks both before it returns
 (unless the caller vouches for the file with `trust_digests=True`), so bit rot,
 a bad copy or a hand edit is an error, never a silent PASS.
 
-References (format 2): a tensor whose memory was mapped from a checkpoint
-file named by the writer (`reference_files`, e.g. after
-`torch.load(mmap=True)`) is not copied. Its manifest entry holds
-`"reference": {"path", "offset"}` instead of a safetensors header entry, once
-the writer has checked that the file's bytes there digest to the tensor's
-digest. A reader maps that file range and always verifies it against the
-digest, whatever `trust_digests` says: the checkpoint is not ours, so a file
-changed after observation is an error. Files without references keep format
-1; a reader that knows format 1 only refuses format 2 by its format name.
-
-References of several pieces (format 3): a tensor a loader assembled from
-file ranges (a DCP entry sharded by rows: checkpoints/dcp.py) holds
-`"reference": {"pieces": [{"path", "offset", "length"}, ...]}`, its bytes
-being the pieces' bytes one after the other and its digest theirs. The
-writer digests the pieces from the files, streaming (the digest is taken
-chunk by chunk, so only a chunk that straddles two pieces is copied); the
-reader copies a tensor's pieces into an unnamed temporary file beside the
-snapshot (in the kernel: copy_file_range), maps it and verifies that copy on
-every read, so the bytes compared are the bytes verified and its resident
-memory stays flat. Only files with such an entry are format 3.
+References: a tensor mapped from a checkpoint file (format 2) or assembled
+from pieces of such files (format 3) may be recorded as a reference to those
+bytes instead of a copy (snapshot_references.py).
 """
 
 from __future__ import annotations
@@ -43,7 +26,6 @@ import json
 import mmap
 import os
 import struct
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +41,7 @@ from trainparity._internal.native.cuda import (
     write_buffer,
 )
 from trainparity._internal.native.dtypes import info_for_text
-from trainparity._internal.state.file_ranges import FilePiece, FileRange, MappedFileLocator
+from trainparity._internal.state.file_ranges import MappedFileLocator
 from trainparity._internal.state.freeze import (
     FrozenMapping,
     FrozenTensor,
@@ -71,6 +53,13 @@ from trainparity._internal.state.snapshot import (
     REFERENCE_BACKEND,
     SNAPSHOT_SCHEMA_VERSION,
     Snapshot,
+)
+from trainparity._internal.state.snapshot_references import (
+    VERIFY_BLOCK_BYTES,
+    CheckpointMaps,
+    confirmed_reference,
+    reference_entry,
+    release_pages,
 )
 from trainparity._internal.state.tree_codec import (
     SnapshotFileError,
@@ -101,8 +90,6 @@ _READABLE_FORMATS = (SNAPSHOT_FILE_FORMAT, SNAPSHOT_REFERENCES_FORMAT, SNAPSHOT_
 _METADATA_KEY = "trainparity"
 _MANIFEST_DIGEST_KEY = "trainparity_digest"
 _MAX_HEADER_BYTES = 512 << 20
-# Verification reads a file in blocks of whole digest chunks, releasing each block's pages.
-_VERIFY_BLOCK_BYTES = 32 << 20
 _MAX_ENVIRONMENT_DEPTH = 16
 
 
@@ -165,7 +152,7 @@ def write_snapshot(
     for name, tensor in tensors:
         entry = info_for_text(tensor.dtype)
         digest, _ = digest_buffer(tensor.data)
-        reference = _confirmed_reference(tensor, digest) if include_values else None
+        reference = confirmed_reference(tensor, digest) if include_values else None
         table.append(
             {
                 "name": name,
@@ -176,7 +163,7 @@ def write_snapshot(
                 "digest": digest.hex(),
                 "nbytes": tensor.nbytes,
                 **placement_entry(tensor),
-                **_reference_entry(reference),
+                **reference_entry(reference),
             }
         )
         if reference is not None:
@@ -236,117 +223,6 @@ def write_snapshot(
         includes_values=include_values,
         referenced_bytes=referenced_bytes,
     )
-
-
-def _confirmed_reference(tensor: FrozenTensor, digest: bytes) -> FileRange | None:
-    """`tensor.source` when the file's bytes there digest to `digest` (the tensor's), else None.
-
-    A private mapping's page that the observer wrote to holds the observed
-    value, not the file's: such a tensor, or one whose file changed since it
-    was mapped, is copied into the snapshot instead. A source whose pages
-    are known unwritten (file_ranges.py) holds the file's bytes: the digest
-    of the tensor is theirs, and the file is not read again.
-    """
-    source = tensor.source
-    if source is None:
-        return None
-    if source.pieces:
-        return source if _pieces_digest(source.pieces, tensor.nbytes) == digest else None
-    if source.unwritten:
-        return source
-    try:
-        with open(source.path, "rb") as stream:
-            mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
-        return None
-    try:
-        if source.offset + tensor.nbytes > len(mapped):
-            return None
-        with memoryview(mapped)[source.offset : source.offset + tensor.nbytes] as view:
-            matches = digest_buffer(view)[0] == digest
-    finally:
-        mapped.close()
-    return source if matches else None
-
-
-def _pieces_digest(pieces: Sequence[FilePiece], nbytes: int) -> bytes | None:
-    """The digest of the pieces' file bytes one after the other, None when a file is short."""
-    if sum(piece.length for piece in pieces) != nbytes:
-        return None
-    maps: dict[str, mmap.mmap] = {}
-    try:
-        for piece in pieces:
-            if piece.path not in maps:
-                with open(piece.path, "rb") as stream:
-                    maps[piece.path] = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-            if not 0 <= piece.offset <= piece.offset + piece.length <= len(maps[piece.path]):
-                return None
-        ranges = [(maps[piece.path], piece.offset, piece.length) for piece in pieces]
-        return _digest_of_ranges(ranges, nbytes, core.DIGEST_VERSION)
-    except (OSError, ValueError):  # a file gone, or empty (cannot be mapped)
-        return None
-    finally:
-        for file in maps.values():
-            file.close()
-
-
-def _digest_of_ranges(
-    ranges: Sequence[tuple[mmap.mmap, int, int]], nbytes: int, version: int
-) -> bytes:
-    """The digest of the mapped ranges' bytes one after the other, read where they lie.
-
-    The digest is a root over fixed-size chunks, so it is taken range by
-    range: only a chunk that straddles two ranges is assembled (at most one
-    chunk is copied per boundary). Each range's pages are released from this
-    process after digesting (they stay in the page cache).
-    """
-    chunk = core.DIGEST_CHUNK_BYTES
-    chunk_digests = bytearray()
-    carry = bytearray()  # the start of a chunk that the next range completes
-    done = 0  # bytes digested so far, always whole chunks
-    for file, offset, length in ranges:
-        with memoryview(file)[offset : offset + length] as view:
-            start = 0
-            if carry:
-                start = min(chunk - len(carry), len(view))
-                carry += view[:start]
-                if len(carry) == chunk:
-                    chunk_digests += core.digest_chunks(
-                        bytes(carry), first_chunk=done // chunk, version=version
-                    )
-                    done += chunk
-                    carry = bytearray()
-            whole = (len(view) - start) // chunk * chunk
-            for block_start in range(start, start + whole, _VERIFY_BLOCK_BYTES):
-                block_end = min(block_start + _VERIFY_BLOCK_BYTES, start + whole)
-                with view[block_start:block_end] as block:
-                    chunk_digests += core.digest_chunks(
-                        block,
-                        first_chunk=done // chunk,
-                        threads=core_threads(len(block)),
-                        version=version,
-                    )
-                done += block_end - block_start
-            carry += view[start + whole :]
-        _release_pages(file, offset, offset + length)
-    if carry:
-        chunk_digests += core.digest_chunks(
-            bytes(carry), first_chunk=done // chunk, version=version
-        )
-    return core.digest_root(bytes(chunk_digests), nbytes, version=version)
-
-
-def _reference_entry(reference: FileRange | None) -> dict[str, Any]:
-    """The tensor table's `reference` key, only for a tensor recorded by reference."""
-    if reference is None:
-        return {}
-    if reference.pieces:
-        pieces = [
-            {"path": piece.path, "offset": piece.offset, "length": piece.length}
-            for piece in reference.pieces
-        ]
-        return {"reference": {"pieces": pieces}}
-    return {"reference": {"path": reference.path, "offset": reference.offset}}
 
 
 # Reading ------------------------------------------------------------------------------
@@ -410,7 +286,7 @@ def read_snapshot(
     )
     data_start = 8 + header_length
     data_view = memoryview(mapped)[data_start:]
-    checkpoints = _CheckpointMaps(source) if manifest["format"] != SNAPSHOT_FILE_FORMAT else None
+    checkpoints = CheckpointMaps(source) if manifest["format"] != SNAPSHOT_FILE_FORMAT else None
     try:
         tensors = [
             _tensor_leaf(
@@ -494,7 +370,7 @@ def _verify_tensor_bytes(
     header: dict,
     manifest: dict,
     tensors: list[FrozenTensor],
-    checkpoints: _CheckpointMaps | None,
+    checkpoints: CheckpointMaps | None,
     trust_digests: bool,
 ) -> None:
     """Digest tensors' bytes where they lie and compare with the recorded digests.
@@ -520,15 +396,15 @@ def _verify_tensor_bytes(
         else:
             file, position = mapped, data_start + int(header[entry["name"]]["data_offsets"][0])
         chunk_digests = bytearray()
-        for index, block in enumerate(iter_host_blocks(tensor.data, _VERIFY_BLOCK_BYTES)):
+        for index, block in enumerate(iter_host_blocks(tensor.data, VERIFY_BLOCK_BYTES)):
             chunk_digests += core.digest_chunks(
                 block,
-                first_chunk=index * (_VERIFY_BLOCK_BYTES // core.DIGEST_CHUNK_BYTES),
+                first_chunk=index * (VERIFY_BLOCK_BYTES // core.DIGEST_CHUNK_BYTES),
                 threads=core_threads(len(block)),
                 version=version,
             )
             if file is not None:
-                _release_pages(file, position, position + len(block))
+                release_pages(file, position, position + len(block))
             position += len(block)
         digest = core.digest_root(bytes(chunk_digests), len(tensor.data), version=version)
         if digest == tensor.digest:
@@ -545,168 +421,6 @@ def _verify_tensor_bytes(
                 "recorded; run the check again and leave its checkpoints unchanged until it ends"
             )
         raise _damaged(source, f"tensor {entry['name']} does not match its recorded digest")
-
-
-class _CheckpointMaps:
-    """The checkpoint files a format-2 snapshot refers to, each memory-mapped once."""
-
-    def __init__(self, snapshot: Path) -> None:
-        self.snapshot = snapshot
-        self.maps: dict[str, mmap.mmap] = {}
-        # Tensor name -> the mapped file its pieces were copied into (None: in memory).
-        self.assemblies: dict[str, mmap.mmap | None] = {}
-
-    def paths(self) -> list[str]:
-        return sorted(self.maps)
-
-    def mapped(self, path: str) -> mmap.mmap:
-        if path not in self.maps:
-            try:
-                with open(path, "rb") as stream:
-                    self.maps[path] = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError) as error:  # ValueError: an empty file cannot be mapped
-                raise SnapshotFileError(
-                    f"snapshot file {self.snapshot} refers to checkpoint {path}, which cannot be "
-                    f"read ({error_text(error)}); such a snapshot needs its checkpoint files in "
-                    "place and unchanged"
-                ) from None
-        return self.maps[path]
-
-    def view(self, reference: Any, nbytes: int, name: str) -> memoryview:
-        """The referenced range of `nbytes` bytes, checked to lie inside its file."""
-        if not isinstance(reference, dict):
-            raise SnapshotFileError(f"tensor {name!r} has a malformed reference")
-        path, offset = reference.get("path"), reference.get("offset")
-        if not isinstance(path, str) or not isinstance(offset, int) or isinstance(offset, bool):
-            raise SnapshotFileError(f"tensor {name!r} has a malformed reference")
-        file = self.mapped(path)
-        if not 0 <= offset <= offset + nbytes <= len(file):
-            raise SnapshotFileError(
-                f"tensor {name!r} refers to bytes [{offset}, {offset + nbytes}) of checkpoint "
-                f"{path}, which has {len(file)} bytes: the checkpoint changed after it was observed"
-            )
-        return memoryview(file)[offset : offset + nbytes]
-
-    def assembled(self, reference: dict, nbytes: int, name: str) -> memoryview:
-        """The referenced pieces' bytes one after the other, copied into a file of their own.
-
-        A copy made when the snapshot is read, since the pieces lie at
-        unrelated offsets of several files: into an unnamed temporary file
-        beside the snapshot (else in the temporary directory, else in memory),
-        kernel to kernel (`copy_file_range`), and mapped read-only like the
-        snapshot itself. So the reader's resident memory stays flat (the
-        verification releases the pages it digested), and the bytes compared
-        are the ones verified: the copy, not files that could change later.
-        """
-        ranges = self._checked_pieces(reference, nbytes, name)
-        assembly = _assembly_file(self.snapshot.parent, nbytes)
-        if assembly is not None:
-            try:
-                with assembly:
-                    position = 0
-                    for path, offset, length in ranges:
-                        _copy_range(self.maps[path], path, offset, length, assembly, position)
-                        _release_pages(self.maps[path], offset, offset + length)
-                        position += length
-                    mapped = mmap.mmap(assembly.fileno(), 0, access=mmap.ACCESS_READ)
-                self.assemblies[name] = mapped
-                return memoryview(mapped)
-            except OSError:  # e.g. the disk filled up: in memory instead
-                pass
-        buffer = memoryview(bytearray(nbytes))
-        position = 0
-        for path, offset, length in ranges:
-            with memoryview(self.maps[path])[offset : offset + length] as piece:
-                buffer[position : position + length] = piece  # one memcpy, no bytes object
-            position += length
-        self.assemblies[name] = None
-        return buffer.toreadonly()
-
-    def _checked_pieces(
-        self, reference: dict, nbytes: int, name: str
-    ) -> list[tuple[str, int, int]]:
-        """The referenced pieces of `nbytes` bytes in all, each checked to lie inside its file."""
-        pieces = reference.get("pieces")
-        if not isinstance(pieces, list) or not pieces or len(reference) != 1:
-            raise SnapshotFileError(f"tensor {name!r} has a malformed piece list")
-        checked = []
-        for piece in pieces:
-            if not isinstance(piece, dict) or set(piece) != {"path", "offset", "length"}:
-                raise SnapshotFileError(f"tensor {name!r} has a malformed piece list")
-            path, offset, length = piece["path"], piece["offset"], piece["length"]
-            if (
-                not isinstance(path, str)
-                or any(type(number) is not int for number in (offset, length))
-                or length <= 0
-            ):
-                raise SnapshotFileError(f"tensor {name!r} has a malformed piece list")
-            checked.append((path, offset, length))
-        held = sum(length for _, _, length in checked)
-        if held != nbytes:
-            raise SnapshotFileError(
-                f"tensor {name!r} records {nbytes} bytes but its pieces hold {held}"
-            )
-        for path, offset, length in checked:
-            file = self.mapped(path)
-            if not 0 <= offset <= offset + length <= len(file):
-                raise SnapshotFileError(
-                    f"tensor {name!r} refers to bytes [{offset}, {offset + length}) of checkpoint "
-                    f"{path}, which has {len(file)} bytes: the checkpoint changed after it was "
-                    "observed"
-                )
-        return checked
-
-
-def _assembly_file(beside: Path, nbytes: int) -> Any:
-    """An unnamed temporary file for `nbytes` of assembled pieces, or None when none can be made."""
-    for directory in (beside, None):
-        try:
-            stream = tempfile.TemporaryFile(dir=directory, prefix="trainparity-pieces-")
-        except OSError:
-            continue
-        try:
-            os.ftruncate(stream.fileno(), nbytes)
-        except OSError:
-            stream.close()
-            continue
-        return stream
-    return None
-
-
-def _copy_range(
-    source: mmap.mmap, path: str, offset: int, length: int, target: Any, position: int
-) -> None:
-    """Copy `length` bytes at `offset` of checkpoint `path` to `position` of `target`.
-
-    `copy_file_range` copies in the kernel (no page of either file enters
-    this process); where it is refused (another file system on old kernels,
-    no such call), the bytes are written from the checkpoint's mapping.
-    """
-    done = 0
-    try:
-        with open(path, "rb") as stream:
-            while done < length:
-                copied = os.copy_file_range(
-                    stream.fileno(), target.fileno(), length - done, offset + done, position + done
-                )
-                if copied <= 0:
-                    break
-                done += copied
-    except (OSError, AttributeError):
-        pass
-    with memoryview(source)[offset + done : offset + length] as rest:
-        written = 0
-        while written < len(rest):
-            written += os.pwrite(target.fileno(), rest[written:], position + done + written)
-
-
-def _release_pages(mapped: mmap.mmap, start: int, end: int) -> None:
-    """Drop the whole pages inside [start, end) from this process's resident set (best effort)."""
-    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
-    last = min(end, len(mapped)) // mmap.PAGESIZE * mmap.PAGESIZE
-    if last > first and hasattr(mapped, "madvise"):
-        with contextlib.suppress(OSError, ValueError):
-            mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 def _damaged(path: Path, detail: str) -> SnapshotFileError:
@@ -739,7 +453,7 @@ def _tensor_leaf(
     header: dict,
     data: memoryview,
     includes_values: bool,
-    checkpoints: _CheckpointMaps | None,
+    checkpoints: CheckpointMaps | None,
     *,
     pieces_allowed: bool,
 ) -> FrozenTensor:

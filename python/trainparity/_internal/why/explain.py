@@ -8,7 +8,7 @@ From a check_resume or check_runs result whose processes called record():
    script; `diff_traces` then names the first op where they part, born or
    inherited. A resumed phase is rerun from a fresh candidate_split's
    checkpoint, as the check ran it.
-2. **The leads.** Each settable knob (forensics/knobs.py) whose value
+2. **The leads.** Each settable knob (knobs.py) whose value
    differs between the two sides' environments is set on one side to the
    other's value, and that side rerun to step N: `confirmed` when its
    recording then equals the other side's bit for bit up to N, `partial`
@@ -24,84 +24,30 @@ one managed directory removed at the end, as a check's.
 
 from __future__ import annotations
 
-import math
-import shutil
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from itertools import combinations
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.cases.case_argument import CaseArgument, children_case_spec
-from trainparity._internal.cases.command_case import resolved_case
+from trainparity._internal.cases.command_case import (
+    CaseArgument,
+    children_case_spec,
+    resolved_case,
+)
 from trainparity._internal.cases.loading import load_process_case, load_runs_case
-from trainparity._internal.comparison.policies import ExactComparison
-from trainparity._internal.forensics.variables import (
-    TRACE_CAPTURE_VARIABLE,
-    TRACE_OUTPUT_VARIABLE,
-    TRACE_STEP_VARIABLE,
-)
 from trainparity._internal.outcomes import Outcome
-from trainparity._internal.processes.check_runner import CheckRunner, RunSettings
+from trainparity._internal.processes.check_runner import CheckRunner
 from trainparity._internal.processes.child_environment import child_environment
-from trainparity._internal.processes.children import PhaseChildren, PhaseError, TrainingPhase
-from trainparity._internal.recording.phase_recordings import (
-    recording_directory,
-    recording_environment,
-)
-from trainparity._internal.recording.reader import read_recordings
-from trainparity._internal.recording.trajectory import compare_records
-from trainparity._internal.reports.reported import ReportedResult
-from trainparity._internal.why.knobs import DETERMINISM_KNOBS, Knob, differing_knobs
+from trainparity._internal.processes.children import PhaseError
+from trainparity._internal.why.explanation import Explanation, explanation_sentence
+from trainparity._internal.why.knobs import differing_knobs
+from trainparity._internal.why.lead_trials import tested_leads
+from trainparity._internal.why.parting import parting
+from trainparity._internal.why.reruns import Reruns, Side, trace_of
 
-__all__ = ["Explanation", "LeadTrial", "explain", "explained_result", "parting", "status_of"]
+__all__ = ["explain", "explained_result"]
 
 _RNG_OPS = ("bernoulli", "dropout", "rand", "normal", "uniform", "multinomial", "randperm")
-
-
-@dataclass(frozen=True)
-class LeadTrial:
-    """One lead and what its rerun showed."""
-
-    knob: str
-    a: str
-    b: str
-    status: str  # "confirmed", "partial", "ruled out", "not testable here", "not tested"
-    evidence: str
-    rerun: str = ""  # which side was rerun with which values ("one_a with OMP_NUM_THREADS=2")
-
-
-@dataclass(frozen=True, repr=False)
-class Explanation(ReportedResult):
-    """Why two runs of a check part: the first op of the first divergent step, and the leads tested.
-
-    `outcome` is PASS when a lead is confirmed (or the first op is an
-    unseeded random draw), ABSTAIN when nothing explains the divergence,
-    ERROR when the reruns could not run.
-    """
-
-    outcome: Outcome
-    message: str
-    case: str
-    step: int | None = None
-    rank: int = 0  # the rank whose records part first (each rank traces its own step)
-    sides: tuple[str, ...] = ()
-    first_op: dict[str, Any] | None = None
-    trace_message: str | None = None
-    leads: tuple[LeadTrial, ...] = ()
-    reruns: int = 0
-    timing_seconds: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _Side:
-    """One side of the divergence as a phase to rerun: its args, environment and resume."""
-
-    label: str
-    extra_args: tuple[str, ...] = ()
-    extra_env: Mapping[str, str] = field(default_factory=dict)
-    resumes_from_split: bool = False
 
 
 def explain(
@@ -222,7 +168,7 @@ class _ExplainRunner(CheckRunner):
             device=getattr(loaded, "device", "cpu"),
             concurrent_children=2,
         ) as settings:
-            reruns = _Reruns(
+            reruns = Reruns(
                 loaded,
                 children_case_spec(spec, settings.run_root),
                 settings,
@@ -254,11 +200,11 @@ class _ExplainRunner(CheckRunner):
 
 def _sides(
     result: Any, divergence: Mapping[str, Any], case: Any, variants: Any, runs: bool
-) -> tuple[_Side, _Side]:
+) -> tuple[Side, Side]:
     names = (divergence["baseline_phase"], divergence["candidate_phase"])
     if not runs:
         return tuple(  # type: ignore[return-value]
-            _Side(
+            Side(
                 name,
                 resumes_from_split=name not in ("candidate_split",)
                 and not name.startswith("baseline"),
@@ -271,90 +217,14 @@ def _sides(
         variant = declared.get(name.rsplit("_", 1)[0], {})
         args = variant.get("args", ()) if isinstance(variant, Mapping) else variant.args
         env = variant.get("env", {}) if isinstance(variant, Mapping) else variant.env
-        found.append(_Side(name, tuple(args), dict(env)))
+        found.append(Side(name, tuple(args), dict(env)))
     return found[0], found[1]
-
-
-class _Reruns:
-    """The reruns of one explanation, each in its own directory under the managed run root."""
-
-    def __init__(
-        self, case: Any, spec: str, settings: RunSettings, step: int, split_step: int
-    ) -> None:
-        self.case, self.spec, self.settings = case, spec, settings
-        self.step, self.split_step = step, split_step
-        self.count = 0
-        self.timings: dict[str, float] = {}
-
-    def run(self, batch: Sequence[tuple[str, _Side, Mapping[str, str], bool]]) -> dict[str, Path]:
-        """Rerun each (name, side, knob environment, traced) to step N; their recording directories."""
-        root = self.settings.run_root
-        phases: dict[str, TrainingPhase] = {}
-        for name, side, knob_env, traced in batch:
-            env = {**side.extra_env, **knob_env, **recording_environment(root, name)}
-            if traced:
-                env[TRACE_STEP_VARIABLE] = str(self.step)
-                env[TRACE_OUTPUT_VARIABLE] = str(root / name / "step.trace")
-                # The plain dispatch-mode capture: DebugMode's first trace imports torch's
-                # inductor lowering, about a second of a rerun that trains a few steps.
-                env[TRACE_CAPTURE_VARIABLE] = "TorchDispatchMode"
-            if side.resumes_from_split:
-                split_env = {**side.extra_env, **knob_env}
-                phases[f"{name}-split"] = TrainingPhase(
-                    f"{name}-split", self.split_step, root / f"{name}-split", extra_env=split_env
-                )
-            phases[name] = TrainingPhase(
-                name,
-                self.step,
-                root / name,
-                extra_args=side.extra_args,
-                extra_env=env,
-                emptied=(recording_directory(root, name),),
-            )
-        children = PhaseChildren(
-            case_spec=self.spec,
-            case=self.case,
-            settings=self.settings,
-            phases=phases,
-            timings=self.timings,
-            case_kind="resume",
-        )
-        with children.running():
-            first = [name for name in phases if not _needs_split(phases, name)]
-            if self.settings.parallel:
-                for name in first:
-                    children.start(name)
-            for name, side, _, _ in batch:
-                if side.resumes_from_split:
-                    checkpoint = children.trained(f"{name}-split")
-                    children.phases[name].resume_from = self._staged(children, name, checkpoint)
-                    if self.settings.parallel:
-                        children.start(name)
-            for name in phases:
-                children.trained(name)
-        self.count += len(batch)
-        return {name: recording_directory(root, name) for name, _, _, _ in batch}
-
-    def _staged(self, children: PhaseChildren, name: str, checkpoint: Path) -> Path:
-        resume_dir = self.settings.run_root / name
-        resume_dir.mkdir(parents=True, exist_ok=True)
-        staged = children.checkpoint_path(name, resume_dir, "before child launch")
-        staged.parent.mkdir(parents=True, exist_ok=True)
-        if checkpoint.is_dir():
-            shutil.copytree(checkpoint, staged, dirs_exist_ok=True)
-        else:
-            shutil.copy2(checkpoint, staged)
-        return staged
-
-
-def _needs_split(phases: Mapping[str, TrainingPhase], name: str) -> bool:
-    return f"{name}-split" in phases
 
 
 def _explained(
     result: Any,
-    sides: tuple[_Side, _Side],
-    reruns: _Reruns,
+    sides: tuple[Side, Side],
+    reruns: Reruns,
     step: int,
     max_reruns: int,
     began: float,
@@ -370,7 +240,7 @@ def _explained(
     traceable = step > 0
     traced = reruns.run([("a", a, {}, traceable), ("b", b, {}, traceable)])
     root = reruns.settings.run_root
-    traces = [_trace_of(root / name, rank) for name in ("a", "b")]
+    traces = [trace_of(root / name, rank) for name in ("a", "b")]
     first_op, trace_message = None, None
     if not traceable:
         trace_message = (
@@ -379,7 +249,7 @@ def _explained(
         )
     elif all(path.exists() for path in traces):
         # Reading traces needs torch; the check's own process imports none until here.
-        from trainparity._internal.forensics.trace_diff import diff_traces
+        from trainparity._internal.why.forensics.trace_diff import diff_traces
 
         diff = diff_traces(*traces)
         first_op = _op_fields(diff.first_divergence)
@@ -388,55 +258,15 @@ def _explained(
         trace_message = f"no trace of step {step} was written (does the script call record() at step {step - 1} and {step}?)"
     original = parting(traced["a"], traced["b"])
     environments = [{**reruns.settings.environment, **side.extra_env} for side in sides]
-    trials: list[LeadTrial] = []
     knobs = differing_knobs(*environments)
-    budget = max_reruns
-    if knobs:
-        tested = knobs[:budget]
-        budget -= len(tested)
-        # Every single knob at once: the reruns are independent and run side by side.
-        trials.extend(_trials(reruns, sides, tested, traced, original))
-        trials.extend(
-            LeadTrial(knob.name, _text(left), _text(right), "not tested", "--max-reruns reached")
-            for knob, left, right in knobs[len(tested) :]
-        )
-        # No single knob explains it: pairs, until one does (the smallest set that does).
-        if not any(trial.status == "confirmed" for trial in trials):
-            for first, second in combinations(knobs, 2):
-                if budget <= 0:
-                    break
-                budget -= 1
-                pair = Knob(f"{first[0].name} + {second[0].name}", ())
-                (trial,) = _trials(
-                    reruns,
-                    sides,
-                    [(pair, {**first[1], **second[1]}, {**first[2], **second[2]})],
-                    traced,
-                    original,
-                )
-                trials.append(trial)
-                if trial.status == "confirmed":
-                    break
-    elif original is not None and repeats:
-        pinned = []
-        for knob, values in DETERMINISM_KNOBS:
-            if knob.gpu_only and getattr(reruns.case, "device", "cpu") == "cpu":
-                trials.append(
-                    LeadTrial(
-                        knob.name,
-                        "unset",
-                        _text(values),
-                        "not testable here",
-                        "a GPU knob on a CPU run",
-                    )
-                )
-            elif budget > 0:
-                budget -= 1
-                pinned.append((knob, values))
-        trials[:0] = _pinned_trials(reruns, sides, pinned, original)
+    trials = tested_leads(
+        knobs, reruns, sides, traced, original, max_reruns=max_reruns, repeats=repeats
+    )
     confirmed = [trial for trial in trials if trial.status == "confirmed"]
     rng_op = first_op is not None and any(word in first_op.get("op", "") for word in _RNG_OPS)
-    sentence = _sentence(confirmed, trials, first_op, rng_op, bool(knobs), original, repeats)
+    sentence = explanation_sentence(
+        confirmed, trials, first_op, rng_op, bool(knobs), original, repeats
+    )
     if rank:
         sentence += f" (rank {rank}, whose records part first)"
     # Two runs of one environment that are not repeats (a resume, a variant's own arguments)
@@ -466,172 +296,6 @@ def _explained(
     )
 
 
-def _trials(
-    reruns: _Reruns,
-    sides: tuple[_Side, _Side],
-    knobs: Sequence[tuple[Knob, dict[str, str | None], dict[str, str | None]]],
-    traced: dict[str, Path],
-    original: tuple[int, float] | None,
-) -> list[LeadTrial]:
-    """Each knob tested by one rerun of a side at the other side's values, all in one batch."""
-    a, b = sides
-    planned: list[tuple[int, str, _Side, dict[str, str], Path, _Side]] = []
-    found: list[LeadTrial | None] = []
-    for index, (knob, left, right) in enumerate(knobs):
-        set_left = {name: value for name, value in left.items() if value is not None}
-        set_right = {name: value for name, value in right.items() if value is not None}
-        if set(set_right) <= set(set_left):  # B's variables can all be set to A's values
-            rerun_side, values, target, other = b, set_left, traced["a"], a
-        elif set(set_left) <= set(set_right):
-            rerun_side, values, target, other = a, set_right, traced["b"], b
-        else:
-            found.append(
-                LeadTrial(
-                    knob.name,
-                    _text(left),
-                    _text(right),
-                    "not testable here",
-                    "each side sets a variable of it the other leaves unset",
-                )
-            )
-            continue
-        name = "knob-" + "".join(c if c.isalnum() or c in "_-" else "-" for c in knob.name)
-        planned.append((index, name, rerun_side, values, target, other))  # type: ignore[arg-type]
-        found.append(None)
-    ran = (
-        reruns.run([(name, side, values, False) for _, name, side, values, _, _ in planned])
-        if planned
-        else {}
-    )
-    for index, name, side, values, target, other in planned:
-        knob, left, right = knobs[index]
-        status, evidence = status_of(parting(ran[name], target), original)
-        described = f"{side.label} with {_text(values)}"
-        found[index] = LeadTrial(
-            knob.name,
-            _text(left),
-            _text(right),
-            status,
-            f"{described} against {other.label}: {evidence}",
-            described,
-        )
-    return [trial for trial in found if trial is not None]
-
-
-def _pinned_trials(
-    reruns: _Reruns,
-    sides: tuple[_Side, _Side],
-    pinned: Sequence[tuple[Knob, Mapping[str, str]]],
-    original: tuple[int, float],
-) -> list[LeadTrial]:
-    """Both sides rerun with each determinism knob pinned, every pair in one batch: agree then?"""
-    batch = []
-    for knob, values in pinned:
-        batch += [(f"pin-{knob.name}-a", sides[0], values, False)]
-        batch += [(f"pin-{knob.name}-b", sides[1], values, False)]
-    ran = reruns.run(batch) if batch else {}
-    trials = []
-    for knob, values in pinned:
-        found = parting(ran[f"pin-{knob.name}-a"], ran[f"pin-{knob.name}-b"])
-        status, evidence = status_of(found, original)
-        shown = _text(dict(values))
-        trials.append(
-            LeadTrial(knob.name, shown, shown, status, f"both sides with {shown}: {evidence}")
-        )
-    return trials
-
-
-def parting(first: Path, second: Path) -> tuple[int, float] | None:
-    """(first step whose records differ, largest relative distance there) of two recordings; None when equal.
-
-    Records are paired by the step they claim, over the steps both recorded:
-    a resumed side starts at its split step.
-    """
-    left, right = read_recordings(first), read_recordings(second)
-    exact = ExactComparison()
-    found: list[tuple[int, float]] = []
-    for rank in sorted(set(left) | set(right)):
-        if rank not in left or rank not in right:
-            return (0, math.inf)
-        theirs = {record.step: record for record in right[rank].steps}
-        for record in left[rank].steps:
-            other = theirs.get(record.step)
-            if other is None:
-                continue
-            compared = compare_records(exact, record, other)
-            if compared.differences:
-                distance = max(compared.relative_rms_errors.values(), default=math.inf)
-                found.append((record.step, distance))
-                break
-    return min(found) if found else None
-
-
-def status_of(
-    found: tuple[int, float] | None, original: tuple[int, float] | None
-) -> tuple[str, str]:
-    if found is None:
-        return "confirmed", "equal bit for bit at every compared step"
-    step, distance = found
-    evidence = f"still part at step {step} (relative distance {distance:.3g})"
-    if original is not None:
-        if step > original[0] or (original[1] > 0 and distance * 10 < original[1]):
-            return "partial", evidence + f"; originally at step {original[0]} ({original[1]:.3g})"
-    return "ruled out", evidence
-
-
-def _sentence(
-    confirmed: list[LeadTrial],
-    trials: list[LeadTrial],
-    first_op: dict[str, Any] | None,
-    rng_op: bool,
-    had_knobs: bool,
-    original: tuple[int, float] | None,
-    repeats: bool,
-) -> str:
-    where = ""
-    if first_op is not None:
-        where = f"; the first op where they part is {first_op['op']} in {first_op.get('module') or 'the script'} ({first_op.get('origin')})"
-    if original is None:
-        return "the reruns did not part: the divergence did not reproduce here" + where
-    if confirmed:
-        trial = confirmed[0]
-        if had_knobs:
-            return (
-                f"the divergence is explained by {trial.knob}: {trial.rerun} reproduces the "
-                "other run bit for bit on this machine" + where
-            )
-        return f"the repeats agree when {trial.a} is pinned (confirmed)" + where
-    who = "the two sides" if had_knobs else "the repeats"
-    if not repeats and not had_knobs:
-        if rng_op:
-            return (
-                "the two runs share one environment; the first differing op draws random "
-                "numbers: the generator's state differs between them (one that a resume does "
-                "not restore)" + where
-            )
-        return (
-            "the two runs share one environment, so their difference is their own (the resume, "
-            "or the variant's arguments)" + where
-        )
-    if rng_op:
-        return (
-            f"no knob makes {who} agree; the first differing op draws random numbers: an RNG "
-            "that is not seeded" + where
-        )
-    if not trials:
-        return "no settable knob differs between the two sides; the leads stay leads" + where
-    if not had_knobs:
-        return "no knob makes the repeats agree" + where
-    return "no knob tested here explains the divergence; the leads stay leads" + where
-
-
-def _trace_of(directory: Path, rank: int) -> Path:
-    """The trace of step N in a rerun's directory: a multi-rank phase writes one per rank
-    (`step.rank<R>.trace`, forensics/step_trace.py); the divergence's rank is read."""
-    per_rank = directory / f"step.rank{rank}.trace"
-    return per_rank if per_rank.exists() else directory / "step.trace"
-
-
 def _field(result: Any, name: str) -> Any:
     """A result's field, or a machine report's key (`trainparity explain REPORT.json`)."""
     if isinstance(result, Mapping):
@@ -654,8 +318,3 @@ def _op_fields(divergence: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "relative_error",
     )
     return {key: divergence[key] for key in keep if key in divergence}
-
-
-def _text(values: Mapping[str, str | None]) -> str:
-    shown = [f"{name}={value}" for name, value in values.items() if value is not None]
-    return " ".join(shown) if shown else "unset"

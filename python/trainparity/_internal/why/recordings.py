@@ -22,15 +22,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.environment_leads import environment_leads
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.group import ChildGroup, ChildSpec
 from trainparity._internal.processes.run_directory import run_directory
 from trainparity._internal.processes.termination import terminating_signals_unwind
 from trainparity._internal.recording.reader import read_recording
 from trainparity._internal.recording.variables import RECORD_VARIABLE
-from trainparity._internal.why.explain import Explanation, LeadTrial, parting, status_of
+from trainparity._internal.why.environment_leads import environment_leads
+from trainparity._internal.why.explanation import Explanation, LeadTrial
 from trainparity._internal.why.knobs import untestable_leads
+from trainparity._internal.why.parting import parting, status_of
 
 __all__ = ["explain_recordings", "fingerprint_knobs"]
 

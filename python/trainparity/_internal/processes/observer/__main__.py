@@ -1,7 +1,7 @@
-"""`python -m trainparity._internal.processes.observer`: run the observer worker (worker.py)."""
+"""`python -m trainparity._internal.processes.observer`: the observer worker (snapshot_service.py)."""
 
 import sys
 
-from trainparity._internal.processes.observer.worker import main
+from trainparity._internal.processes.observer.snapshot_service import main
 
 sys.exit(main())

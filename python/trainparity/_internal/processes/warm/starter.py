@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.distributed.launch import is_torchrun
+from trainparity._internal.distributed.torchrun_argv import is_torchrun
 from trainparity._internal.processes.group import ChildSpec, spawn_child
 from trainparity._internal.processes.progress import ProgressReporter
 from trainparity._internal.processes.warm.pool import SharedWarmServers

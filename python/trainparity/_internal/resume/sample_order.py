@@ -13,6 +13,11 @@ When the script also calls `record()`, each ID is placed on the step axis
 (the `.steps` marks beside the records): a difference comes with the step
 during which the candidate consumed the differing position, or, where the
 candidate never reached it, the step during which baseline_a did.
+
+A chain in which some phase ran on another number of ranks cannot keep the
+per-rank rule; it must keep baseline_a's global sample order instead
+(SameGlobalOrder), which names the first global batch
+(`resume_chain_differences` picks the rule that applies).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainparity._internal.comparison.policies import Difference
+from trainparity._internal.coverage.global_order import audit_global_order
 from trainparity._internal.recording.record_ids import (
     ConsumptionSteps,
     consumption_steps,
@@ -29,7 +35,7 @@ from trainparity._internal.recording.record_ids import (
     recorded_epochs,
 )
 
-__all__ = ["BoundaryDifference", "chain_coverage_differences"]
+__all__ = ["BoundaryDifference", "chain_coverage_differences", "resume_chain_differences"]
 
 _CHUNK = 1 << 16  # values compared at once as bytes before looking inside a chunk
 
@@ -188,3 +194,32 @@ def chain_coverage_differences(
             if position is not None:
                 differences.append(_describe(epoch, rank, expected, consumed, actual, position))
     return differences
+
+
+def _world_size(directory: Path) -> int:
+    """1 + the highest rank that recorded IDs in `directory` (0: none did)."""
+    if not directory.is_dir():
+        return 0
+    return 1 + max(
+        (rank for ranks in recorded_epochs(directory).values() for rank in ranks), default=-1
+    )
+
+
+def resume_chain_differences(
+    reference: Path, phases: list[tuple[str, Path]]
+) -> list[BoundaryDifference]:
+    """Sample order differences of the phases' records from the reference's, by the rule that applies.
+
+    `phases`: (name, record directory) per phase, in order. Empty when the
+    reference recorded no IDs, or when the order holds.
+    """
+    world_size = _world_size(reference)
+    if not world_size:
+        return []
+    # A phase that recorded nothing (it resumed past the end) changes no world size.
+    if all(_world_size(directory) in (0, world_size) for _name, directory in phases):
+        return chain_coverage_differences(reference, phases)
+    result = audit_global_order(reference, [directory for _name, directory in phases])
+    if result.difference is None:
+        return []
+    return [BoundaryDifference(result.difference, result.step)]

@@ -22,10 +22,10 @@ import torch
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
-from trainparity._internal.forensics.records import Trace, TraceOp, TraceValue
 from trainparity._internal.native.core import tensor_bytes
 from trainparity._internal.native.cuda import DeviceTensorBytes, digest_buffer
 from trainparity._internal.state.summaries import TensorSummary, summarize_tensor
+from trainparity._internal.why.forensics.records import Trace, TraceOp, TraceValue
 
 __all__ = ["CAPTURES", "StepRecorder", "debug_mode_available", "measure_tensor"]
 

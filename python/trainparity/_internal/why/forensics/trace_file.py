@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
-from trainparity._internal.forensics.records import VALUE_KINDS, Trace, TraceOp, TraceValue
 from trainparity._internal.state.freeze import FrozenMapping, FrozenSequence, FrozenTensor
 from trainparity._internal.state.snapshot_file import read_snapshot, write_snapshot
 from trainparity._internal.state.tree_codec import SnapshotFileError
+from trainparity._internal.why.forensics.records import VALUE_KINDS, Trace, TraceOp, TraceValue
 
 __all__ = ["TRACE_FORMAT", "is_trace_file", "read_trace", "write_trace"]
 

@@ -11,9 +11,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from trainparity._internal.environment import environment_fingerprint
-from trainparity._internal.forensics.capture import CAPTURES, StepRecorder, debug_mode_available
-from trainparity._internal.forensics.records import Trace
-from trainparity._internal.forensics.trace_file import write_trace
+from trainparity._internal.why.forensics.capture import CAPTURES, StepRecorder, debug_mode_available
+from trainparity._internal.why.forensics.records import Trace
+from trainparity._internal.why.forensics.trace_file import write_trace
 
 __all__ = ["TraceSession", "trace"]
 

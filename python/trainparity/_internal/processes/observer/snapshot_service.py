@@ -74,7 +74,7 @@ def observe_one(
             environment=_environment(),
             # Tensors still mapped from the checkpoint file or the files of a checkpoint
             # directory (torch.load(mmap=True), safetensors, DCP shards) are recorded as
-            # references to them, not copied (state/snapshot_file.py).
+            # references to them, not copied (state/snapshot_references.py).
             reference_files=checkpoint_files(checkpoint),
         )
     except (UnsupportedStateError, StableStateError) as error:

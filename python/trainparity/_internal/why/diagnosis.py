@@ -53,7 +53,7 @@ def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(rows)
 
 
-# Why a likely cause is likely, by its basis (comparison/likely_cause.py).
+# Why a likely cause is likely, by its basis (likely_cause.py).
 _LIKELY_BECAUSE = {
     "constant_in_records": "it is equal in every record of the uninterrupted run, so training "
     "does not change it",

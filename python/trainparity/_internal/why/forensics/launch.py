@@ -1,4 +1,4 @@
-"""`python -m trainparity._internal.forensics.launch SCRIPT [ARGS...]` (or `-m MODULE`): run a script, tracing one step.
+"""`python -m trainparity._internal.why.forensics.launch SCRIPT [ARGS...]` (or `-m MODULE`): run a script, tracing one step.
 
 `trainparity trace` runs the training command through this: it installs the
 step tracer from the environment (TRAINPARITY_TRACE_STEP, ..._OUTPUT,
@@ -11,13 +11,13 @@ import runpy
 import sys
 from pathlib import Path
 
-from trainparity._internal.forensics.step_trace import TraceStepError, install_from_environment
+from trainparity._internal.why.forensics.step_trace import TraceStepError, install_from_environment
 
 
 def main(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help"):
         raise SystemExit(
-            "usage: python -m trainparity._internal.forensics.launch SCRIPT [ARGS] | -m MODULE [ARGS]"
+            "usage: python -m trainparity._internal.why.forensics.launch SCRIPT [ARGS] | -m MODULE [ARGS]"
         )
     tracer = install_from_environment()
     try:

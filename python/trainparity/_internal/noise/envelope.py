@@ -1,4 +1,4 @@
-"""One step judged against the noise envelope: k uninterrupted samples, at most one candidate.
+"""One step measured and judged against the noise envelope: k uninterrupted samples, at most one candidate.
 
 The trees are walked as the exact comparison walks them (CONTRACT §5.2), with
 every floating-point leaf (tensor or Python float) set aside. Anything else
@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainparity._internal.comparison.noise import NoiseComparison
 from trainparity._internal.comparison.policies import (
     Difference,
     ExactComparison,
@@ -42,10 +41,11 @@ from trainparity._internal.comparison.policies import (
 from trainparity._internal.comparison.tensors import TensorValueComparison, compare_tensor_values
 from trainparity._internal.native.distances import Distances, buffer_distances
 from trainparity._internal.native.dtypes import info_for_text
+from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.state.freeze import FrozenTensor
 from trainparity._internal.state.paths import StatePath, render_path
 
-__all__ = ["EXIT_REASON", "PathEnvelope", "StepEnvelope", "excursion_words", "judge_step"]
+__all__ = ["EXIT_REASON", "PathEnvelope", "StepEnvelope", "judge_step"]
 
 EXIT_REASON = "noise_envelope"
 
@@ -118,17 +118,6 @@ class StepEnvelope:
         """The candidate's path of largest excursion/noise ratio (ties: the first in order)."""
         judged = [entry for entry in self.paths if entry.ratio is not None and entry.ratio > 0]
         return max(judged, key=lambda entry: entry.ratio) if judged else None
-
-
-def excursion_words(entry: PathEnvelope | None, policy: NoiseComparison) -> str | None:
-    """How far a path left the envelope, as every verdict words it; None for an exact path."""
-    if entry is None or entry.exact or entry.excursion is None:
-        return None
-    ratio = entry.ratio if entry.ratio is not None else math.inf
-    return (
-        f"excursion {entry.excursion:.3g} is {ratio:.3g}× the noise {entry.noise:.3g}; "
-        f"declared limit {policy.factor:g}×" + (" plus the floor" if policy.has_floor else "")
-    )
 
 
 def judge_step(

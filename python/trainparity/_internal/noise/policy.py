@@ -5,16 +5,17 @@ The declared relation, per recorded step and per floating-point path: the
 **excursion** the candidate's distance to the nearest of them, and the
 candidate stays inside when excursion ≤ factor × noise + floor. Everything
 else (integers, strings, structure, RNG states) stays exact, and so does a
-floating-point path whose noise is exactly 0. comparison/envelope.py judges
-one step; docs/design.md says why the distance is ‖a−b‖₂.
+floating-point path whose noise is exactly 0. noise/envelope.py judges one
+step; docs/design.md says why the distance is ‖a−b‖₂.
+
+This module imports nothing of trainparity's: comparison/states.py looks the
+class up to accept it, so it must not lean on comparison/ in turn.
 """
 
 from __future__ import annotations
 
 import math
 from typing import Any
-
-from trainparity._internal.comparison.policies import ExactComparison
 
 __all__ = ["NoiseComparison"]
 
@@ -62,11 +63,6 @@ class NoiseComparison:
         self.floor_rtol = float(floor_rtol)
         self.floor_atol = float(floor_atol)
         self.max_noise = None if max_noise is None else float(max_noise)
-
-    @property
-    def exact(self) -> ExactComparison:
-        """The policy of every path the envelope does not cover."""
-        return ExactComparison()
 
     @property
     def has_floor(self) -> bool:

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.comparison.noise import NoiseComparison
-from trainparity._internal.recording.envelope_steps import (
+from trainparity._internal.noise.policy import NoiseComparison
+from trainparity._internal.noise.walk import (
     EnvelopeEvent,
     EnvelopeWalk,
     Position,

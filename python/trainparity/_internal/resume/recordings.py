@@ -34,6 +34,7 @@ __all__ = [
     "RECORDINGS_DIRECTORY",
     "ResumeTrajectories",
     "TrajectoryError",
+    "aligned_records",
     "phase_recording_environment",
     "recording_directory",
 ]
@@ -113,7 +114,7 @@ class ResumeTrajectories(PhaseRecordings):
                         "baseline_a",
                         phase,
                         rank,
-                        _aligned(
+                        aligned_records(
                             recording.steps,
                             self.recordings[phase][rank].steps,
                             from_step,
@@ -135,7 +136,7 @@ class ResumeTrajectories(PhaseRecordings):
         if not self.recordings[phase]:
             raise TrajectoryError(f"{phase} recorded nothing: record() must run in every phase")
         used: set[str] = set()
-        pairs = _aligned(
+        pairs = aligned_records(
             joined_steps(self.recordings["baseline_a"], "baseline_a"),
             joined_steps(self.recordings[phase], phase),
             from_step,
@@ -161,8 +162,13 @@ class ResumeTrajectories(PhaseRecordings):
             )
 
 
-def _aligned(baseline: Sequence, candidate: Sequence, from_step: int, *, to_end: bool) -> list:
+def aligned_records(
+    baseline: Sequence, candidate: Sequence, from_step: int, *, to_end: bool
+) -> list:
     """(baseline record, candidate record, is the record after loading) pairs of one phase.
+
+    The exact comparison (ResumeTrajectories) and the envelope
+    (resume/noise_recordings.py) align a phase with this one rule.
 
     A phase from step 0 pairs record by record; a resumed phase starts at
     baseline_a's record of the step it resumed from, its first record being

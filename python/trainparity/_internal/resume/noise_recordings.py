@@ -1,10 +1,10 @@
 """check_resume's recordings under NoiseComparison: every candidate step against the baselines' spread.
 
-Positions (recording/envelope_steps.py) follow baseline_a's records. At each
+Positions (noise/walk.py) follow baseline_a's records. At each
 of them the samples are every baseline's record of that position and,
 up to its save, candidate_split's: before the split it is one more
 uninterrupted run, so it measures noise and is never judged. The resumed
-phases are aligned as under the exact comparison (recording/resume.py): each
+phases are aligned as under the exact comparison (resume/recordings.py): each
 one's first record, taken right after loading, at the step it resumed from,
 then record by record.
 """
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.comparison.noise import NoiseComparison
-from trainparity._internal.recording.envelope_steps import (
+from trainparity._internal.noise.policy import NoiseComparison
+from trainparity._internal.noise.walk import (
     EnvelopeEvent,
     EnvelopeWalk,
     Position,
@@ -26,8 +26,8 @@ from trainparity._internal.recording.envelope_steps import (
     sensitivity_line,
 )
 from trainparity._internal.recording.phase_recordings import PhaseRecordings, TrajectoryError
-from trainparity._internal.recording.resume import _aligned
 from trainparity._internal.recording.trajectory import StepComparison, StepDivergence
+from trainparity._internal.resume.recordings import aligned_records
 
 __all__ = ["ResumeEnvelope"]
 
@@ -94,7 +94,7 @@ class ResumeEnvelope(PhaseRecordings):
         last = self.candidates[-1][0]
         for phase, from_step, _ in self.candidates[1:]:
             records = self.recordings[phase][rank].steps
-            pairs = _aligned(reference, records, from_step, to_end=phase == last)
+            pairs = aligned_records(reference, records, from_step, to_end=phase == last)
             self.aligned(self.baselines[0], phase, rank, pairs)
             for baseline_record, record, round_trip in pairs:
                 if baseline_record is None:

@@ -34,8 +34,8 @@ from typing import Any
 
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from trainparity._internal.forensics.tracing import TraceSession
-from trainparity._internal.forensics.variables import (
+from trainparity._internal.why.forensics.tracing import TraceSession
+from trainparity._internal.why.forensics.variables import (
     TRACE_CAPTURE_VARIABLE,
     TRACE_KEEP_VARIABLE,
     TRACE_OUTPUT_VARIABLE,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainparity._internal.environment_leads import EnvironmentLead
+from trainparity._internal.why.environment_leads import EnvironmentLead
 
 __all__ = ["OP_KINDS", "op_kind", "rank_leads"]
 

@@ -13,16 +13,16 @@ from trainparity._internal.comparison.policies import (
     policy_report_fields,
 )
 from trainparity._internal.comparison.states import checked_policy
-from trainparity._internal.environment_leads import EnvironmentLead, environment_leads
-from trainparity._internal.forensics.leads import op_kind, rank_leads
-from trainparity._internal.forensics.records import Trace, TraceOp, TraceValue
-from trainparity._internal.forensics.trace_file import read_trace
 from trainparity._internal.native.core import tensor_bytes
 from trainparity._internal.native.cuda import compare_buffers
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.reports.reported import ReportedResult
 from trainparity._internal.state.freeze import FrozenTensor
 from trainparity._internal.state.tree_codec import SnapshotFileError
+from trainparity._internal.why.environment_leads import EnvironmentLead, environment_leads
+from trainparity._internal.why.forensics.leads import op_kind, rank_leads
+from trainparity._internal.why.forensics.records import Trace, TraceOp, TraceValue
+from trainparity._internal.why.forensics.trace_file import read_trace
 
 __all__ = ["TraceDiff", "diff_traces"]
 

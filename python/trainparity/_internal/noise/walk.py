@@ -4,7 +4,8 @@ A check lines its recordings up into positions: at each baseline record,
 the samples (the uninterrupted runs' records of that step, and any other
 run that is one more sample there, like candidate_split before its save)
 and the candidates' records aligned with it. Each position is judged by
-comparison/envelope.py; the walk stops at the first position that decides:
+noise/envelope.py; the walk stops at the first position that decides
+(`step_event`, which also decides a check that judges one step alone):
 
 - samples that disagree where the envelope holds values exact, or whose
   noise exceeds `max_noise`: the check abstains;
@@ -12,6 +13,8 @@ comparison/envelope.py; the walk stops at the first position that decides:
 
 Every judged step leaves a row for the report: per component the largest
 noise, excursion and limit, and the path closest to (or past) the limit.
+A record is anything with a `step` and a `snapshot()`: a recording's step,
+or a final state standing in for one.
 """
 
 from __future__ import annotations
@@ -19,24 +22,36 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from trainparity._internal.comparison.envelope import PathEnvelope, StepEnvelope, judge_step
-from trainparity._internal.comparison.noise import NoiseComparison
 from trainparity._internal.comparison.policies import MISSING, Difference
-from trainparity._internal.recording.reader import RecordedStep
-from trainparity._internal.recording.trajectory import component_of
-from trainparity._internal.state.paths import path_under
+from trainparity._internal.noise.envelope import PathEnvelope, StepEnvelope, judge_step
+from trainparity._internal.noise.policy import NoiseComparison
+from trainparity._internal.state.paths import component_of, path_under
 from trainparity._internal.state.snapshot import Snapshot
 
 __all__ = [
     "EnvelopeEvent",
-    "final_state_envelope",
     "EnvelopeWalk",
-    "first_noisy_step",
     "Position",
+    "StepRecord",
     "StepRow",
+    "closest_approach",
+    "earliest",
+    "final_state_envelope",
+    "first_noisy_step",
+    "sensitivity_line",
+    "step_event",
 ]
+
+
+class StepRecord(Protocol):
+    """One recorded step as the walk reads it."""
+
+    @property
+    def step(self) -> int: ...
+
+    def snapshot(self) -> Snapshot: ...
 
 
 @dataclass(frozen=True)
@@ -44,8 +59,8 @@ class Position:
     """One aligned step: named sample records and named candidate records (None: missing)."""
 
     step: int
-    samples: tuple[tuple[str, RecordedStep | None], ...]
-    candidates: tuple[tuple[str, RecordedStep | None, bool], ...] = ()  # (name, record, round trip)
+    samples: tuple[tuple[str, StepRecord | None], ...]
+    candidates: tuple[tuple[str, StepRecord | None, bool], ...] = ()  # (name, record, round trip)
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,18 @@ class StepRow:
     limit: dict[str, float] = field(default_factory=dict)
     worst: PathEnvelope | None = None
     unmeasured: int = 0
+
+    @classmethod
+    def of(cls, step: int, rank: int, phase: str | None, paths: Iterable[PathEnvelope]) -> StepRow:
+        """The row of one judged step's paths: per component the largest of each number."""
+        row = cls(step, rank, phase)
+        for entry in paths:
+            component = component_of(entry.path)
+            row.noise[component] = max(row.noise.get(component, 0.0), entry.noise)
+            row.limit[component] = max(row.limit.get(component, 0.0), entry.limit)
+            if entry.excursion is not None:
+                row.excursion[component] = max(row.excursion.get(component, 0.0), entry.excursion)
+        return row
 
     def to_dict(self, ranks: int) -> dict[str, Any]:
         worst = None
@@ -159,9 +186,8 @@ class EnvelopeWalk:
         names = [name for name, _ in present]
         if not position.candidates:
             judged = judge_step(self.policy, samples, noise_so_far=self.noise_so_far)
-            event = self._samples_event(position, judged, names)
             self._row(position.step, None, judged)
-            return event
+            return step_event(self.policy, judged, position.step, self.rank, names)
         for name, record, round_trip in position.candidates:
             if record is None:
                 return EnvelopeEvent(
@@ -175,58 +201,63 @@ class EnvelopeWalk:
             judged = judge_step(
                 self.policy, samples, record.snapshot(), noise_so_far=self.noise_so_far
             )
-            event = self._samples_event(position, judged, names)
             self._row(position.step, name, judged)
+            event = step_event(
+                self.policy, judged, position.step, self.rank, names, (name, round_trip)
+            )
             if event is not None:
                 return event
-            if judged.differences:
-                exits = [entry for entry in judged.paths if entry.outside]
-                return EnvelopeEvent(
-                    "candidate_left",
-                    position.step,
-                    self.rank,
-                    name,
-                    judged.differences,
-                    entry=_entry_of(exits, judged.differences[0].path),
-                    round_trip=round_trip,
-                )
-        return None
-
-    def _samples_event(
-        self, position: Position, judged: StepEnvelope, names: Sequence[str]
-    ) -> EnvelopeEvent | None:
-        if judged.sample_differences:
-            index, found = judged.sample_differences[0]
-            same_sample = tuple(d for i, d in judged.sample_differences if i == index)
-            return EnvelopeEvent(
-                "samples_differ", position.step, self.rank, names[index], same_sample or (found,)
-            )
-        noisy = judged.too_noisy(self.policy.max_noise)
-        if noisy is not None:
-            return EnvelopeEvent(
-                "too_noisy",
-                position.step,
-                self.rank,
-                names[0],
-                (Difference(noisy.path, "noise_above_max_noise", "", ""),),
-                entry=noisy,
-            )
         return None
 
     def _row(self, step: int, phase: str | None, judged: StepEnvelope) -> None:
-        row = StepRow(step, self.rank, phase, unmeasured=len(judged.unmeasured))
-        for entry in judged.paths:
-            component = component_of(entry.path)
-            row.noise[component] = max(row.noise.get(component, 0.0), entry.noise)
-            row.limit[component] = max(row.limit.get(component, 0.0), entry.limit)
-            if entry.excursion is not None:
-                row.excursion[component] = max(row.excursion.get(component, 0.0), entry.excursion)
+        row = StepRow.of(step, self.rank, phase, judged.paths)
+        row.unmeasured = len(judged.unmeasured)
         row.worst = judged.worst()
         self.rows.append(row)
 
 
-def _entry_of(exits: list[PathEnvelope], path: str) -> PathEnvelope | None:
-    return next((entry for entry in exits if entry.path == path), None)
+def step_event(
+    policy: NoiseComparison,
+    judged: StepEnvelope,
+    step: int,
+    rank: int,
+    names: Sequence[str],
+    candidate: tuple[str, bool] | None = None,
+) -> EnvelopeEvent | None:
+    """What one judged step decides, in the order every check decides it; None: nothing.
+
+    `names` name the samples in judge_step's order; `candidate` is (name,
+    round trip) of the candidate judged with them. Samples that disagree
+    where values are held exact come first, then noise above `max_noise`,
+    then the candidate's first difference or envelope exit.
+    """
+    if judged.sample_differences:
+        index, found = judged.sample_differences[0]
+        same_sample = tuple(d for i, d in judged.sample_differences if i == index)
+        return EnvelopeEvent("samples_differ", step, rank, names[index], same_sample or (found,))
+    noisy = judged.too_noisy(policy.max_noise)
+    if noisy is not None:
+        return EnvelopeEvent(
+            "too_noisy",
+            step,
+            rank,
+            names[0],
+            (Difference(noisy.path, "noise_above_max_noise", "", ""),),
+            entry=noisy,
+        )
+    if candidate is None or not judged.differences:
+        return None
+    name, round_trip = candidate
+    first = judged.differences[0].path
+    return EnvelopeEvent(
+        "candidate_left",
+        step,
+        rank,
+        name,
+        judged.differences,
+        entry=next((e for e in judged.paths if e.outside and e.path == first), None),
+        round_trip=round_trip,
+    )
 
 
 def earliest(events: Iterable[EnvelopeEvent | None]) -> EnvelopeEvent | None:
