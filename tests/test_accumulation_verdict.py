@@ -7,15 +7,15 @@ and the declarative path (no own train_step) is shown to ignore them.
 
 from __future__ import annotations
 
-import pytest
+from trainparity._internal.accumulation.noise_verdict import judge_noise_observations
 from trainparity._internal.accumulation.plan import INITIAL_KEY
 from trainparity._internal.accumulation.verdict import (
-    Verdict,
+    Decision,
     disagreement_before_phases,
-    judge_before_phases,
     judge_observations,
 )
 from trainparity._internal.comparison.policies import ExactComparison
+from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.state.freeze import freeze
 from trainparity._internal.state.snapshot import Snapshot
@@ -104,11 +104,13 @@ def test_agreeing_observations_are_a_pass_returned_not_raised():
     assert decision.first_observed_phase is None
 
 
-def test_the_judgments_before_the_phases_still_raise_for_the_noise_envelope():
-    # accumulation/noise_verdict.py ends its sequence with a raised Verdict.
+def test_the_noise_envelope_returns_the_judgments_before_the_phases_with_its_report():
     wrong = child(optimizer_calls=4)
-    with pytest.raises(Verdict) as raised:
-        judge_before_phases(EXACT, child(), child(), wrong, [], own_step=True)
-    decision = raised.value.decision()
-    assert decision.first_observed_phase == "optimizer_state"
-    assert decision == disagreement_before_phases(EXACT, child(), child(), wrong, [], own_step=True)
+    decision = judge_noise_observations(
+        NoiseComparison(), [child(), child()], wrong, [], own_step=True
+    )
+    assert isinstance(decision, Decision)
+    exact = disagreement_before_phases(EXACT, child(), child(), wrong, [], own_step=True)
+    assert decision.first_observed_phase == exact.first_observed_phase == "optimizer_state"
+    assert (decision.outcome, decision.message) == (exact.outcome, exact.message)
+    assert decision.noise_envelope is not None and decision.noise_envelope["steps"] == []

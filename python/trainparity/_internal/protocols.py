@@ -40,7 +40,7 @@ class ProcessExecutionPlan:
 
 @runtime_checkable
 class ProcessResumeCase(Protocol):
-    """A training script wrapped for `check_resume` (CONTRACT §1.3)."""
+    """A training script wrapped for `check_resume` (docs/compatibility.md, "Surface")."""
 
     name: str
     split_step: int
@@ -92,7 +92,7 @@ class LossAccounting:
 
 @runtime_checkable
 class AccumulationCase(Protocol):
-    """A model, optimizer and batch wrapped for `check_accumulation` (CONTRACT §1.3)."""
+    """A model, optimizer and batch wrapped for `check_accumulation` (docs/compatibility.md, "Surface")."""
 
     equivalence: str
 

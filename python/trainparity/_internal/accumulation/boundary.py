@@ -1,6 +1,6 @@
 """One optimizer-update boundary as the accumulation worker executes it, with its observations.
 
-`Boundary` runs the declared plan's loop (CONTRACT §7.5) and accounts for its
+`Boundary` runs the declared plan's loop (docs/compatibility.md, "check_accumulation") and accounts for its
 microbatch losses (§7.6); `OwnStepBoundary` runs the case's own `train_step`
 and observes it from outside, and `RankBoundary` runs one rank of a
 multi-rank candidate under DDP. A run that cannot PASS ends early with
@@ -92,7 +92,7 @@ def call_case(case: Any, method: str, *arguments: Any) -> Any:
 def account_losses(
     terms: list[LossAccounting], plan: AccumulationExecutionPlan
 ) -> tuple[list[torch.Tensor], dict[str, object]]:
-    """The losses to back-propagate and the loss-accounting record (CONTRACT §7.6)."""
+    """The losses to back-propagate and the loss-accounting record (docs/compatibility.md, "check_accumulation")."""
     supplied = [term.numerator is not None and term.denominator is not None for term in terms]
     if any(supplied) and not all(supplied):
         raise Stop(Outcome.ABSTAIN, "loss accounting must be supplied for every microbatch or none")
@@ -176,7 +176,7 @@ class Boundary:
             self._plan_loop(microbatches)
 
     def _begin(self, device: str) -> list[object]:
-        """Capture the initial state, then fetch and split the batch (CONTRACT §7.5 steps 3–4)."""
+        """Capture the initial state, then fetch and split the batch (docs/compatibility.md, "check_accumulation")."""
         state, plan = self.state, self.plan
         initial = capture_snapshot(
             state.model,
@@ -197,11 +197,11 @@ class Boundary:
         return microbatches
 
     def _plan_loop(self, microbatches: list[object]) -> None:
-        """The declared plan's loop and its observations (CONTRACT §7.5 steps 5–16)."""
+        """The declared plan's loop and its observations (docs/compatibility.md, "check_accumulation")."""
         state, plan = self.state, self.plan
         scaler = state.scaler
         state.optimizer.zero_grad(set_to_none=True)
-        # Every loss is computed before any backward, as the original does (CONTRACT §7.5).
+        # Every loss is computed before any backward, as the original does (docs/compatibility.md, "check_accumulation").
         terms = [self._loss(microbatch) for microbatch in microbatches]
         losses, record = account_losses(terms, plan)
         self.loss_normalization_captured = bool(record["normalization_captured"])

@@ -4,7 +4,7 @@ Three children (`baseline_a`, `baseline_b` with the one-microbatch baseline
 plan, `candidate` with the declared plan) each build the case from the same
 seed, record the initial state and five phases of one optimizer-update
 boundary into one snapshot file, and publish a small JSON result. The parent
-decides in the contract's order (CONTRACT §7.8): children in order, distinct
+decides in the contract's order (docs/compatibility.md, "check_accumulation"): children in order, distinct
 PIDs, initial states, then each phase — baseline self-consistency first
 (else ABSTAIN), then baseline vs candidate (else FAIL). The children are
 independent, so by default they run concurrently on CPU; the verdict is the
@@ -120,10 +120,10 @@ def check_accumulation(
 
 
 class AccumulationRunner(CheckRunner):
-    """Runs accumulation checks; the internal object behind check_accumulation (CONTRACT §1.4)."""
+    """Runs accumulation checks; the internal object behind check_accumulation (docs/compatibility.md, "Surface")."""
 
     def __init__(self, *, comparison: ComparisonPolicy, **options: Any) -> None:
-        """`comparison` is required (CONTRACT §1.4); `options` as CheckRunner takes them."""
+        """`comparison` is required (docs/compatibility.md, "Surface"); `options` as CheckRunner takes them."""
         if comparison is None:  # no silent exact default here, unlike check_accumulation's
             raise TypeError("comparison must be explicit ExactComparison or ToleranceComparison")
         super().__init__(comparison=comparison, **options)

@@ -25,9 +25,7 @@ from trainparity._internal.accumulation.plan import (
 from trainparity._internal.accumulation.rank_orchestration import rank_names, rank_specs
 from trainparity._internal.accumulation.verdict import (
     Decision,
-    Verdict,
     judge_observations,
-    passed,
 )
 from trainparity._internal.comparison.policies import ExactComparison, ToleranceComparison
 from trainparity._internal.error_text import error_text
@@ -361,13 +359,9 @@ class AccumulationExecution:
         own_step = bool(self.own_step_children)
         if not isinstance(self.policy, NoiseComparison):
             return judge_observations(self.policy, views, rank_views, own_step=own_step)
-        try:
-            compared_on, report = judge_noise_observations(
-                self.policy, views[:-1], views[-1], rank_views, own_step=own_step
-            )
-        except Verdict as verdict:  # the noise envelope's sequence ends by raising its verdict
-            return verdict.decision()
-        return passed(compared_on=compared_on, noise_envelope=report)
+        return judge_noise_observations(
+            self.policy, views[:-1], views[-1], rank_views, own_step=own_step
+        )
 
 
 def _phase_views(report: _WorkerReport) -> dict[str, Snapshot] | Decision:

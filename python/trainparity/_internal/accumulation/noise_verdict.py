@@ -12,6 +12,7 @@ inherits).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +23,11 @@ from trainparity._internal.accumulation.sharded import (
     global_views,
     holds_shards,
 )
-from trainparity._internal.accumulation.verdict import Verdict, judge_before_phases
+from trainparity._internal.accumulation.verdict import (
+    Decision,
+    disagreement_before_phases,
+    passed,
+)
 from trainparity._internal.comparison.policies import ExactComparison
 from trainparity._internal.noise.envelope import PathEnvelope, StepEnvelope, judge_step
 from trainparity._internal.noise.policy import NoiseComparison
@@ -43,9 +48,9 @@ def judge_noise_observations(
     rank_views: Sequence[Views],
     *,
     own_step: bool,
-) -> tuple[str | None, dict[str, Any]]:
-    """Raise the first ABSTAIN or FAIL Verdict (its fields carry `noise_envelope`); else
-    return (how the candidate was compared, the `noise_envelope` report)."""
+) -> Decision:
+    """The first ABSTAIN, FAIL or ERROR (carrying `noise_envelope`); else PASS with the
+    `noise_envelope` report and its closest approach."""
     exact = ExactComparison()  # the initial states and step counts the envelope does not cover
     rows: list[dict[str, Any]] = []
     report: dict[str, Any] = {
@@ -54,27 +59,27 @@ def judge_noise_observations(
         "samples": [f"baseline_{chr(ord('a') + index)}" for index in range(len(baselines))],
         "steps": rows,
     }
-    # Every baseline's initial state and step counts must agree exactly with baseline_a's:
-    # the exact judgment of baseline_a, baseline_x and the candidate, for each other baseline.
     compared_on = None
     if any(holds_shards(snapshot.state) for view in rank_views for snapshot in view.values()):
         try:
             candidate = global_views(rank_views)
         except ReassemblyError as error:
-            raise Verdict(
+            return Decision(
                 Outcome.ERROR, f"the candidate's shards could not be reassembled: {error}"
-            ) from None
-        compared_on = SHARDED_COMPARISON
-    try:
-        for other in baselines[1:]:
-            judge_before_phases(
-                exact, baselines[0], other, candidate, rank_views, own_step=own_step
             )
-    except Verdict as verdict:
-        verdict.fields["noise_envelope"] = _finished(report, rows)
-        if compared_on is not None:
-            verdict.fields["compared_on"] = compared_on
-        raise
+        compared_on = SHARDED_COMPARISON
+    # Every baseline's initial state and step counts must agree exactly with baseline_a's:
+    # the exact judgment of baseline_a, baseline_x and the candidate, for each other baseline.
+    for other in baselines[1:]:
+        disagreement = disagreement_before_phases(
+            exact, baselines[0], other, candidate, rank_views, own_step=own_step
+        )
+        if disagreement is not None:
+            return dataclasses.replace(
+                disagreement,
+                noise_envelope=_finished(report, rows),
+                compared_on=compared_on if compared_on is not None else disagreement.compared_on,
+            )
     noise_so_far: dict[str, float] = {}
     for index, phase in enumerate(PHASES, start=1):
         if phase not in candidate:  # an own step that did not report its losses
@@ -86,15 +91,17 @@ def judge_noise_observations(
         event = step_event(policy, judged, index, 0, report["samples"], ("candidate", False))
         if event is None:
             continue
-        fields: dict[str, Any] = {
-            "first_observed_phase": phase,
-            "verified_equal_initial_state": True,
-            "noise_envelope": _finished(report, rows),
-            **({"compared_on": compared_on} if compared_on is not None else {}),
-        }
         outcome, message = _verdict(event, policy, phase)
-        raise Verdict(outcome, message, **_differences(event, judged), **fields)
-    return compared_on, _finished(report, rows)
+        return Decision(
+            outcome,
+            message,
+            first_observed_phase=phase,
+            verified_equal_initial_state=True,
+            compared_on=compared_on,
+            noise_envelope=_finished(report, rows),
+            **_differences(event, judged),
+        )
+    return passed(compared_on=compared_on, noise_envelope=_finished(report, rows))
 
 
 def _verdict(event: EnvelopeEvent, policy: NoiseComparison, phase: str) -> tuple[Outcome, str]:

@@ -40,7 +40,7 @@ RANKS_KEY = "ranks"
 
 @dataclass(frozen=True)
 class AccumulationExecutionPlan:
-    """How the candidate executes one optimizer-update boundary (CONTRACT §7.3).
+    """How the candidate executes one optimizer-update boundary (docs/compatibility.md, "check_accumulation").
 
     The defaults describe correct accumulation; each flag turns on one
     well-known mistake so that a check can show where it is first observed.
@@ -56,7 +56,7 @@ class AccumulationExecutionPlan:
     clip_per_microbatch: bool = False
     amp_step_before_unscale: bool = False
     omit_final_microbatch: bool = False
-    # Several ranks (beyond CONTRACT §7.3; see accumulation_ranks): the candidate runs as
+    # Several ranks (our addition, docs/compatibility.md, "check_accumulation"; see accumulation_ranks): the candidate runs as
     # `world_size` processes under DDP, each on its contiguous share of the microbatches.
     world_size: int = 1
     no_sync_backward_only: bool = False
@@ -93,7 +93,7 @@ class AccumulationExecutionPlan:
         validate_ranks(self)
 
     def to_dict(self) -> dict[str, Any]:
-        """The ten fields of CONTRACT §7.3 by name, plus each multi-rank field not at its default.
+        """The contract's ten fields (docs/compatibility.md, "check_accumulation") by name, plus each multi-rank field not at its default.
 
         A single-rank plan therefore has exactly the contract's ten keys.
         """
@@ -129,7 +129,7 @@ RANK_FIELDS = (
     "clip_before_sync",
     "per_rank_loss_normalization",
 )
-"""Plan fields beyond CONTRACT §7.3; `to_dict` lists them only when they are not at the default."""
+"""Plan fields beyond the contract's ten (docs/compatibility.md, "check_accumulation"); `to_dict` lists them only when they are not at the default."""
 
 RANK_FAULTS = RANK_FIELDS[1:]
 SINGLE_RANK_FAULTS = (

@@ -12,7 +12,7 @@ __all__ = ["AccumulationResult"]
 
 @dataclass(frozen=True, repr=False)
 class AccumulationResult(CheckResult):
-    """The verdict of `check_accumulation` (CONTRACT §7.10)."""
+    """The verdict of `check_accumulation` (docs/compatibility.md, "check_accumulation")."""
 
     equivalence: str
     first_observed_phase: str | None = None

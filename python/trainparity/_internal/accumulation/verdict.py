@@ -35,9 +35,7 @@ from trainparity._internal.state.snapshot import Snapshot
 
 __all__ = [
     "Decision",
-    "Verdict",
     "disagreement_before_phases",
-    "judge_before_phases",
     "judge_observations",
     "passed",
 ]
@@ -75,21 +73,6 @@ class Decision:
     def result(self, **context: Any) -> AccumulationResult:
         """The check's result: this decision and what the check knows besides (its case, ...)."""
         return AccumulationResult(**self.as_fields(), **context)
-
-
-class Verdict(Exception):
-    """A Decision raised: how accumulation/noise_verdict.py ends its decision sequence.
-
-    Its `fields` are the Decision's; the one place that catches it turns it
-    back into the Decision (`decision()`).
-    """
-
-    def __init__(self, outcome: Outcome, message: str, **fields: Any) -> None:
-        super().__init__(message)
-        self.fields = {"outcome": outcome, "message": message, **fields}
-
-    def decision(self) -> Decision:
-        return Decision(**self.fields)
 
 
 def passed(
@@ -207,14 +190,6 @@ def disagreement_before_phases(
         message, differences = disagreement
         return _diverged(Outcome.FAIL, message, "ranks", differences)
     return None
-
-
-def judge_before_phases(policy: Any, *views: Any, own_step: bool) -> None:
-    """disagreement_before_phases (the same arguments), raised as a Verdict: the decision
-    sequence of accumulation/noise_verdict.py ends by raising."""
-    decision = disagreement_before_phases(policy, *views, own_step=own_step)
-    if decision is not None:
-        raise Verdict(**decision.as_fields())
 
 
 def _judge_initial(

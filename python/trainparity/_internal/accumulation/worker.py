@@ -2,7 +2,7 @@
 
 Launched by check_accumulation as `python -m trainparity._internal.accumulation.worker
 --case SPEC --plan JSON --device D --seed N --result FILE --observations FILE`.
-It follows CONTRACT §7.5 step by step: seed, build, capture the initial state,
+It runs one child of check_accumulation step by step (docs/compatibility.md, "check_accumulation"): seed, build, capture the initial state,
 split the batch, compute every microbatch loss, account for them, backward
 (and whatever the plan says per microbatch), then observe the five phases.
 With `--own-step` the case's own `train_step` replaces the plan's loop and is
@@ -70,7 +70,7 @@ def execute(
 ) -> dict[str, Any]:
     """Run one plan, or with `own_step` the case's train_step, and return the result record.
 
-    The record is CONTRACT §4.7's accumulation child result; a PASS of an own
+    The record is the accumulation child result (docs/compatibility.md, "check_accumulation"); a PASS of an own
     step that returned no losses adds `unobserved_phases: ["loss_accounting"]`.
     """
     record: dict[str, Any] = {"pid": os.getpid()}

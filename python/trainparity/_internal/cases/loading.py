@@ -1,4 +1,4 @@
-"""Loading a case from its `"package.module:ClassName"` spec (CONTRACT §3), or from the class itself.
+"""Loading a case from its `"package.module:ClassName"` spec (docs/compatibility.md, "Surface"), or from the class itself.
 
 A check may also be given the class (`check_resume(MyCase)`): the check's
 own process instantiates it directly, and its children load it by the spec
@@ -42,7 +42,7 @@ __all__ = [
 class CaseSetupError(ValueError):
     """The user's case or check arguments cannot run; `field` names the input at fault.
 
-    A check returns these as ERROR results (CONTRACT §6.2) that say what was
+    A check returns these as ERROR results (docs/compatibility.md, "check_resume") that say what was
     wrong; the command line exits 4 (usage error) on them.
     """
 

@@ -199,7 +199,7 @@ def collect_differences(
 
 
 class _Traversal:
-    """Depth-first pre-order walk over two frozen trees (CONTRACT §5.2)."""
+    """Depth-first pre-order walk over two frozen trees (docs/compatibility.md, "Comparison")."""
 
     def __init__(
         self,
@@ -350,7 +350,7 @@ def _placement_text(tensor: FrozenTensor) -> str:
 
 
 def summarize(value: object) -> str:
-    """The short text a Difference shows for one side (CONTRACT §5.6)."""
+    """The short text a Difference shows for one side (docs/compatibility.md, "Comparison")."""
     if value is _ABSENT:
         return MISSING
     if isinstance(value, FrozenTensor):

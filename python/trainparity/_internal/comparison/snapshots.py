@@ -73,7 +73,7 @@ def diff_snapshots(
     comparison: ComparisonPolicy | None = None,
     trust_digests: bool = False,
 ) -> SnapshotDiff:
-    """Compare two snapshot files (CONTRACT §5 traversal; `comparison=None` means exact).
+    """Compare two snapshot files (the comparison's traversal, docs/compatibility.md, "Comparison"; `comparison=None` means exact).
 
     PASS: equivalent under the policy. FAIL: the first observed divergence
     (never a root cause). ABSTAIN: under a tolerance, only digests of the

@@ -77,7 +77,7 @@ def compare_states(
     become `"0"`, as in resume reports), numpy values as plain Python values.
     Tensors are compared where they live without copying when contiguous on
     the CPU. The traversal and difference reasons are those of the checks
-    (CONTRACT §5); `comparison=None` means exact.
+    (docs/compatibility.md, "Comparison"); `comparison=None` means exact.
     """
     result, _ = compare_states_with_records(baseline, candidate, comparison)
     return result

@@ -13,7 +13,7 @@ from trainparity._internal.state.freeze import FrozenTensor
 class TensorValueComparison:
     """How two same-shaped, same-dtype tensors compare element by element.
 
-    The error magnitudes follow CONTRACT §5.5 (relative to the baseline);
+    The error magnitudes are relative to the baseline (docs/compatibility.md, "Comparison");
     they are 0.0 when the two tensors are byte-identical.
     `method` says how equality was decided: "digest" (stored digests only)
     or "native" (a pass over both buffers). `backend` says where that pass

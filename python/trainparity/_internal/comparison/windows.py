@@ -1,6 +1,6 @@
 """The elements around a tensor's first differing element: what a report previews.
 
-A Difference's summary shows a tensor's first four values (CONTRACT §5.6);
+A Difference's summary shows a tensor's first four values (docs/compatibility.md, "Comparison");
 for a large tensor those are usually equal on both sides, so a report that
 showed only them would hide the difference. A ValueWindow holds a few
 elements on each side of the first element that differs (flat, row-major

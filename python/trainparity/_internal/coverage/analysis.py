@@ -77,7 +77,7 @@ def _observed_violation(kind: str, path: str, row: tuple[int, ...], source: Core
 def _first_violation(
     policy_name: str, raw: dict[str, Any], source: CoreInput, padding_declared: int | None
 ) -> Violation | None:
-    """CONTRACT §8.5, with "earlier" meaning the smaller input index."""
+    """The coverage rules (docs/compatibility.md, "Sample coverage"), "earlier" meaning the smaller input index."""
     unexpected = raw["first_unexpected"]
     missing = raw["first_missing"]
     found: Violation | None = None

@@ -207,7 +207,7 @@ def _audit(
     max_examples: object,
     evidence_path: object,
 ) -> SampleCoverageResult:
-    """CONTRACT §8.3 from step 1; `read_observed` does steps 6 and 7 for its kind of input."""
+    """The audit's steps in order (docs/compatibility.md, "Sample coverage"); `read_observed` reads the input for its kind."""
     if not is_count(max_examples):
         return _stopped(Outcome.ERROR, policy, count_message("max_examples", max_examples))
     if evidence_path is not None and not isinstance(evidence_path, (str, os.PathLike)):

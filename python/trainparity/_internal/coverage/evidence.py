@@ -1,7 +1,7 @@
 """Writes the complete coverage evidence file, streamed and atomically (temp file + rename)."""
 
 # The file is byte-for-byte json.dumps(evidence, indent=2, sort_keys=True) + "\n"
-# (CONTRACT §8.7), but written piece by piece, so that an audit of millions of IDs
+# (docs/compatibility.md, "Sample coverage"), but written piece by piece, so that an audit of millions of IDs
 # never holds the whole document, or a Python object per occurrence, in memory.
 
 from __future__ import annotations

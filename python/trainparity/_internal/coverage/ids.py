@@ -72,7 +72,7 @@ def id_order(sample_id: int | str) -> tuple[bool, int | str]:
 
 
 def read_expected_ids(source: Iterable[Any]) -> ExpectedIds | str:
-    """The validated universe, or the message of the first problem (CONTRACT §8.3 step 4)."""
+    """The validated universe, or the message of the first problem (docs/compatibility.md, "Sample coverage")."""
     if isinstance(source, range):
         universe = _range_universe(source)
         if universe is not None:

@@ -1,6 +1,6 @@
 """One step measured and judged against the noise envelope: k uninterrupted samples, at most one candidate.
 
-The trees are walked as the exact comparison walks them (CONTRACT §5.2), with
+The trees are walked as the exact comparison walks them (docs/compatibility.md, "Comparison"), with
 every floating-point leaf (tensor or Python float) set aside. Anything else
 that differs is an exact difference: between two samples it means the
 uninterrupted runs disagree on a path that must be exact; between the first

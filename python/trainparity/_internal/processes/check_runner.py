@@ -67,7 +67,7 @@ class RunSettings:
 
         In warm mode, `child_start` says which children were forked warm and why
         others started fresh; it fills in as they start (absent in fresh mode,
-        whose reports stay as they were). A warm check whose own process has
+        where every child starts fresh and there is nothing to say). A warm check whose own process has
         not imported torch does not import it for this: the torch facts come
         from the first snapshot a warm child publishes (the resume observer's,
         an accumulation worker's observations), with the allow-listed

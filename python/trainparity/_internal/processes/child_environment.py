@@ -3,7 +3,7 @@
 The environment: the parent's, the caller's overrides, the case's directory.
 
 Where a training phase runs: every phase runs in the check's cwd (`plan.cwd`,
-CONTRACT §6.6) unless its case has `phase_cwd(plan)`, as
+docs/compatibility.md, "check_resume") unless its case has `phase_cwd(plan)`, as
 `CommandCase(cwd="{run_dir}")` has: then it runs there, for scripts that save
 into their working directory. A phase run elsewhere gets the check's cwd
 first on PYTHONPATH, so that `python -m package.module` still imports the
@@ -32,7 +32,7 @@ def child_environment(
     class (a `__main__` one adds the script's directory, whose modules the
     class may use), or None.
     Raises TypeError/ValueError for keys or values that are not str, empty
-    keys, and `=` or NUL where the OS cannot carry them (CONTRACT §6.2, §6.5).
+    keys, and `=` or NUL where the OS cannot carry them (docs/compatibility.md, "check_resume").
     Call after the case was imported, so its module file is known.
     """
     variables = dict(os.environ)

@@ -101,8 +101,8 @@ def _ints(value: object, name: str) -> tuple[int, ...]:
 
 
 def chain_report(chain: Sequence[CandidatePhase]) -> tuple[dict[str, Any], ...] | None:
-    """The report's `resume_chain`: None for one split at the case's own rank count (reports
-    of single-split checks stay as they were)."""
+    """The report's `resume_chain`: None for one split at the case's own rank count (a
+    single-split check's report has no chain to describe)."""
     if len(chain) == 2 and all(
         phase.world_size is None and phase.layout is None for phase in chain
     ):
@@ -113,7 +113,7 @@ def chain_report(chain: Sequence[CandidatePhase]) -> tuple[dict[str, Any], ...] 
             "from_step": phase.from_step,
             "end_step": phase.end_step,
             "world_size": phase.world_size,
-            # Only where layouts were given: reports of other chains stay as they were.
+            # Only where layouts were given: a chain without layouts has none to name.
             **({"layout": phase.layout} if phase.layout is not None else {}),
         }
         for phase in chain

@@ -1,6 +1,6 @@
 """check_resume: resume parity through real processes — baselines, split, fresh-process resume.
 
-Order of decisions follows CONTRACT §6.4: setup; baseline_a and baseline_b
+Order of decisions (docs/compatibility.md, "check_resume"): setup; baseline_a and baseline_b
 (each trained, then observed); baseline self-consistency (else ABSTAIN);
 candidate_split; staging of its checkpoint; candidate_resume in a fresh
 process; its observation; the final comparison. Independent children
@@ -134,7 +134,7 @@ def check_resume(
 
 
 class ProcessResumeRunner(CheckRunner):
-    """Runs one resume check; the internal object behind check_resume (CONTRACT §1.4)."""
+    """Runs one resume check; the internal object behind check_resume (docs/compatibility.md, "Surface")."""
 
     def run(
         self,
@@ -202,7 +202,7 @@ def resume_case_setup(
     world_sizes: Sequence[int] | None = None,
     layouts: Sequence[str] | None = None,
 ) -> tuple[ProcessResumeCase, dict[str, str], tuple[CandidatePhase, ...]]:
-    """Load and validate the case, its candidate chain and the children's environment (CONTRACT §6.2, §6.5)."""
+    """Load and validate the case, its candidate chain and the children's environment (docs/compatibility.md, "check_resume")."""
     case, module_spec = resolved_case(spec, load_process_case)
     if not case.name:
         raise CaseSetupError("case name must be non-empty", field="name")

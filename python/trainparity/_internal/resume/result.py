@@ -15,7 +15,7 @@ __all__ = ["ProcessResumeResult"]
 
 @dataclass(frozen=True, repr=False)
 class ProcessResumeResult(PhaseCheckResult):
-    """The verdict of `check_resume` (CONTRACT §6.11), plus hints when baselines disagree."""
+    """The verdict of `check_resume` (docs/compatibility.md, "check_resume"), plus hints when baselines disagree."""
 
     # Whether the candidate's phases (save/exit, then load/resume) ran as distinct processes:
     # None while they have not all run (nothing was shown either way), False only when

@@ -223,7 +223,7 @@ def _file_mappings(identities: dict[tuple[int, int, int] | str, str]) -> list[_M
     A wrong match costs nothing but time: the writer checks the file's bytes."""
     try:
         lines = _MAPS.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:  # not Linux, or /proc not mounted: every tensor is copied, as before
+    except OSError:  # not Linux, or /proc not mounted: no range is known, so every tensor is copied
         return []
     found = []
     for line in lines:

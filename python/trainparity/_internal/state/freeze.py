@@ -155,7 +155,7 @@ def freeze(
     copy: bool = True,
     locate: Callable[[torch.Tensor], FileRange | None] | None = None,
 ) -> FrozenValue:
-    """Freeze `value` into an immutable tree (CONTRACT §4.2).
+    """Freeze `value` into an immutable tree (docs/compatibility.md, "Snapshots").
 
     Raises UnsupportedStateError naming the path for values that cannot be
     frozen (tensor subclasses other than DTensor/ShardedTensor and
@@ -316,7 +316,7 @@ class FullValueBackend:
 
 
 def nested_named_values(mapping: Mapping[str, object] | Iterable[tuple[str, object]]) -> dict:
-    """Expand dotted names (`layer.weight`) into nested dicts (CONTRACT §4.4).
+    """Expand dotted names (`layer.weight`) into nested dicts (docs/compatibility.md, "Snapshots").
 
     Names are processed in sorted order; a name that is both a leaf and a
     prefix of another name raises AmbiguousStateNameError.

@@ -13,7 +13,7 @@ class StableStateError(UnsupportedStateError):
 
 
 def normalize_observation(value: object, path: StatePath = ()) -> object:
-    """Plain-Python view of an observation (CONTRACT §4.3).
+    """Plain-Python view of an observation (docs/compatibility.md, "Snapshots").
 
     numpy arrays become `{"dtype", "shape", "values"}` mappings, other numpy
     values become Python scalars, mapping keys become `str(key)` (so optimizer

@@ -12,7 +12,7 @@ _COMPONENT = re.compile(r"[^.\[]+")
 
 
 def render_path(path: StatePath) -> str:
-    """Render a path tuple exactly as reports show it (CONTRACT §4.6)."""
+    """Render a path tuple exactly as reports show it (docs/compatibility.md, "Snapshots")."""
     if not path:
         return "$"
     rendered: list[str] = []

@@ -75,7 +75,7 @@ class ShardPlacement:
             "coordinate": list(self.coordinate),
             "global_shape": list(self.global_shape),
             "offsets": list(self.offsets),
-            # Only a strided shard has the key: other placements are written as before.
+            # Only a strided shard has the key: no other placement needs it to be rebuilt.
             **(
                 {
                     "index_runs": [

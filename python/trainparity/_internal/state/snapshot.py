@@ -12,7 +12,7 @@ REFERENCE_BACKEND = "full_value_reference"
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What one run observed: `state` is a frozen mapping (CONTRACT §4.1)."""
+    """What one run observed: `state` is a frozen mapping (docs/compatibility.md, "Snapshots")."""
 
     step: int | None
     state: FrozenMapping

@@ -1,4 +1,4 @@
-"""Live capture of a model, optimizer, scheduler, scaler and RNG into a snapshot (CONTRACT §4.4, §4.5)."""
+"""Live capture of a model, optimizer, scheduler, scaler and RNG into a snapshot (docs/compatibility.md, "Snapshots")."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ class CaptureResult:
 
 
 class OptimizerMappingError(ValueError):
-    """The optimizer's parameters cannot be named uniquely through the model (CONTRACT §4.5)."""
+    """The optimizer's parameters cannot be named uniquely through the model (docs/compatibility.md, "Snapshots")."""
 
     def __init__(self, path: StatePath, detail: str) -> None:
         self.path = path

@@ -91,7 +91,7 @@ def _encode_node(
 
 
 def placement_entry(tensor: FrozenTensor) -> dict[str, Any]:
-    """The tensor table's `placement` key, only for a shard (plain tensors' entries stay as they were)."""
+    """The tensor table's `placement` key, only for a shard (a plain tensor's entry needs none)."""
     return {} if tensor.placement is None else {"placement": tensor.placement.as_json()}
 
 

@@ -1,7 +1,7 @@
 """Among many differences, the likely cause: a differing value that training itself does not change.
 
 When two final states differ in many places, the first path in traversal
-order is often a downstream effect (CONTRACT §13.1). A constructor argument
+order is often a downstream effect (docs/compatibility.md, "check_resume"). A constructor argument
 that differs (a scheduler's `T_max` taken from the run's own end step) makes
 every tensor after it differ; it is the one difference that explains the
 others. "Constant" is judged on the baseline's own trajectory: a value equal in

@@ -39,7 +39,7 @@ DEFAULT_OBSERVER_HINT = (
 def observe_one(
     case: Any, load_error: BaseException | None, request: dict[str, Any]
 ) -> dict[str, Any]:
-    """Produce the result record of one observation request (CONTRACT §6.7 outcomes)."""
+    """Produce the result record of one observation request (its outcomes: docs/compatibility.md, "check_resume")."""
     from trainparity._internal.state.file_ranges import checkpoint_files
     from trainparity._internal.state.freeze import UnsupportedStateError
     from trainparity._internal.state.normalize import StableStateError, normalize_observation

@@ -76,9 +76,9 @@ UNSHARED_KEY = "unshared"
 # imports torch._dynamo on a process's first optimizer: 4.3 s of CPU here, three times torch's
 # own import. The accumulation worker always builds one; for any other command the caller
 # names them in PRELOAD_VARIABLE, since a phase that builds no optimizer would only wait for
-# the longer import. (Ranks of multi-rank accumulation checks hung after this preload once: a
-# DDP Reducer freed the gloo group with the GIL held, a race the preload only made likelier;
-# accumulation/ranks.py now frees the group last.)
+# the longer import. A DDP Reducer that frees the gloo group with the GIL held can hang the ranks
+# of a multi-rank accumulation check, a race this preload makes likelier; so
+# accumulation/ranks.py frees the group last.
 _PRELOADS: dict[str, tuple[str, ...]] = {
     "trainparity._internal.accumulation.worker": ("torch._dynamo",)
 }

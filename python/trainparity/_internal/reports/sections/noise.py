@@ -48,7 +48,7 @@ def noise_envelope(report: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def noise_summary_lines(report: Mapping[str, Any]) -> list[str]:
     """The lines a text report shows under its verdict: the sensitivity, and for PASS the closest approach.
 
-    Empty without a noise envelope, so a report judged otherwise reads as before.
+    Empty without a noise envelope: a report judged exactly or by tolerance has no envelope to show.
     """
     envelope = noise_envelope(report)
     if envelope is None:
