@@ -189,8 +189,8 @@ def save_dcp_two_ranks(checkpoint: Path, directory: Path) -> None:
 
 def observe_without_pieces(checkpoint: Path, snapshot: Path) -> int:
     """The observation with row-sharded entries copied, as before pieces references; its bytes."""
+    from trainparity._internal.state import file_ranges
     from trainparity._internal.state.file_ranges import checkpoint_files
-    from trainparity.state import file_ranges
 
     state = normalize_observation(observe_default(checkpoint))
     file_ranges._ASSEMBLED.clear()  # the loader's hand-off forgotten: the writer copies them

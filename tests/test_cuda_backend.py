@@ -105,9 +105,7 @@ def test_the_kernel_sources_are_found_where_this_copy_of_trainparity_has_them():
 
 
 def test_disabling_the_kernels_is_reported():
-    script = (
-        "from trainparity import cuda_backend\nprint(cuda_backend.kernel_unavailable_reason())\n"
-    )
+    script = "from trainparity._internal.native import cuda_kernels\nprint(cuda_kernels.kernel_unavailable_reason())\n"
     output = subprocess.run(
         [sys.executable, "-c", script],
         check=True,

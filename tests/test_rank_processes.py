@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from trainparity._internal.distributed import rank_watcher
 from trainparity._internal.distributed.phases import (
     PHASE_TAG_VARIABLE,
     phase_environment,
@@ -30,7 +31,6 @@ from trainparity._internal.distributed.rank_processes import (
     unsampled_exit_events,
 )
 from trainparity._internal.distributed.rank_watcher import RankSample, RankWatcher
-from trainparity.distributed import rank_watcher
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 

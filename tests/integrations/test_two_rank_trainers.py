@@ -45,7 +45,7 @@ def test_rank_zero_publishes_the_checkpoint_only_after_every_rank_wrote_to_it(
     tmp_path, monkeypatch
 ):
     pytest.importorskip("transformers")
-    from trainparity.integrations import huggingface
+    from trainparity._internal.integrations import huggingface
 
     output = tmp_path / "trainer_output"
     (output / "checkpoint-2").mkdir(parents=True)

@@ -17,14 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainparity._internal.accumulation.plan import PHASES
-from trainparity._internal.accumulation.sharded import (
-    SHARDED_COMPARISON,
-    ReassemblyError,
-    global_views,
-    holds_shards,
-)
 from trainparity._internal.accumulation.verdict import (
     Decision,
+    compared_candidate,
     disagreement_before_phases,
     passed,
 )
@@ -59,15 +54,10 @@ def judge_noise_observations(
         "samples": [f"baseline_{chr(ord('a') + index)}" for index in range(len(baselines))],
         "steps": rows,
     }
-    compared_on = None
-    if any(holds_shards(snapshot.state) for view in rank_views for snapshot in view.values()):
-        try:
-            candidate = global_views(rank_views)
-        except ReassemblyError as error:
-            return Decision(
-                Outcome.ERROR, f"the candidate's shards could not be reassembled: {error}"
-            )
-        compared_on = SHARDED_COMPARISON
+    compared = compared_candidate(candidate, rank_views)
+    if isinstance(compared, Decision):
+        return compared
+    candidate, compared_on = compared
     # Every baseline's initial state and step counts must agree exactly with baseline_a's:
     # the exact judgment of baseline_a, baseline_x and the candidate, for each other baseline.
     for other in baselines[1:]:

@@ -35,6 +35,7 @@ from trainparity._internal.state.snapshot import Snapshot
 
 __all__ = [
     "Decision",
+    "compared_candidate",
     "disagreement_before_phases",
     "judge_observations",
     "passed",
@@ -95,6 +96,20 @@ def passed(
     )
 
 
+def compared_candidate(
+    candidate: Views, rank_views: Sequence[Views]
+) -> tuple[Views, str | None] | Decision:
+    """The candidate as compared, and how (`compared_on`): its ranks' shards reassembled into
+    global tensors where they hold shards, else rank 0's views as observed (None). An ERROR
+    Decision when the shards cannot be reassembled."""
+    if not any(holds_shards(snapshot.state) for view in rank_views for snapshot in view.values()):
+        return candidate, None
+    try:
+        return global_views(rank_views), SHARDED_COMPARISON
+    except ReassemblyError as error:
+        return Decision(Outcome.ERROR, f"the candidate's shards could not be reassembled: {error}")
+
+
 def judge_observations(
     policy: ExactComparison | ToleranceComparison,
     views: Sequence[Views],
@@ -110,15 +125,10 @@ def judge_observations(
     rank 0 for ranks).
     """
     baseline_a, baseline_b, candidate = views
-    compared_on = None
-    if any(holds_shards(snapshot.state) for view in rank_views for snapshot in view.values()):
-        try:
-            candidate = global_views(rank_views)
-        except ReassemblyError as error:
-            return Decision(
-                Outcome.ERROR, f"the candidate's shards could not be reassembled: {error}"
-            )
-        compared_on = SHARDED_COMPARISON
+    compared = compared_candidate(candidate, rank_views)
+    if isinstance(compared, Decision):
+        return compared
+    candidate, compared_on = compared
     disagreement = _first_disagreement(
         policy, baseline_a, baseline_b, candidate, rank_views, own_step=own_step
     )
