@@ -64,7 +64,6 @@ LAYERS = {
     "why.likely_cause": STATE,
     "why.diagnosis": REPORTS,
     "why.environment_leads": FOUNDATION,
-    "why.nondeterminism_hints": FOUNDATION,
     "accumulation": CHECKS,
     "coverage": CHECKS,
     "processes": PROCESSES,

@@ -48,8 +48,8 @@ from trainparity._internal.resume.sample_order import (
     resume_chain_differences,
 )
 from trainparity._internal.state.snapshot import Snapshot
+from trainparity._internal.why.environment_leads import nondeterminism_hints
 from trainparity._internal.why.likely_cause import likely_cause
-from trainparity._internal.why.nondeterminism_hints import nondeterminism_hints
 
 __all__ = ["CONCURRENT_CHILDREN", "ResumeExecution", "concurrent_children", "resume_phases"]
 

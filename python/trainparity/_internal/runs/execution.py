@@ -40,7 +40,7 @@ from trainparity._internal.runs.plan import REPEATS, RunVariant
 from trainparity._internal.runs.recordings import RunsTrajectories
 from trainparity._internal.runs.result import RunsResult, VariantComparison
 from trainparity._internal.state.snapshot import Snapshot
-from trainparity._internal.why.nondeterminism_hints import nondeterminism_hints
+from trainparity._internal.why.environment_leads import nondeterminism_hints
 
 __all__ = ["RunsExecution"]
 

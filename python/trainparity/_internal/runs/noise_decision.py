@@ -21,7 +21,7 @@ from trainparity._internal.runs.comparisons import comparison_of, recorded, wher
 from trainparity._internal.runs.noise_recordings import RunsEnvelope
 from trainparity._internal.runs.plan import REPEATS
 from trainparity._internal.runs.result import RunsResult, VariantComparison
-from trainparity._internal.why.nondeterminism_hints import nondeterminism_hints
+from trainparity._internal.why.environment_leads import nondeterminism_hints
 
 __all__ = ["decide_noise"]
 

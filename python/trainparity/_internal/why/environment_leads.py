@@ -3,7 +3,9 @@
 Each difference is a lead to check, not a cause: it is sorted into a category
 (SIMD, precision, threads, determinism, library version, hardware, other) with
 a note on how such a difference changes results. The fingerprints themselves
-are taken by environment.py.
+are taken by environment.py. Where there is one environment and no second to
+compare (two runs of one configuration that drift), `nondeterminism_hints`
+names the usual causes it leaves open.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EnvironmentLead", "environment_leads"]
+__all__ = ["EnvironmentLead", "environment_leads", "nondeterminism_hints"]
 
 
 @dataclass(frozen=True)
@@ -129,3 +131,18 @@ def _note(category: str, before: Any, after: Any) -> str:
         if parts:
             note += " (" + "; ".join(parts) + ")"
     return note
+
+
+# Environment variables whose absence or value commonly explains run-to-run drift.
+# (Not OMP_NUM_THREADS: every child runs with a thread count the check decides.)
+_NONDETERMINISM_VARIABLES = {
+    "CUBLAS_WORKSPACE_CONFIG": "CUBLAS_WORKSPACE_CONFIG is unset: cuBLAS may pick non-deterministic algorithms (set ':4096:8' with torch.use_deterministic_algorithms(True))",
+    "PYTHONHASHSEED": "PYTHONHASHSEED is unset: str hashes, and so set/dict iteration over str, differ per process",
+}
+
+
+def nondeterminism_hints(environment: Mapping[str, str]) -> tuple[str, ...]:
+    """Why runs may drift, for each such variable that the children's environment lacks."""
+    return tuple(
+        hint for variable, hint in _NONDETERMINISM_VARIABLES.items() if variable not in environment
+    )
