@@ -50,7 +50,7 @@ __all__ = [
 PHASE_TAG_VARIABLE = "TRAINPARITY_PHASE_TAG"
 RANK_EXITS_FILE_VARIABLE = "TRAINPARITY_RANK_EXITS_FILE"
 """Where a warm torchrun agent appends each rank's exit figures, one JSON line per rank
-(processes/warm/ranks.py writes them, rank_processes.rank_evidence reads them)."""
+(processes/warm/rank_zygote.py writes them, rank_processes.rank_evidence reads them)."""
 
 _ROOT_CAUSE_HEADING = "Root Cause (first observed failure):"
 # One failure of torchrun's report (torch.distributed.elastic ChildFailedError.format_msg).

@@ -8,7 +8,7 @@ exits 0 only when every rank did, and when it fails, its "Root Cause" report
 gives the failed ranks' exit codes, and those of the ranks it stopped (-15, SIGTERM);
 a rank that exited before the failure is not in it and its exit is unknown.
 
-A warm agent that forks its ranks (processes/warm/ranks.py) reaps each rank
+A warm agent that forks its ranks (processes/warm/rank_zygote.py) reaps each rank
 with wait4 and appends what the kernel measured to the phase's rank exits file
 (phases.rank_exits_path, read once when the phase ends: `read_rank_exits`):
 those rows replace the sampled ones, exactly (`sample_interval_seconds` None),

@@ -70,7 +70,7 @@ def _load_child_side():
     """child.py, loaded from its file without a sys.modules entry (nothing of trainparity)."""
     module = _load_sibling("child")
     module._OWN_FILES = frozenset(
-        {os.path.abspath(__file__), module.__file__, _sibling_path("ranks")}
+        {os.path.abspath(__file__), module.__file__, _sibling_path("rank_zygote")}
     )
     return module
 
@@ -214,7 +214,7 @@ def main() -> None:
     request, child_side = forked
     child_side.become_fresh(request["argv"], request["cwd"], request["env"])
     if request["warm_ranks"]:  # a torchrun agent whose ranks the check wants forked too
-        _load_sibling("ranks").install(child_side, request["env"])
+        _load_sibling("rank_zygote").install(child_side, request["env"])
     try:
         child_side.run_main(request["argv"], request["cwd"])
     except SystemExit as exit:

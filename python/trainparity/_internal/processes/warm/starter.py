@@ -11,7 +11,7 @@ What is forked: `python script.py …`, `python -m module …` and `python -c co
 command is forked as what env would exec. `python -m torch.distributed.run` is
 forked too when its command and environment fit where /proc shows a forked
 child's (the rank watcher finds an agent's ranks by that environment); its
-agent then forks its ranks from a zygote (ranks.py) unless
+agent then forks its ranks from a zygote (rank_zygote.py) unless
 TRAINPARITY_WARM_RANKS=0.
 
 One server serves every child of the same environment. Servers live as long as
@@ -86,7 +86,7 @@ PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"
 """Comma-separated modules of torch's own (e.g. torch._dynamo) a warm server imports too."""
 WARM_RANKS_VARIABLE = "TRAINPARITY_WARM_RANKS"
 """"1" (the default) or "0": whether a warm `python -m torch.distributed.run` agent forks its
-ranks warm too (ranks.py), or execs them as torchrun does."""
+ranks warm too (rank_zygote.py), or execs them as torchrun does."""
 _AGENT_MODULE = "torch.distributed.run"
 _COREUTILS_ENV = frozenset(os.path.realpath(path) for path in ("/usr/bin/env", "/bin/env"))
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -311,7 +311,7 @@ def _preloaded_modules(
 
 
 def _forks_ranks_warm(argv: tuple[str, ...] | list[str], environment: Mapping[str, str]) -> bool:
-    """Whether a warm torchrun agent forks its ranks warm too (ranks.py).
+    """Whether a warm torchrun agent forks its ranks warm too (rank_zygote.py).
 
     Unless told not to, and only with a fixed hash seed: forked ranks keep their
     zygote's str hashes, where fresh ones without PYTHONHASHSEED each draw their own.
