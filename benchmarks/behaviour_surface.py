@@ -29,8 +29,18 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPOSITORY))
 from tests.test_report_pins import pinned_form  # noqa: E402
 
-COMMANDS = ("resume", "runs", "judge", "accumulation", "coverage", "snapshot", "trace", "diff")
-COMMANDS += ("explain", "env")
+COMMANDS = (
+    "resume",
+    "runs",
+    "judge",
+    "accumulation",
+    "coverage",
+    "snapshot",
+    "trace",
+    "diff",
+    "explain",
+    "env",
+)
 QUICKSTARTS = ("resume", "accumulation", "sample_coverage")
 RESUME_CASES = ("CleanCase", "FaultyCase")
 # Lines of a text view or HTML page that carry a duration, a PID or the machine.

@@ -191,14 +191,23 @@ def layer_of(module: str) -> int:
         return NATIVE
     if module == PRIVATE:
         return FOUNDATION  # the private package's own __init__ imports nothing
-    # A room that serves several layers (one concept, e.g. the noise envelope) declares its
-    # modules one by one ("room.module"); the most specific entry wins.
+    entry = layer_entry(module)
+    assert entry is not None, f"{module}: give its package a layer in tests/test_import_layers.py"
+    return LAYERS[entry]
+
+
+def layer_entry(module: str) -> str | None:
+    """The LAYERS entry that places a private module below `_internal`, or None.
+
+    A room that serves several layers (one concept, e.g. the "why" room) declares
+    its modules one by one ("room.module"); the most specific entry wins.
+    """
     parts = module.split(".")[2:]
     for cut in range(len(parts), 0, -1):
         key = ".".join(parts[:cut])
         if key in LAYERS:
-            return LAYERS[key]
-    raise AssertionError(f"{module}: give its package a layer in tests/test_import_layers.py")
+            return key
+    return None
 
 
 def test_the_graph_is_read_from_the_real_sources():
@@ -272,13 +281,12 @@ def test_no_two_packages_import_each_other():
     def package(module: str) -> str:
         """The unit LAYERS places `module` by: its package, or its own entry in a room that
         declares its modules one by one."""
-        parts = module.split(".")
         if not is_private(module):
             return "public"
-        inner = parts[2:]
-        for cut in range(len(inner), 1, -1):
-            if ".".join(inner[:cut]) in LAYERS:
-                return ".".join(inner[:cut])
+        entry = layer_entry(module)
+        if entry is not None and "." in entry:
+            return entry
+        parts = module.split(".")
         return parts[2] if len(parts) > 3 else module
 
     ties = {

@@ -34,8 +34,10 @@ from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import RunSettings
 from trainparity._internal.processes.failure_text import (
     directory_listing,
+    exit_message,
     explained_failure,
     shown_path,
+    timeout_message,
 )
 from trainparity._internal.processes.group import (
     ChildGroup,
@@ -273,14 +275,11 @@ class AccumulationExecution:
     def _failure(self, name: str, result: ChildResult) -> Decision | None:
         """ERROR, as a training phase's: a child that timed out, failed, or published no result."""
         if result.timed_out:
-            message = self._explained(name, f"{name} child exceeded timeout", with_reason=False)
+            message = self._explained(name, timeout_message(name), with_reason=False)
             return Decision(Outcome.ERROR, message)
-        returncode = result.exit_code if result.exit_code is not None else -(result.signal or 0)
-        if returncode != 0:
-            return Decision(
-                Outcome.ERROR,
-                self._explained(name, f"{name} child exited with status {returncode}"),
-            )
+        if result.returncode != 0:
+            message = self._explained(name, exit_message(name, result.returncode))
+            return Decision(Outcome.ERROR, message)
         directory = self.settings.run_root / self._log_directory(name)
         if (directory / RESULT_FILE).is_file():
             return None

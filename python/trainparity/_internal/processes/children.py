@@ -40,11 +40,13 @@ from trainparity._internal.processes.child_environment import phase_cwd, phase_e
 from trainparity._internal.processes.executor import PhaseLauncher
 from trainparity._internal.processes.failure_text import (
     directory_listing,
+    exit_message,
     explained_failure,
     failure_block,
     foreign_interpreter_hint,
     log_tail,
     shown_path,
+    timeout_message,
 )
 from trainparity._internal.processes.group import (
     ChildGroup,
@@ -371,10 +373,10 @@ class PhaseChildren:
             phase.error = PhaseError(Outcome.ERROR, self.explained(phase, message))
             return
         if result.timed_out:
-            message = self.explained(phase, f"{name} child exceeded timeout", with_reason=False)
+            message = self.explained(phase, timeout_message(name), with_reason=False)
             phase.error = PhaseError(Outcome.ERROR, message)
             return
-        returncode = result.exit_code if result.exit_code is not None else -(result.signal or 0)
+        returncode = result.returncode
         self.processes.append(
             ExternalProcessEvidence(
                 phase=name,
@@ -399,7 +401,7 @@ class PhaseChildren:
         )
         if returncode != 0:
             self.timings[name] = result.wall_seconds
-            message = f"{name} child exited with status {returncode}"
+            message = exit_message(name, returncode)
             details = (
                 multirank.node_failure(phase.run_dir),
                 multirank.rank_failure(phase.run_dir / "stderr.log", phase.run_dir),

@@ -27,9 +27,13 @@ __all__ = [
     "TAIL_LINES",
     "directory_listing",
     "exception_line",
+    "exit_message",
+    "explained_failure",
     "failure_block",
     "foreign_interpreter_hint",
     "log_tail",
+    "shown_path",
+    "timeout_message",
 ]
 
 TAIL_LINES = 20
@@ -104,6 +108,16 @@ def failure_block(label: str, tail: Sequence[str], log: Path, *, kept: bool) -> 
             "full log: removed with the run directory; pass work_dir (--work-dir) to keep it"
         )
     return "\n".join(lines)
+
+
+def timeout_message(name: str) -> str:
+    """The first line of a child's ERROR when it ran past the check's timeout."""
+    return f"{name} child exceeded timeout"
+
+
+def exit_message(name: str, returncode: int) -> str:
+    """The first line of a child's ERROR when it exited with another status than 0."""
+    return f"{name} child exited with status {returncode}"
 
 
 def explained_failure(

@@ -159,6 +159,11 @@ class ChildResult:
         """Exited with status 0 within the timeout."""
         return self.exit_code == 0 and not self.timed_out
 
+    @property
+    def returncode(self) -> int:
+        """The exit status, or minus the signal that killed it (subprocess's convention)."""
+        return self.exit_code if self.exit_code is not None else -(self.signal or 0)
+
 
 Launcher = Callable[["ChildSpec"], int]
 """Starts a child now and returns its pid; raises ChildLaunchError when it cannot."""
