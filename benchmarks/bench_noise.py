@@ -37,9 +37,9 @@ from pathlib import Path
 import torch
 import trainparity
 from timing import median_seconds
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import ExactComparison
 from trainparity._internal.noise.envelope import judge_step
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.recording import recording_to
 from trainparity._internal.recording.reader import Recording, read_recordings
 from trainparity._internal.recording.trajectory import compare_records

@@ -14,8 +14,8 @@ from trainparity._internal.accumulation.verdict import (
     disagreement_before_phases,
     judge_observations,
 )
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import ExactComparison
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.state.freeze import freeze
 from trainparity._internal.state.snapshot import Snapshot

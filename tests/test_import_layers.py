@@ -58,11 +58,10 @@ LAYERS = {
     "runs": CHECKS,
     # "Why two runs part" is one room serving several layers: explain and its reruns are a
     # check; the op tracer is used by record() (processes); the likely cause ranks a state's
-    # differences; the diagnosis words a report; leads and hints are plain facts anyone reads.
+    # differences; leads and hints are plain facts anyone reads.
     "why": CHECKS,
     "why.forensics": PROCESSES,
     "why.likely_cause": STATE,
-    "why.diagnosis": REPORTS,
     "why.environment_leads": FOUNDATION,
     "accumulation": CHECKS,
     "coverage": CHECKS,
@@ -78,10 +77,8 @@ LAYERS = {
     "comparison": STATE,
     # The noise envelope is one room (measure a step, walk the steps, word the verdict) that
     # recording/diff.py and the checks both use, so it sits where its lowest user can reach
-    # it. Its policy is a unit of its own: comparison/states.py accepts a NoiseComparison, and
-    # the rest of the room builds on comparison/.
+    # it. It builds on comparison/, where NoiseComparison stands beside the other policies.
     "noise": STATE,
-    "noise.policy": STATE,
     "reports": REPORTS,
     "native": NATIVE,
     "environment": FOUNDATION,

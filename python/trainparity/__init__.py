@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from trainparity._internal.accumulation.result import AccumulationResult as AccumulationResult
     from trainparity._internal.cases.command_case import CommandCase as CommandCase
     from trainparity._internal.cases.phase_plan import current_phase_plan as current_phase_plan
+    from trainparity._internal.comparison.noise_policy import NoiseComparison as NoiseComparison
     from trainparity._internal.comparison.policies import ComparisonPolicy as ComparisonPolicy
     from trainparity._internal.comparison.policies import Difference as Difference
     from trainparity._internal.comparison.policies import ExactComparison as ExactComparison
@@ -45,7 +46,6 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from trainparity._internal.coverage.audit import audit_sample_coverage as audit_sample_coverage
     from trainparity._internal.coverage.global_order import SameGlobalOrder as SameGlobalOrder
     from trainparity._internal.environment import environment_fingerprint as environment_fingerprint
-    from trainparity._internal.noise.policy import NoiseComparison as NoiseComparison
     from trainparity._internal.outcomes import Outcome as Outcome
     from trainparity._internal.processes.progress import ProgressEvent as ProgressEvent
     from trainparity._internal.processes.termination import TerminatedBySignal as TerminatedBySignal
@@ -94,7 +94,7 @@ _DEFINED_IN = {
     "AccumulationResult": "trainparity._internal.accumulation.result",
     "CommandCase": "trainparity._internal.cases.command_case",
     "current_phase_plan": "trainparity._internal.cases.phase_plan",
-    "NoiseComparison": "trainparity._internal.noise.policy",
+    "NoiseComparison": "trainparity._internal.comparison.noise_policy",
     "ComparisonPolicy": "trainparity._internal.comparison.policies",
     "Difference": "trainparity._internal.comparison.policies",
     "ExactComparison": "trainparity._internal.comparison.policies",

@@ -37,12 +37,12 @@ from trainparity._internal.cases.loading import (
     load_accumulation_case,
     setup_failure,
 )
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import (
     ComparisonPolicy,
     ExactComparison,
     ToleranceComparison,
 )
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import CheckRunner
 from trainparity._internal.processes.progress import ProgressCallback

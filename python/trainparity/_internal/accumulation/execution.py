@@ -27,9 +27,9 @@ from trainparity._internal.accumulation.verdict import (
     Decision,
     judge_observations,
 )
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import ExactComparison, ToleranceComparison
 from trainparity._internal.error_text import error_text
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import RunSettings
 from trainparity._internal.processes.failure_text import (

@@ -23,9 +23,9 @@ from trainparity._internal.accumulation.verdict import (
     disagreement_before_phases,
     passed,
 )
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import ExactComparison
 from trainparity._internal.noise.envelope import PathEnvelope, StepEnvelope, judge_step
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.noise.verdict import envelope_verdict
 from trainparity._internal.noise.walk import EnvelopeEvent, StepRow, step_event
 from trainparity._internal.outcomes import Outcome

@@ -185,7 +185,7 @@ def noise_comparison_from(arguments: argparse.Namespace) -> Any:
             if value is not None:
                 raise UsageError(f"{option} needs --noise-factor K (the noise envelope)")
         return None
-    from trainparity._internal.noise.policy import NoiseComparison
+    from trainparity._internal.comparison.noise_policy import NoiseComparison
 
     if not factor > 0 or factor == float("inf"):
         raise UsageError(f"--noise-factor must be a finite number > 0, got {factor}")

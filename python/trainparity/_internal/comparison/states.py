@@ -114,7 +114,7 @@ def checked_policy(comparison: object, *, noise_allowed: bool = False) -> Compar
         return ExactComparison()
     if isinstance(comparison, (ExactComparison, ToleranceComparison)):
         return comparison
-    from trainparity._internal.noise.policy import NoiseComparison
+    from trainparity._internal.comparison.noise_policy import NoiseComparison
 
     if isinstance(comparison, NoiseComparison):
         if noise_allowed:

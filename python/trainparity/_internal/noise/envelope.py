@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import (
     Difference,
     ExactComparison,
@@ -41,7 +42,6 @@ from trainparity._internal.comparison.policies import (
 from trainparity._internal.comparison.tensors import TensorValueComparison, compare_tensor_values
 from trainparity._internal.native.distances import Distances, buffer_distances
 from trainparity._internal.native.dtypes import info_for_text
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.state.freeze import FrozenTensor
 from trainparity._internal.state.paths import StatePath, render_path
 

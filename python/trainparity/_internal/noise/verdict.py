@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.noise.envelope import PathEnvelope
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.noise.walk import EnvelopeEvent
 from trainparity._internal.outcomes import Outcome
 

@@ -24,9 +24,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import MISSING, Difference
 from trainparity._internal.noise.envelope import PathEnvelope, StepEnvelope, judge_step
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.state.paths import component_of, path_under
 from trainparity._internal.state.snapshot import Snapshot
 

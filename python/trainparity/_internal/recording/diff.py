@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import (
     ComparisonPolicy,
     Difference,
@@ -14,7 +15,6 @@ from trainparity._internal.comparison.policies import (
     policy_report_fields,
 )
 from trainparity._internal.comparison.windows import ValueWindow
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.noise.verdict import envelope_verdict
 from trainparity._internal.noise.walk import (
     EnvelopeEvent,

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import (
     Difference,
     ExactComparison,
@@ -17,7 +18,6 @@ from trainparity._internal.comparison.policies import (
 )
 from trainparity._internal.comparison.windows import ValueWindow, differences_with_windows
 from trainparity._internal.distributed.phases import ids_path
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.noise.walk import final_state_envelope
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import RunSettings

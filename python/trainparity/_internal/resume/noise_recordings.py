@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.noise.policy import NoiseComparison
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.noise.walk import (
     EnvelopeEvent,
     EnvelopeWalk,

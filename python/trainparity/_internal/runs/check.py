@@ -31,13 +31,13 @@ from trainparity._internal.cases.loading import (
     load_runs_case,
     setup_failure,
 )
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import (
     ExactComparison,
     ToleranceComparison,
     policy_report_fields,
 )
 from trainparity._internal.environment import environment_fingerprint
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import CheckRunner
 from trainparity._internal.processes.child_environment import child_environment

@@ -15,12 +15,12 @@ import dataclasses
 import time
 from typing import Any
 
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import (
     Difference,
     ExactComparison,
     ToleranceComparison,
 )
-from trainparity._internal.noise.policy import NoiseComparison
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import RunSettings
 from trainparity._internal.processes.children import (

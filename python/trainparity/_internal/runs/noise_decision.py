@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trainparity._internal.noise.policy import NoiseComparison
+from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.noise.verdict import envelope_verdict
 from trainparity._internal.noise.walk import EnvelopeEvent, final_state_envelope
 from trainparity._internal.outcomes import Outcome

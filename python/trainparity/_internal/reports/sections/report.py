@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trainparity._internal.reports.diagnosis import diagnosis_rows
 from trainparity._internal.reports.sections.cells import Section, text_cell
 from trainparity._internal.reports.sections.coverage import (
     anomalies_section,
@@ -31,7 +32,6 @@ from trainparity._internal.reports.sections.ops import (
 )
 from trainparity._internal.reports.sections.phases import phases_section, timings_section
 from trainparity._internal.reports.sections.why import first_op_section, leads_section
-from trainparity._internal.why.diagnosis import diagnosis_rows
 
 __all__ = ["report_sections"]
 
