@@ -4,9 +4,10 @@ Each module in `benchmarks/corpus/programs/` defines `ENTRIES: list[Entry]`; the
 runner `benchmarks/verdicts.py` runs them and prints a precision/recall table.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 FAULT_CLASSES = (
     "scheduler",
