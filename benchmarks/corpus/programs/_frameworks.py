@@ -1,0 +1,90 @@
+"""What the framework and distributed programs of the corpus share: how an entry runs its check.
+
+Every entry of hf_trainer, lightning, accelerate, ddp and fsdp2 runs
+`check_resume` the way docs/resume.md recommends: `ExactComparison()` on the
+deterministic form, `NoiseComparison()` on the nondeterministic one. The
+case classes live in those modules and are named by spec
+(`benchmarks.corpus.programs.<module>:<Class>`), so the children import them
+from the repository root, which every phase gets first on its PYTHONPATH.
+How children start (fresh or warm) is the runner's choice: `start` is left
+to `$TRAINPARITY_START`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from benchmarks.corpus import Entry
+
+ROOT = Path(__file__).resolve().parents[3]
+PROGRAMS = Path(__file__).resolve().parent
+PYTHON = sys.executable
+
+# One thread per child (the nondeterministic forms draw their rounding from a random-order
+# sum, not from threads); a fixed hash seed so that warm phases share one server; the
+# repository root first on the path, for the case modules and the training scripts alike.
+ENVIRONMENT = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    path = os.pathsep.join(part for part in (str(ROOT), os.environ.get("PYTHONPATH", "")) if part)
+    return {**ENVIRONMENT, "PYTHONPATH": path, **(extra or {})}
+
+
+def resume_entry(
+    program: str,
+    case: str,
+    *,
+    form: str,
+    fault: str | None = None,
+    expect_path: str | None = None,
+    expect_step: int | None = None,
+    fast: bool = False,
+    note: str = "",
+    timeout: float = 240.0,
+    extra_environment: Mapping[str, str] | None = None,
+) -> Entry:
+    """An entry that runs `check_resume(case)`: exact, or `NoiseComparison()` when nondeterministic."""
+    if form not in ("deterministic", "nondeterministic"):
+        raise ValueError(f"form must be 'deterministic' or 'nondeterministic', not {form!r}")
+
+    def run(work_dir: Path) -> Any:
+        import trainparity
+
+        comparison = (
+            trainparity.NoiseComparison()
+            if form == "nondeterministic"
+            else trainparity.ExactComparison()
+        )
+        return trainparity.check_resume(
+            case,
+            comparison=comparison,
+            cwd=ROOT,
+            work_dir=work_dir,
+            environment=environment(extra_environment),
+            timeout=timeout,
+        )
+
+    return Entry(
+        program=program,
+        form=form,
+        check="resume",
+        run=run,
+        fault=fault,
+        expect_path=expect_path,
+        expect_step=expect_step,
+        fast=fast,
+        note=note,
+    )
+
+
+def script_command(script: str, arguments: list[str]) -> list[str]:
+    """`python <programs>/<script> ...`: the interpreter running the check, the script by path."""
+    return [PYTHON, str(PROGRAMS / script), *arguments]
+
+
+RunFunction = Callable[[Path], Any]
