@@ -58,9 +58,64 @@ def test_drift_after_a_clean_load_points_at_what_the_checkpoint_leaves_out():
     report = _round_trip_report()
     first = report["trajectory"]["first_divergence"]
     first.update(round_trip=False, step=3, paths=["model.weight"])
+    # The resumed run recorded its state right after loading (step 2), equal there.
+    report["trajectory"]["recorded_steps"] = {
+        "baseline_a": [0, 1, 2, 3],
+        "candidate_resume": [2, 3],
+    }
     text = text_report(report)
     assert "finding model first differs from the uninterrupted run at step 3" in _lines(text)
+    assert "model loads equal but training drifts" in text
     assert "check what the checkpoint leaves out (data order, RNG, data loader position)" in text
+
+
+def test_loads_equal_is_said_only_where_a_record_right_after_loading_shows_it():
+    report = _round_trip_report()
+    first = report["trajectory"]["first_divergence"]
+    first.update(round_trip=False, step=3, paths=["model.weight"])
+    # The resumed run's first record is after its first step: its loaded state is unknown.
+    report["trajectory"]["recorded_steps"] = {"baseline_a": [1, 2, 3], "candidate_resume": [3]}
+    text = text_report(report)
+    assert "loads equal but" not in text
+    assert "record() right after loading and after each step shows whether it loads equal" in text
+
+
+def _unrecorded_rng_report(floats: int) -> dict:
+    """An RNG-not-restored FAIL of a script without record(): only final states, the RNG's
+    uint8 state last in traversal order behind the float tensors it made drift."""
+    tensor = "tensor(shape=(4,), dtype=torch.{}, device=cpu, values=[1, 2])"
+    differences = [
+        {"path": f'model["w{index}"]', "reason": "tensor_value", "baseline": tensor.format(
+            "float32"), "candidate": tensor.format("float32")}
+        for index in range(floats)
+    ]  # fmt: skip
+    differences.append(
+        {"path": "rng.torch", "reason": "tensor_value", "baseline": tensor.format("uint8"),
+         "candidate": tensor.format("uint8")}
+    )  # fmt: skip
+    return {
+        "outcome": "FAIL",
+        "message": 'first observed divergence at step 6: model["w0"]',
+        "case": "x:RngCase",
+        "fresh_resume_processes_distinct": True,
+        "first_divergent_step": 6,
+        "all_differences": differences,
+    }
+
+
+def test_without_records_no_loads_equal_claim_and_the_rng_state_is_listed_first():
+    lines = _lines(text_report(_unrecorded_rng_report(84)))
+    diagnosis = lines[lines.index("Diagnosis") + 1 : lines.index("Summary")]
+    text = "\n".join(diagnosis)
+    assert "loads equal but" not in text
+    finding = next(line for line in diagnosis if line.startswith("finding"))
+    assert "listed first is rng.torch, exact state" in finding
+    listed = next(line for line in diagnosis if line.startswith("differing paths"))
+    assert listed.startswith('differing paths rng.torch, model["w0"],')
+    # 85 paths are not one line of 85: twelve, then how many more and where all of them are.
+    assert listed.count(",") == 12
+    assert listed.endswith("and 73 more (all 85 under Differences)")
+    assert text_report(_unrecorded_rng_report(84)) == text_report(_unrecorded_rng_report(84))
 
 
 def test_reports_without_a_divergence_have_no_diagnosis():
@@ -85,6 +140,9 @@ def test_baselines_that_part_are_said_to_be_nondeterministic_not_a_resume_fault(
         "deterministic, so no resume verdict is possible" in lines
     )
     assert any(line.startswith("try next make training deterministic") for line in lines)
+    # The docs judge a nondeterministic script with NoiseComparison, and so does the report.
+    try_next = next(line for line in lines if line.startswith("try next make training"))
+    assert "NoiseComparison()" in try_next and "ToleranceComparison" not in try_next
 
 
 def test_two_configurations_of_check_runs_are_named_as_they_are():

@@ -17,11 +17,17 @@ _PHASE_ROLES = {
 _NEXT_STEPS = {
     "round_trip": "save {components} in the checkpoint and load it back (load_state_dict) before training continues",
     "value": "compare how {components} is saved and restored, or advanced after loading",
+    # Only where the resumed run's records show the state right after loading equal.
     "tensor_value": "{components} loads equal but training drifts: check what the checkpoint leaves out (data order, RNG, data loader position)",
+    # Without such a record: whether it loaded equal is not known, so nothing is claimed.
+    "tensor_value_unrecorded": "check what the checkpoint leaves out or restores wrongly for "
+    "{components} (data order, RNG, data loader position); record() right after loading and "
+    "after each step shows whether it loads equal and at which step it first differs",
     "missing_candidate": "the resumed run lacks {components}: save and restore it",
     "missing_baseline": "the resumed run has {components} that the uninterrupted run lacks",
     "nondeterministic": "make training deterministic (seed every RNG, deterministic algorithms, "
-    "fixed thread counts) or declare a ToleranceComparison for {components}",
+    "one fixed thread count) or judge the resume with NoiseComparison(), which measures the "
+    "run-to-run noise of {components} and checks the resume against it (docs/resume.md)",
     "configuration": "compare how the two configurations compute {components} at that step",
 }
 
@@ -36,21 +42,75 @@ def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     is_resume = "fresh_resume_processes_distinct" in report
     if report.get("outcome") != "FAIL" or not differences or not is_resume:
         return ()
-    paths = [str(item["path"]) for item in differences]
+    ordered = causes_first(differences)
+    paths = [str(item["path"]) for item in ordered]
     step = report.get("first_divergent_step")
     rows = [
         ("compared", _compared("baseline_a", "candidate_resume")),
         *_likely_cause_rows(report),
         (
             "finding",
-            f"the final states differ at step {step}; the first path in order is "
-            f"{paths[0]}, which may be a downstream effect (record() per step finds the first step)",
+            f"the final states differ at step {step}; listed first is {paths[0]}, "
+            f"{_why_first(ordered[0])}, and any of them may be a downstream effect "
+            "(record() per step finds the first step)",
         ),
-        ("differing paths", ", ".join(paths)),
+        ("differing paths", listed_paths(paths)),
     ]
     rows += _likely_cause_next(report)
-    rows += _next_rows(differences)
+    # Only final states: nothing shows what the resumed run held right after loading.
+    rows += _next_rows(
+        [
+            {**item, "reason": "tensor_value_unrecorded"}
+            if item["reason"] == "tensor_value"
+            else item
+            for item in ordered
+        ]
+    )
     return tuple(rows)
+
+
+# A report lists at most this many paths in one row; the Differences section has them all.
+_LISTED_PATHS = 12
+_FLOAT_DTYPES = ("float", "bfloat", "half", "double", "complex")
+
+
+def exact_state(difference: Mapping[str, Any]) -> bool:
+    """Whether a difference is in exact state: a value that is not a tensor, or an integer or
+    bool tensor (an RNG state, a step counter), which float drift does not change."""
+    if difference.get("reason") not in ("tensor_value", "dtype", "shape"):
+        return True
+    summary = str(difference.get("baseline", ""))
+    marker = "dtype=torch."
+    if marker not in summary:
+        return False
+    dtype = summary.split(marker, 1)[1].split(",", 1)[0].split(")", 1)[0]
+    return not dtype.startswith(_FLOAT_DTYPES)
+
+
+def causes_first(differences: Any) -> list[Mapping[str, Any]]:
+    """Differences with the likely causes first: exact state (settings, counters, RNG states)
+    before float tensors, which drift from them; traversal order kept within each group."""
+    listed = list(differences)
+    return [item for item in listed if exact_state(item)] + [
+        item for item in listed if not exact_state(item)
+    ]
+
+
+def listed_paths(paths: list[str]) -> str:
+    """At most _LISTED_PATHS paths, then how many more (all under Differences)."""
+    if len(paths) <= _LISTED_PATHS:
+        return ", ".join(paths)
+    hidden = len(paths) - _LISTED_PATHS
+    return (
+        ", ".join(paths[:_LISTED_PATHS])
+        + f", and {hidden} more (all {len(paths)} under Differences)"
+    )
+
+
+def _why_first(difference: Mapping[str, Any]) -> str:
+    if exact_state(difference):
+        return "exact state that float drift does not change, so more likely a cause"
+    return "the first in traversal order"
 
 
 # Why a likely cause is likely, by its basis (likely_cause.py).
@@ -115,16 +175,40 @@ def _step_rows(
         reason = "round_trip"
     elif candidate in _PHASE_ROLES or candidate == "candidate_split":
         finding = f"{components} first differs from the uninterrupted run at step {step}"
-        # After a clean load, a later difference is drift from what the checkpoint leaves out.
-        reason = "tensor_value"
+        # After a clean load, a later difference is drift from what the checkpoint leaves out:
+        # said only where the resumed run recorded its state right after loading, equal then.
+        loaded = _first_record(report, candidate)
+        if candidate == "candidate_split":
+            reason = "nondeterministic"  # a third uninterrupted run up to its save
+        elif loaded is not None and loaded < int(step):
+            reason = "tensor_value"
+        else:
+            reason = "tensor_value_unrecorded"
     else:  # two configurations of check_runs
         finding = f"{components} first differs between {baseline} and {candidate} at step {step}"
         reason = "configuration"
-    rows += [("finding", finding), (f"differing at step {step}", ", ".join(paths))]
+    paths = [str(item["path"]) for item in causes_first(_step_differences(paths, report))]
+    rows += [("finding", finding), (f"differing at step {step}", listed_paths(paths))]
     rows += _drift_rows(drift)
     rows += _likely_cause_next(report)
     rows += _next_rows([{"path": path, "reason": reason} for path in paths])
     return tuple(rows)
+
+
+def _first_record(report: Mapping[str, Any], phase: str) -> int | None:
+    """The step of `phase`'s first record (the last rank's first, with several), or None."""
+    trajectory = report.get("trajectory")
+    steps = (trajectory.get("recorded_steps") or {}).get(phase) if trajectory else None
+    if isinstance(steps, Mapping):
+        firsts = [ranked[0] for ranked in steps.values() if ranked]
+        return max(firsts) if firsts and len(firsts) == len(steps) else None
+    return steps[0] if steps else None
+
+
+def _step_differences(paths: list[str], report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The step's differing paths with what the report knows of each (for their order)."""
+    known = {str(item.get("path")): item for item in report.get("all_differences") or ()}
+    return [known.get(path, {"path": path, "reason": "tensor_value"}) for path in paths]
 
 
 def _drift_rows(drift: Any) -> tuple[tuple[str, str], ...]:
