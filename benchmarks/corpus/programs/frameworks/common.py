@@ -3,9 +3,13 @@
 Every entry of hf_trainer, lightning, accelerate, ddp and fsdp2 runs
 `check_resume` the way docs/resume.md recommends: `ExactComparison()` on the
 deterministic form, `NoiseComparison()` on the nondeterministic one. The
-case classes live in those modules and are named by spec
-(`benchmarks.corpus.programs.<module>:<Class>`), so the children import them
-from the repository root, which every phase gets first on its PYTHONPATH.
+case classes and training scripts live here, in `frameworks/`, not beside
+`programs/lightning.py` and `programs/accelerate.py`: check_resume puts the
+case module's own directory first on every child's PYTHONPATH, where a
+`lightning.py` would hide the real library (and transformers looks for
+`accelerate`). A case is named by spec
+(`benchmarks.corpus.programs.frameworks.<module>:<Class>`); every phase also
+gets the repository root on its PYTHONPATH, to import it.
 How children start (fresh or warm) is the runner's choice: `start` is left
 to `$TRAINPARITY_START`.
 """
@@ -20,7 +24,7 @@ from typing import Any
 
 from benchmarks.corpus import Entry
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 PROGRAMS = Path(__file__).resolve().parent
 PYTHON = sys.executable
 

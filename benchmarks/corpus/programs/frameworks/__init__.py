@@ -1,0 +1,1 @@
+"""Case classes and training scripts of the framework and distributed programs (see common.py)."""
