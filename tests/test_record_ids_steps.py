@@ -90,9 +90,10 @@ def test_without_record_no_steps_are_written_and_none_are_known(tmp_path):
         timeout=120,
     )
     assert completed.returncode == 0, completed.stderr
-    # The batch ends are always written; the step marks only by record().
+    # The batch ends and optimizer step counts are always written; the step marks only by record().
     assert sorted(path.name for path in ids.iterdir()) == [
         "rank0.epoch0.batches",
         "rank0.epoch0.ids",
+        "rank0.epoch0.updates",
     ]
     assert consumption_steps(ids / "rank0.epoch0.ids").step_at(0) is None

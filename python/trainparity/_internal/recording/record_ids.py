@@ -22,6 +22,16 @@ one little-endian int64 per `record_ids` call (one call is one batch), the
 record's ID count after it. Batch b of a rank is the IDs between the ends of
 batches b-1 and b; the global order audit (SameGlobalOrder) interleaves the
 ranks' batches by index.
+
+Beside it, `rank{R}.epoch{E}.updates` holds, per batch, how many optimizer
+steps (`torch.optim` optimizers, counted by torch's global step hook) this
+process had completed when the batch was recorded. Batches recorded with no
+optimizer step between them were drawn before any training on them: a
+loader fast-forwarded by iterating past consumed batches (`islice`) draws
+them so, and the resume audit tells such a replay from a retraining by it.
+
+Nothing here needs NumPy: tensors are read through their memory, other
+inputs through `array`.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from __future__ import annotations
 import array
 import atexit
 import bisect
+import ctypes
 import mmap
 import os
 import re
@@ -44,6 +55,7 @@ __all__ = [
     "ConsumptionSteps",
     "consumption_steps",
     "batch_ends",
+    "batch_updates",
     "flush_ids",
     "ids_file_name",
     "mark_step",
@@ -82,6 +94,10 @@ def _batches_path(ids_path: Path) -> Path:
     return ids_path.with_suffix(".batches")
 
 
+def _updates_path(ids_path: Path) -> Path:
+    return ids_path.with_suffix(".updates")
+
+
 def _append(path: Path, data: bytes | bytearray | memoryview) -> None:
     descriptor = os.open(path, _APPEND, 0o644)
     try:
@@ -111,14 +127,17 @@ class _Writer:
         self.placed = self.count  # IDs before this position belong to a marked step
         self.marks = bytearray()
         self.ends = array.array("q")  # the ID count after each batch not yet written
+        self.updates = array.array("q")  # the optimizer steps done when each batch came
         self.pending: list[Any] = []  # CPU tensors of IDs not yet copied into the buffer
 
     def append(self, data: Any) -> None:
         """Append one batch: `data` is a contiguous buffer of little-endian int64."""
         self.settle()  # batches reach the buffer in order
-        self.buffer += memoryview(data)  # not `+= data`: an ndarray would broadcast
-        self.count += data.nbytes // 8
+        with memoryview(data) as view:
+            self.buffer += view  # not `+= data`: an ndarray would broadcast
+            self.count += view.nbytes // 8
         self.ends.append(self.count)
+        self.updates.append(_updates)
         if len(self.buffer) >= 8 * FLUSH_IDS:
             self.flush()
 
@@ -126,13 +145,14 @@ class _Writer:
         """Append one batch of IDs held by a CPU tensor that owns its storage, copied later.
 
         Copying a batch's IDs one by one costs more than the batch of a fast
-        loader allows (a NumPy conversion per batch); joining `PENDING_BATCHES`
+        loader allows (a conversion per batch); joining `PENDING_BATCHES`
         of them at once costs a fraction. A tensor that owns its storage keeps
         nothing else alive meanwhile.
         """
         self.pending.append(ids)
         self.count += ids.numel()
         self.ends.append(self.count)
+        self.updates.append(_updates)
         if len(self.pending) >= PENDING_BATCHES:
             self.settle()
             if len(self.buffer) >= 8 * FLUSH_IDS:
@@ -145,7 +165,8 @@ class _Writer:
         torch = sys.modules["torch"]
         joined = torch.cat([ids.reshape(-1) for ids in self.pending]).to(torch.int64)
         self.pending.clear()
-        self.buffer += memoryview(_as_int64_bytes(joined))
+        with memoryview(_as_int64_bytes(joined)) as view:
+            self.buffer += view
 
     def mark(self, step: int) -> None:
         """The IDs consumed since the last mark were consumed during `step`."""
@@ -162,6 +183,10 @@ class _Writer:
                 self.ends.byteswap()
             _append(_batches_path(self.path), memoryview(self.ends).cast("B"))
             del self.ends[:]
+            if sys.byteorder != "little":
+                self.updates.byteswap()
+            _append(_updates_path(self.path), memoryview(self.updates).cast("B"))
+            del self.updates[:]
         if self.marks:  # after the IDs they place, so a mark never precedes its IDs on disk
             _append(_steps_path(self.path), self.marks)
             self.marks.clear()
@@ -192,14 +217,43 @@ def _default_rank() -> int:
 
 _LITTLE = sys.byteorder == "little"
 
+_updates = 0  # optimizer steps this process completed, once the hook below counts them
+_counting: Any = None  # the handle of torch's global optimizer step hook, once registered
+
+
+def _count_update(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+    global _updates
+    _updates += 1
+
+
+def _count_updates() -> None:
+    """Count optimizer steps from now on (torch's global post-step hook), once torch.optim is loaded."""
+    global _counting
+    optimizer = sys.modules.get("torch.optim.optimizer")
+    register = getattr(optimizer, "register_optimizer_step_post_hook", None)
+    if register is not None:
+        _counting = register(_count_update)
+
+
+def _tensor_bytes(ids: Any) -> Any:
+    """The bytes of a contiguous CPU tensor, read in place (no NumPy, which torch may lack).
+
+    The returned buffer keeps `ids` alive; the caller copies it at once.
+    """
+    if not ids.numel():
+        return b""
+    view = (ctypes.c_char * (ids.numel() * ids.element_size())).from_address(ids.data_ptr())
+    view.tensor = ids  # type: ignore[attr-defined]  # the memory's owner lives as long as the view
+    return view
+
 
 def _as_int64_bytes(ids: Any) -> Any:
-    """Little-endian int64 bytes (a buffer with `nbytes`) of a tensor, array, int or iterable of ints."""
+    """Little-endian int64 bytes (a buffer) of a tensor, array, int or iterable of ints."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(ids, torch.Tensor):
         ids = ids.detach().to(device="cpu", dtype=torch.int64).contiguous().reshape(-1)
         if _LITTLE:
-            return ids.numpy()
+            return _tensor_bytes(ids)
         ids = ids.tolist()
     if isinstance(ids, int):
         ids = [ids]
@@ -241,6 +295,8 @@ def record_key(directory: str | os.PathLike[str], rank: int | None) -> tuple[str
 
 def append_batch(key: tuple[str, int], epoch: int, ids: Any) -> None:
     """Append one batch of IDs to the record `key` (from record_key) for `epoch`."""
+    if _counting is None:
+        _count_updates()
     writer = _writers.get(key)
     if writer is None or writer.epoch != epoch or type(epoch) is not int:
         writer = _opened(key, epoch)
@@ -352,6 +408,19 @@ def recorded_ids(directory: str | os.PathLike[str], epoch: int) -> dict[int, mem
         rank: read_recorded_ids(path)
         for rank, path in recorded_epochs(directory).get(epoch, {}).items()
     }
+
+
+def batch_updates(ids_path: str | os.PathLike[str]) -> memoryview:
+    """The optimizer steps done when each batch of the record `ids_path` came (int64, mmapped).
+
+    Empty when the record has no `.updates` file (written before updates
+    were recorded); a torn last value is dropped.
+    """
+    path = _updates_path(Path(ids_path))
+    if not path.is_file():
+        return memoryview(b"").cast("q")
+    view = read_recorded_ids(path)
+    return view.cast("q") if len(view) else memoryview(b"").cast("q")
 
 
 def batch_ends(ids_path: str | os.PathLike[str]) -> memoryview:

@@ -51,8 +51,8 @@ def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         (
             "finding",
             f"the final states differ at step {step}; listed first is {paths[0]}, "
-            f"{_why_first(ordered[0])}, and any of them may be a downstream effect "
-            "(record() per step finds the first step)",
+            f"{_why_first(ordered[0])}, and any of them may be a downstream effect"
+            f"{_first_step_hint(report)}",
         ),
         ("differing paths", listed_paths(paths)),
     ]
@@ -67,6 +67,13 @@ def diagnosis_rows(report: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         ]
     )
     return tuple(rows)
+
+
+def _first_step_hint(report: Mapping[str, Any]) -> str:
+    """How to find the first step, or, when the script records every step, what the records show."""
+    if isinstance(report.get("trajectory"), Mapping):  # record() was called: no record parted
+        return " (the recorded states are equal at every recorded step)"
+    return " (record() per step finds the first step)"
 
 
 # A report lists at most this many paths in one row; the Differences section has them all.

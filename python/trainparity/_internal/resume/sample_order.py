@@ -9,6 +9,20 @@ where they part is reported at `coverage.epoch{E}.rank{R}`, as a repeated ID
 (a resumed sampler that restarted its epoch, or fast-forwarded too little),
 a missing ID (one that skipped ahead), an extra ID, or a different order.
 
+A resumed phase that fast-forwards its loader by iterating past the batches
+already consumed (`itertools.islice(loader, trained, None)` over a wrapped
+loader) records those batches again, drawn but not trained on. Its record
+of an epoch then begins with exactly the IDs the phases before it consumed
+in that epoch. Such a replay is read as a fast-forward, and left out, when
+nothing shows a training step between drawing it and drawing the first ID
+after it: no optimizer step (the `.updates` counts, torch.optim's step
+hook), and, where the process took none, no record() call (the `.steps`
+marks). A resume that trains on the replayed batches again takes a step in
+between, so its replay stays in and is reported as consumed again. Without
+optimizer steps and record() calls the two cannot be told apart here; the
+replay is then read as a fast-forward, and the states alone show a
+retraining.
+
 When the script also calls `record()`, each ID is placed on the step axis
 (the `.steps` marks beside the records): a difference comes with the step
 during which the candidate consumed the differing position, or, where the
@@ -23,13 +37,16 @@ per-rank rule; it must keep baseline_a's global sample order instead
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from bisect import bisect_right
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trainparity._internal.comparison.policies import Difference
 from trainparity._internal.coverage.global_order import audit_global_order
 from trainparity._internal.recording.record_ids import (
     ConsumptionSteps,
+    batch_ends,
+    batch_updates,
     consumption_steps,
     read_recorded_ids,
     recorded_epochs,
@@ -48,23 +65,85 @@ class BoundaryDifference:
     step: int | None
 
 
+_EMPTY = memoryview(b"").cast("q")
+
+
 @dataclass(frozen=True)
 class _PhaseIds:
-    """One phase's IDs of one epoch on one rank, and the step during which each was consumed."""
+    """One phase's IDs of one epoch on one rank, and the step during which each was consumed.
+
+    `ends` and `updates`: per recorded batch, the ID count after it and the
+    optimizer steps its process had done when it came. `skipped`: the
+    leading IDs read as a fast-forward (drawn to skip them, not trained on).
+    """
 
     values: memoryview
     steps: ConsumptionSteps
+    ends: memoryview = _EMPTY
+    updates: memoryview = _EMPTY
+    skipped: int = 0
+
+    @property
+    def kept(self) -> memoryview:
+        """The IDs the phase consumed, a fast-forward's replay left out."""
+        return self.values[self.skipped :]
+
+    def update_at(self, position: int) -> int | None:
+        """The optimizer steps done when the ID at `position` came; None when not recorded."""
+        batches = min(len(self.ends), len(self.updates))  # a torn flush may leave one short
+        batch = bisect_right(self.ends, position)
+        return self.updates[batch] if batch < batches else None
 
 
 def _phase_ids(records: dict[int, dict[int, Path]], epoch: int, rank: int) -> _PhaseIds:
     path = records.get(epoch, {}).get(rank)
     if path is None:
-        return _PhaseIds(memoryview(b"").cast("q"), ConsumptionSteps([]))
+        return _PhaseIds(_EMPTY, ConsumptionSteps([]))
     view = read_recorded_ids(path)
     if sys.byteorder != "little":  # records are little-endian
         raise NotImplementedError("ID records are read on little-endian hosts only")
-    values = view.cast("q") if len(view) else memoryview(b"").cast("q")
-    return _PhaseIds(values, consumption_steps(path))
+    values = view.cast("q") if len(view) else _EMPTY
+    return _PhaseIds(values, consumption_steps(path), batch_ends(path), batch_updates(path))
+
+
+def _next_consumed(
+    records: dict[int, dict[int, Path]], epoch: int, rank: int
+) -> tuple[_PhaseIds, int] | None:
+    """Where a phase consumed its first ID after its record of `epoch` ends: (record, position)."""
+    for later in sorted(e for e in records if e > epoch):
+        ids = _phase_ids(records, later, rank)
+        if len(ids.values):
+            return ids, 0
+    return None
+
+
+def _fast_forward(
+    ids: _PhaseIds, before: list[int], following: tuple[_PhaseIds, int] | None
+) -> bool:
+    """Whether `ids` begins with a replay of `before` that no training step separates from the rest.
+
+    `before`: the IDs the earlier phases consumed in this epoch, in order.
+    `following`: where the phase consumed its next ID when its record of this
+    epoch holds nothing after the replay (None: nowhere). The evidence of a
+    step in between is an optimizer step, when the phase's process took any
+    while drawing these IDs; else a record() call.
+    """
+    count = len(before)
+    if not count or len(ids.values) < count or ids.values[:count].tolist() != before:
+        return False
+    after = (ids, count) if len(ids.values) > count else following
+    if after is None:
+        return True  # nothing consumed after the replay: nothing of it was trained on
+    record, position = after
+    first, last = ids.update_at(0), record.update_at(position)
+    if first is not None and last is not None:
+        if last != first:
+            return False
+        final = record.update_at(len(record.values) - 1)
+        if final is not None and final != first:
+            return True  # optimizer steps are counted here, and none came during the replay
+    # No optimizer step counted (another optimizer, or none yet): record() marks the steps.
+    return ids.steps.step_at(0) == record.steps.step_at(position)
 
 
 def _records(directory: Path) -> dict[int, dict[int, Path]]:
@@ -98,16 +177,18 @@ def _describe(
     expected = baseline.values
     index, offset = 0, position
     # The phase that consumed `position` (the last one when the candidate stopped before it).
-    while index < len(phases) - 1 and offset >= len(phases[index][1].values):
-        offset -= len(phases[index][1].values)
+    while index < len(phases) - 1 and offset >= len(phases[index][1].kept):
+        offset -= len(phases[index][1].kept)
         index += 1
     phase, ids = phases[index]
+    offset += ids.skipped  # positions count in the phase's own record, replay included
     baseline_step = baseline.steps.step_at(position) if position < len(expected) else None
     candidate_step = ids.steps.step_at(offset) if position < len(actual) else None
     boundary = f", after boundary {index}" if index and len(phases) > 2 else ""
+    skipped = f", after the {ids.skipped} IDs it drew to fast-forward" if ids.skipped else ""
     where = (
         f"position {position} of epoch {epoch} on rank {rank} "
-        f"({phase}'s position {offset}{_during(candidate_step)}{boundary})"
+        f"({phase}'s position {offset}{_during(candidate_step)}{boundary}{skipped})"
     )
     baseline_text = f"ID {expected[position]}" if position < len(expected) else "no more IDs"
     baseline_text = (
@@ -172,9 +253,10 @@ def chain_coverage_differences(
     `phase_dirs`: (name, record directory) of each phase of a resume chain,
     in order (A, B, C, …), all on the baseline's ranks. For each epoch and
     rank, the phases' IDs one after the other must be exactly the baseline's
-    sequence; the first position where they part is reported, with the phase
-    (and, past the first boundary, which boundary) that consumed it. Empty
-    when the baseline recorded no IDs.
+    sequence, a resumed phase's fast-forward replay left out (module
+    docstring); the first position where they part is reported, with the
+    phase (and, past the first boundary, which boundary) that consumed it.
+    Empty when the baseline recorded no IDs.
     """
     baseline = _records(baseline_dir)
     if not baseline:
@@ -188,8 +270,15 @@ def chain_coverage_differences(
         )
         for rank in sorted(ranks):
             expected = _phase_ids(baseline, epoch, rank)
-            consumed = [(name, _phase_ids(records, epoch, rank)) for name, records in phases]
-            actual = [value for _name, ids in consumed for value in ids.values.tolist()]
+            consumed: list[tuple[str, _PhaseIds]] = []
+            actual: list[int] = []  # what the phases so far consumed in this epoch
+            for index, (name, records) in enumerate(phases):
+                ids = _phase_ids(records, epoch, rank)
+                following = _next_consumed(records, epoch, rank)
+                if index and _fast_forward(ids, actual, following):
+                    ids = replace(ids, skipped=len(actual))
+                consumed.append((name, ids))
+                actual += ids.kept.tolist()
             position = _first_mismatch(expected.values, actual)
             if position is not None:
                 differences.append(_describe(epoch, rank, expected, consumed, actual, position))
