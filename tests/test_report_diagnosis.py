@@ -115,6 +115,9 @@ def test_without_records_no_loads_equal_claim_and_the_rng_state_is_listed_first(
     # 85 paths are not one line of 85: twelve, then how many more and where all of them are.
     assert listed.count(",") == 12
     assert listed.endswith("and 73 more (all 85 under Differences)")
+    # The Differences section, cut at ten rows, shows the RNG state too: it comes first.
+    section = lines[lines.index("Differences") + 2 :]
+    assert section[0].split()[0] == "rng.torch" and section[10] == "... 75 more"
     assert text_report(_unrecorded_rng_report(84)) == text_report(_unrecorded_rng_report(84))
 
 

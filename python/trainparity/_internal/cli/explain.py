@@ -23,7 +23,8 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         output_parent,
         summary="Rerun the two runs of a check that part (its JSON report) up to the first "
         "divergent step: the first op where they part, and each environment lead tested by a "
-        "rerun (confirmed, partial, ruled out, not testable here).",
+        "rerun (confirmed, partial, ruled out, not controllable from outside, no effect seen, "
+        "not testable here).",
         example=EXAMPLE,
         run=run,
     )

@@ -49,6 +49,7 @@ from trainparity._internal.resume.sample_order import (
 )
 from trainparity._internal.state.snapshot import Snapshot
 from trainparity._internal.why.environment_leads import nondeterminism_hints
+from trainparity._internal.why.knob_check import phase_fingerprints
 from trainparity._internal.why.likely_cause import likely_cause
 
 __all__ = ["CONCURRENT_CHILDREN", "ResumeExecution", "concurrent_children", "resume_phases"]
@@ -159,6 +160,14 @@ class ResumeExecution:
             fresh_resume_processes_distinct=self._distinct_pids(processes),
         )
 
+    def _hints(self, *phases: str) -> tuple[str, ...]:
+        """Why runs that should agree part, from the fingerprints `phases` recorded."""
+        return nondeterminism_hints(
+            self.settings.environment,
+            phase_fingerprints(self.settings.run_root, phases),
+            device=getattr(self.case, "device", None),
+        )
+
     def _distinct_pids(self, processes: Sequence[Any]) -> bool | None:
         """Whether the candidate's phases ran as distinct processes; None until all of them ran.
 
@@ -209,7 +218,7 @@ class ResumeExecution:
                 first_divergent_step=step,
                 primary_difference=first_differences[0],
                 all_differences=first_differences,
-                nondeterminism_hints=nondeterminism_hints(self.settings.environment),
+                nondeterminism_hints=self._hints(*self.baselines),
                 value_windows=_windows(parted, baseline_windows),
                 **trajectories.report_fields(baseline_differences),
             )
@@ -257,7 +266,7 @@ class ResumeExecution:
                 first_divergent_step=parted.step,
                 primary_difference=parted.differences[0],
                 all_differences=parted.differences,
-                nondeterminism_hints=nondeterminism_hints(self.settings.environment),
+                nondeterminism_hints=self._hints("baseline_a", split.name),
                 value_windows=parted.comparison.value_windows,
                 **recorded,
             )
@@ -363,7 +372,7 @@ class ResumeExecution:
             )
             extra: dict[str, Any] = {}
             if outcome is Outcome.ABSTAIN:
-                extra["nondeterminism_hints"] = nondeterminism_hints(self.settings.environment)
+                extra["nondeterminism_hints"] = self._hints(*self.baselines)
             return self._result(
                 fields,
                 outcome,

@@ -41,6 +41,7 @@ from trainparity._internal.runs.recordings import RunsTrajectories
 from trainparity._internal.runs.result import RunsResult, VariantComparison
 from trainparity._internal.state.snapshot import Snapshot
 from trainparity._internal.why.environment_leads import nondeterminism_hints
+from trainparity._internal.why.knob_check import phase_fingerprints
 
 __all__ = ["RunsExecution"]
 
@@ -132,7 +133,13 @@ class RunsExecution:
                     primary_difference=differences[0],
                     all_differences=differences,
                     variant_comparisons=tuple(comparisons),
-                    nondeterminism_hints=nondeterminism_hints(self.settings.environment),
+                    nondeterminism_hints=nondeterminism_hints(
+                        self.settings.environment,
+                        phase_fingerprints(
+                            self.settings.run_root, (f"{variant}_a", f"{variant}_b")
+                        ),
+                        device=getattr(self.case, "device", None),
+                    ),
                     **self.trajectories.report_fields(final),
                 )
             snapshots[variant] = first

@@ -10,11 +10,11 @@ names the usual causes it leaves open.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["EnvironmentLead", "environment_leads", "nondeterminism_hints"]
+__all__ = ["EnvironmentLead", "environment_leads", "nondeterminism_hints", "ran_on_gpu"]
 
 
 @dataclass(frozen=True)
@@ -133,16 +133,80 @@ def _note(category: str, before: Any, after: Any) -> str:
     return note
 
 
-# Environment variables whose absence or value commonly explains run-to-run drift.
-# (Not OMP_NUM_THREADS: every child runs with a thread count the check decides.)
-_NONDETERMINISM_VARIABLES = {
-    "CUBLAS_WORKSPACE_CONFIG": "CUBLAS_WORKSPACE_CONFIG is unset: cuBLAS may pick non-deterministic algorithms (set ':4096:8' with torch.use_deterministic_algorithms(True))",
-    "PYTHONHASHSEED": "PYTHONHASHSEED is unset: str hashes, and so set/dict iteration over str, differ per process",
-}
+_CUBLAS_HINT = (
+    "CUBLAS_WORKSPACE_CONFIG is unset on a run that uses a GPU: cuBLAS may pick "
+    "non-deterministic algorithms (set ':4096:8' with torch.use_deterministic_algorithms(True))"
+)
+_NOISE = "or judge the runs with NoiseComparison(), which measures this noise (docs/resume.md)"
 
 
-def nondeterminism_hints(environment: Mapping[str, str]) -> tuple[str, ...]:
-    """Why runs may drift, for each such variable that the children's environment lacks."""
-    return tuple(
-        hint for variable, hint in _NONDETERMINISM_VARIABLES.items() if variable not in environment
+def nondeterminism_hints(
+    environment: Mapping[str, str],
+    fingerprints: Sequence[tuple[str, Mapping[str, Any]]] | None = None,
+    *,
+    device: str | None = None,
+) -> tuple[str, ...]:
+    """Why runs of one configuration may drift, from what their recorded fingerprints show.
+
+    `fingerprints`: (run, fingerprint) of the runs that part, as their
+    recordings hold them (None: not looked up; empty: the runs record none).
+    A GPU knob is named only for a run on a GPU (`device` not "cpu" and CUDA
+    available in a fingerprint), a thread count only when the fingerprints
+    show two, a variable only when the fingerprints differ in it.
+    """
+    hints: list[str] = []
+    recorded = list(fingerprints or ())
+    threads = _differing(recorded, "threads", "torch_intra_op")
+    if threads:
+        hints.append(
+            f"the runs took different intra-op thread counts ({threads}, threads.torch_intra_op), "
+            "and a CPU reduction splits its work per thread: set one count (in the script, where "
+            f"it calls torch.set_num_threads; else OMP_NUM_THREADS) {_NOISE}"
+        )
+    for variable in ("PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "NVIDIA_TF32_OVERRIDE"):
+        values = _differing(recorded, "variables", variable)
+        if values:
+            hints.append(f"the runs differ in {variable} ({values}): set it alike for every run")
+    if ran_on_gpu(recorded, device) and "CUBLAS_WORKSPACE_CONFIG" not in environment:
+        hints.append(_CUBLAS_HINT)
+    if hints:
+        return tuple(hints)
+    if fingerprints is None:
+        return ()
+    if not recorded:
+        return (
+            "the runs recorded no fingerprint: without record() nothing shows the thread count "
+            "each took (a script may set it in code, with torch.set_num_threads) nor the step "
+            "where they part; call trainparity.record() after every step, then "
+            "trainparity.explain reruns them to find the first op that differs",
+        )
+    return (
+        "the runs' recorded fingerprints agree (thread count, CPU dispatch, variables): the "
+        "variation is the script's own (an unseeded generator, an order drawn per run); "
+        f"trainparity.explain traces the first op where they part, {_NOISE}",
     )
+
+
+def ran_on_gpu(fingerprints: Sequence[tuple[str, Mapping[str, Any]]], device: str | None) -> bool:
+    """Whether runs used a GPU, as far as their fingerprints tell: CUDA initialised in a
+    training process at its first record() (its devices read from torch), or a CUDA `device`
+    and CUDA available (without fingerprints, the device alone); never for device "cpu"."""
+    if device == "cpu":
+        return False
+    for _, fingerprint in fingerprints:
+        devices = (fingerprint.get("cuda") or {}).get("devices") or ()
+        if any(isinstance(item, Mapping) and "capability" in item for item in devices):
+            return True
+    if device is None:
+        return False
+    return not fingerprints or any(
+        (fingerprint.get("cuda") or {}).get("available") for _, fingerprint in fingerprints
+    )
+
+
+def _differing(recorded: Sequence[tuple[str, Mapping[str, Any]]], group: str, key: str) -> str:
+    """ "run: value, ..." when the fingerprints hold more than one value of group.key, else ""."""
+    values = [(name, (fingerprint.get(group) or {}).get(key)) for name, fingerprint in recorded]
+    if len({str(value) for _, value in values}) < 2:
+        return ""
+    return ", ".join(f"{name}: {value}" for name, value in values)

@@ -13,10 +13,14 @@ From a check_resume or check_runs result whose processes called record():
    other's value, and that side rerun to step N: `confirmed` when its
    recording then equals the other side's bit for bit up to N, `partial`
    when the first divergent step moves later or the distance at N shrinks
-   more than 10×, `ruled out` otherwise. When both sides share one
+   more than 10×, `ruled out` otherwise, but only where the fingerprints the
+   reruns recorded show the knob took (knob_check.py): a script that sets
+   it in code makes it `not controllable from outside`, and one no
+   fingerprint keeps is `no effect seen`. When both sides share one
    environment (two repeats part: an ABSTAIN), the standard determinism
-   knobs are pinned on both. Fingerprint facts no variable sets (hardware,
-   versions, a GPU) are `not testable here`.
+   knobs are pinned on both (GPU knobs only on a run that could use a GPU).
+   Fingerprint facts no variable sets (hardware, versions, a GPU) are
+   `not testable here`.
 
 Reruns stop at step N, run concurrently where the check would, and live in
 one managed directory removed at the end, as a check's.
@@ -39,9 +43,11 @@ from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import CheckRunner
 from trainparity._internal.processes.child_environment import child_environment
 from trainparity._internal.processes.children import PhaseError
-from trainparity._internal.why.explanation import Explanation, explanation_sentence
+from trainparity._internal.why.environment_leads import ran_on_gpu
+from trainparity._internal.why.explanation import Explanation, LeadTrial, explanation_sentence
+from trainparity._internal.why.knob_check import thread_counts
 from trainparity._internal.why.knobs import differing_knobs
-from trainparity._internal.why.lead_trials import tested_leads
+from trainparity._internal.why.lead_trials import NOT_CONTROLLABLE, tested_leads
 from trainparity._internal.why.parting import parting
 from trainparity._internal.why.reruns import Reruns, Side, trace_of
 
@@ -259,14 +265,18 @@ def _explained(
     original = parting(traced["a"], traced["b"])
     environments = [{**reruns.settings.environment, **side.extra_env} for side in sides]
     knobs = differing_knobs(*environments)
+    recorded = [reruns.fingerprints("a"), reruns.fingerprints("b")]
+    gpu = ran_on_gpu([*recorded[0], *recorded[1]], getattr(reruns.case, "device", None))
     trials = tested_leads(
-        knobs, reruns, sides, traced, original, max_reruns=max_reruns, repeats=repeats
+        knobs, reruns, sides, traced, original, max_reruns=max_reruns, repeats=repeats, gpu=gpu
     )
+    trials = _threads_set_in_code(recorded, knobs, trials)
     confirmed = [trial for trial in trials if trial.status == "confirmed"]
     rng_op = first_op is not None and any(word in first_op.get("op", "") for word in _RNG_OPS)
     sentence = explanation_sentence(
         confirmed, trials, first_op, rng_op, bool(knobs), original, repeats
     )
+    sentence += _not_controllable_clause(confirmed, trials)
     if rank:
         sentence += f" (rank {rank}, whose records part first)"
     # Two runs of one environment that are not repeats (a resume, a variant's own arguments)
@@ -293,6 +303,45 @@ def _explained(
             **{f"rerun_{name}": seconds for name, seconds in sorted(reruns.timings.items())},
             "total_wall": time.perf_counter() - began,
         },
+    )
+
+
+def _threads_set_in_code(
+    recorded: list[list[tuple[str, Mapping[str, Any]]]],
+    knobs: list[Any],
+    trials: list[LeadTrial],
+) -> list[LeadTrial]:
+    """`trials` led by the thread counts the two sides' fingerprints show, when they differ
+    although no thread variable differs between their environments: the script sets them."""
+    counts = [sorted(set(thread_counts(side))) for side in recorded]
+    if not all(counts) or counts[0] == counts[1]:
+        return trials
+    if any(knob.name == "threads" for knob, _, _ in knobs):
+        return trials  # a thread variable differs: its rerun tested (and checked) it
+    if any(trial.knob == "threads" and trial.status == NOT_CONTROLLABLE for trial in trials):
+        return trials  # the pinned rerun already says so
+    shown = ["/".join(map(str, side)) for side in counts]
+    lead = LeadTrial(
+        "threads",
+        f"torch_intra_op={shown[0]}",
+        f"torch_intra_op={shown[1]}",
+        NOT_CONTROLLABLE,
+        f"the two sides' recorded fingerprints show {shown[0]} and {shown[1]} intra-op threads "
+        "(threads.torch_intra_op) while their environments set the same: the script sets its "
+        "thread count in code, so no rerun from outside can pin it",
+    )
+    return [lead, *(trial for trial in trials if trial.knob != "threads")]
+
+
+def _not_controllable_clause(confirmed: list[LeadTrial], trials: list[LeadTrial]) -> str:
+    """What to do about knobs the script sets itself, when none explained the divergence."""
+    knobs = [trial.knob for trial in trials if trial.status == NOT_CONTROLLABLE]
+    if confirmed or not knobs:
+        return ""
+    return (
+        f"; {', '.join(knobs)} is set by the script itself (not controllable from outside, "
+        "see its lead): fix it in the script to test it, or judge these runs with "
+        "NoiseComparison()"
     )
 
 

@@ -88,7 +88,10 @@ class LeadTrial:
     knob: str
     a: str
     b: str
-    status: str  # "confirmed", "partial", "ruled out", "not testable here", "not tested"
+    # "confirmed", "partial", "ruled out" (the fingerprints show the knob took),
+    # "not controllable from outside" (the script sets it in code), "no effect seen" (no
+    # fingerprint keeps it), "not testable here", "not tested"
+    status: str
     evidence: str
     rerun: str = ""  # which side was rerun with which values ("one_a with OMP_NUM_THREADS=2")
 

@@ -5,6 +5,12 @@ side's value; when no single knob explains the divergence, pairs are tried
 until one does. Two repeats of one environment share every knob, so the
 standard determinism knobs are pinned on both instead. Every batch of
 reruns runs side by side.
+
+What a rerun shows about a knob is judged against the fingerprints the
+reruns recorded (knob_check.py): "ruled out" only when they show the knob
+took its value in every process compared; "not controllable from outside"
+when one shows another value (the script sets it in code); "no effect seen"
+when no fingerprint keeps it, so that it took is not known.
 """
 
 from __future__ import annotations
@@ -14,11 +20,15 @@ from itertools import combinations
 from pathlib import Path
 
 from trainparity._internal.why.explanation import LeadTrial, shown_values
+from trainparity._internal.why.knob_check import OVERRIDDEN, TOOK, knob_took
 from trainparity._internal.why.knobs import DETERMINISM_KNOBS, Knob
 from trainparity._internal.why.parting import parting, status_of
 from trainparity._internal.why.reruns import Reruns, Side
 
-__all__ = ["tested_leads"]
+__all__ = ["NO_EFFECT_SEEN", "NOT_CONTROLLABLE", "judged", "tested_leads"]
+
+NOT_CONTROLLABLE = "not controllable from outside"
+NO_EFFECT_SEEN = "no effect seen"
 
 
 def tested_leads(
@@ -30,9 +40,11 @@ def tested_leads(
     *,
     max_reruns: int,
     repeats: bool,
+    gpu: bool = False,
 ) -> list[LeadTrial]:
     """Each differing knob tested by a rerun (single knobs, then pairs), or, for two repeats of
-    one environment (`repeats`), each determinism knob pinned on both; `max_reruns` bounds them."""
+    one environment (`repeats`), each determinism knob pinned on both; `max_reruns` bounds them.
+    `gpu`: the runs could use a GPU; otherwise GPU knobs are not tried, nor listed."""
     trials: list[LeadTrial] = []
     budget = max_reruns
     if knobs:
@@ -70,21 +82,28 @@ def tested_leads(
     elif original is not None and repeats:
         pinned = []
         for knob, values in DETERMINISM_KNOBS:
-            if knob.gpu_only and getattr(reruns.case, "device", "cpu") == "cpu":
-                trials.append(
-                    LeadTrial(
-                        knob.name,
-                        "unset",
-                        shown_values(values),
-                        "not testable here",
-                        "a GPU knob on a CPU run",
-                    )
-                )
-            elif budget > 0:
+            if knob.gpu_only and not gpu:
+                continue  # a CPU run: a GPU knob is no lead at all
+            if budget > 0:
                 budget -= 1
                 pinned.append((knob, values))
         trials[:0] = _pinned_trials(reruns, sides, pinned, original)
     return trials
+
+
+def judged(status: str, evidence: str, took: tuple[str, str]) -> tuple[str, str]:
+    """A rerun's status and evidence, checked against whether its knob took (knob_took)."""
+    verdict, shown = took
+    if verdict == OVERRIDDEN:
+        return (
+            NOT_CONTROLLABLE,
+            f"the script sets it in code, over the environment ({shown}); {evidence}",
+        )
+    if status == "ruled out":
+        if verdict == TOOK:
+            return status, f"{evidence}; {shown}"
+        return NO_EFFECT_SEEN, f"{evidence}; unverified: {shown}, so that it took is not known"
+    return status, evidence
 
 
 def _knob_trials(
@@ -127,6 +146,9 @@ def _knob_trials(
     for index, name, side, values, target, other in planned:
         knob, left, right = knobs[index]
         status, evidence = status_of(parting(ran[name], target), original)
+        # Both sides must hold the values: the rerun, and the side it is compared with.
+        took = knob_took(values, reruns.fingerprints(name, target.name))
+        status, evidence = judged(status, evidence, took)
         described = f"{side.label} with {shown_values(values)}"
         found[index] = LeadTrial(
             knob.name,
@@ -155,6 +177,8 @@ def _pinned_trials(
     for knob, values in pinned:
         found = parting(ran[f"pin-{knob.name}-a"], ran[f"pin-{knob.name}-b"])
         status, evidence = status_of(found, original)
+        took = knob_took(values, reruns.fingerprints(f"pin-{knob.name}-a", f"pin-{knob.name}-b"))
+        status, evidence = judged(status, evidence, took)
         shown = shown_values(dict(values))
         trials.append(
             LeadTrial(knob.name, shown, shown, status, f"both sides with {shown}: {evidence}")

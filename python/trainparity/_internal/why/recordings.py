@@ -30,7 +30,9 @@ from trainparity._internal.recording.reader import read_recording
 from trainparity._internal.recording.variables import RECORD_VARIABLE
 from trainparity._internal.why.environment_leads import environment_leads
 from trainparity._internal.why.explanation import Explanation, LeadTrial
+from trainparity._internal.why.knob_check import knob_took, recorded_fingerprints
 from trainparity._internal.why.knobs import untestable_leads
+from trainparity._internal.why.lead_trials import judged
 from trainparity._internal.why.parting import parting, status_of
 
 __all__ = ["explain_recordings", "fingerprint_knobs"]
@@ -107,8 +109,11 @@ def explain_recordings(
             plain = runner.rerun("as-is", {})
             reproduces_a = parting(plain, Path(run_a)) is None
             for knob, values in knobs[:max_reruns]:
-                found = parting(runner.rerun(knob, values), Path(run_b))
-                status, evidence = status_of(found, original)
+                rerun = runner.rerun(knob, values)
+                status, evidence = status_of(parting(rerun, Path(run_b)), original)
+                # "ruled out" only where the rerun's own fingerprint shows the knob took.
+                took = knob_took(values, recorded_fingerprints([rerun]))
+                status, evidence = judged(status, evidence, took)
                 shown = " ".join(f"{name}={value}" for name, value in values.items())
                 trials.append(
                     LeadTrial(

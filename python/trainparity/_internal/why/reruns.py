@@ -24,6 +24,7 @@ from trainparity._internal.why.forensics.variables import (
     TRACE_OUTPUT_VARIABLE,
     TRACE_STEP_VARIABLE,
 )
+from trainparity._internal.why.knob_check import recorded_fingerprints
 
 __all__ = ["Reruns", "Side", "trace_of"]
 
@@ -71,9 +72,15 @@ class Reruns:
                 env[TRACE_OUTPUT_VARIABLE] = str(root / name / "step.trace")
                 env[TRACE_CAPTURE_VARIABLE] = _RERUN_CAPTURE
             if side.resumes_from_split:
-                split_env = {**side.extra_env, **knob_env}
-                phases[f"{name}-split"] = TrainingPhase(
-                    f"{name}-split", self.split_step, root / f"{name}-split", extra_env=split_env
+                # Recorded too: its fingerprint shows whether a knob took in the split's process.
+                split = f"{name}-split"
+                split_env = {**side.extra_env, **knob_env, **recording_environment(root, split)}
+                phases[split] = TrainingPhase(
+                    split,
+                    self.split_step,
+                    root / split,
+                    extra_env=split_env,
+                    emptied=(recording_directory(root, split),),
                 )
             phases[name] = TrainingPhase(
                 name,
@@ -106,6 +113,17 @@ class Reruns:
                 children.trained(name)
         self.count += len(batch)
         return {name: recording_directory(root, name) for name, _, _, _ in batch}
+
+    def fingerprints(self, *names: str) -> list[tuple[str, Mapping[str, Any]]]:
+        """The fingerprints recorded by reruns `names` and their splits, every rank."""
+        root = self.settings.run_root
+        directories = []
+        for name in names:
+            directories += [
+                recording_directory(root, f"{name}-split"),
+                recording_directory(root, name),
+            ]
+        return recorded_fingerprints(directories)
 
     def _staged(self, children: PhaseChildren, name: str, checkpoint: Path) -> Path:
         resume_dir = self.settings.run_root / name

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trainparity._internal.reports.diagnosis import causes_first
 from trainparity._internal.reports.sections.cells import Section, number_cell, text_cell
 
 __all__ = [
@@ -25,8 +26,9 @@ __all__ = [
 
 
 def differences_section(report: Mapping[str, Any]) -> Section | None:
-    """Every difference the verdict counts, in traversal order; long lists say how many are hidden."""
-    differences = report.get("all_differences") or ()
+    """Every difference the verdict counts, exact state (likelier causes) first, then traversal
+    order; long lists say how many are hidden."""
+    differences = causes_first(report.get("all_differences") or ())
     if not differences:
         return None
     rows = tuple(

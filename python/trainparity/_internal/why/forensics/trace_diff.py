@@ -153,6 +153,11 @@ class _Differ:
                 matched_right.add(other.index)
         self.only_right = [op for op in right.ops if op.index not in matched_right]
         self.counterpart = {a.index: b.index for a, b in self.pairs}
+        # Ops are paired by call index within (module, phase, name). Where one side calls an op
+        # more often in the step (a resume iterating past the batches it skips, a sampler's last
+        # draw when its epoch ends), the calls of that group are paired with other calls: a
+        # difference there says nothing of where the runs part, so those groups come last.
+        self.counts = (_call_counts(left), _call_counts(right))
 
     # Values ------------------------------------------------------------------------------
 
@@ -287,19 +292,32 @@ class _Differ:
 
     # The result --------------------------------------------------------------------------
 
+    def misaligned(self, op: TraceOp) -> tuple[int, int] | None:
+        """(baseline's, candidate's) call counts of `op`'s group where they differ, else None."""
+        group = op.key[:3]
+        left, right = self.counts[0].get(group, 0), self.counts[1].get(group, 0)
+        return None if left == right else (left, right)
+
     def result(self, fields: dict[str, Any]) -> TraceDiff:
         growth: list[tuple[int, float]] = []
         first: tuple[int, TraceOp, TraceOp, _Verdict] | None = None
-        undecided = 0
+        first_misaligned: tuple[int, TraceOp, TraceOp, _Verdict] | None = None
+        undecided = passed_over = 0
         for position, (a, b) in enumerate(self.pairs):
             verdict = self.compare_outputs(a, b)
             if verdict is None or not verdict.differs:
                 continue
             growth.append((position, verdict.error))
-            if verdict.beyond and first is None:
+            if verdict.beyond and self.misaligned(a) is not None:
+                passed_over += 1
+                if first_misaligned is None:
+                    first_misaligned = (position, a, b, verdict)
+            elif verdict.beyond and first is None:
                 first = (position, a, b, verdict)
             elif not verdict.beyond and not verdict.error_is_exact:
                 undecided += 1
+        # Only ops of misaligned groups differ: name the first, saying what it is.
+        first = first or first_misaligned
         leads = environment_leads(self.left.environment, self.right.environment)
         common = {
             **fields,
@@ -342,7 +360,20 @@ class _Differ:
             origin = "inherited"
             kind = "input" if source["kind"] == "input" else op_kind(source["op"].name)
             message = f"first divergence at {a.label()}: inherited from {source['description']}"
+        counts = self.misaligned(a)
+        if counts is not None:
+            message += (
+                f"; but {a.name} is called {counts[0]} times in the baseline's step and "
+                f"{counts[1]} in the candidate's, so its calls may be paired with other calls: "
+                "the first op whose output differed, not necessarily where the runs part"
+            )
+        if passed_over and counts is None:
+            message += (
+                f"; {passed_over} differing op(s) of groups called more often on one side "
+                "(their calls cannot be paired) were passed over"
+            )
         divergence = {
+            "call_counts": None if counts is None else list(counts),
             "op": a.name,
             "module": a.module,
             "phase": a.phase,
@@ -371,6 +402,15 @@ class _Differ:
             environment_leads=rank_leads(leads, kind, a.name),
             **common,
         )
+
+
+def _call_counts(trace: Trace) -> dict[tuple[str, str, str], int]:
+    """How many times each (module, phase, op name) is called in a traced step."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for op in trace.ops:
+        group = op.key[:3]
+        counts[group] = counts.get(group, 0) + 1
+    return counts
 
 
 def _rank(verdict: _Verdict) -> tuple[bool, bool, float]:
