@@ -61,12 +61,22 @@ def through_checkpoint(state: object) -> object:
     return torch.load(buffer, weights_only=True)
 
 
+_WEIGHT = torch.nn.Parameter(torch.zeros(1))
+_OPTIMIZER = torch.optim.SGD([_WEIGHT], lr=0.0)
+
+
 def consume(loader, directory: Path, *, epoch: int, rank: int = 0, batches: int | None = None):
-    """Iterate `loader` (all of it, or `batches` batches) recording its IDs; return the iterator."""
+    """Train on `loader` (all of it, or `batches` batches) recording its IDs; return the iterator.
+
+    Each batch is followed by an optimizer step, as in a training loop: the
+    records count those steps, which is how a batch trained on is told from
+    one drawn only to fast-forward past it (docs/coverage.md).
+    """
     tracked = track_ids(loader, id_of=ids_of, epoch=epoch, directory=directory, rank=rank)
     iterator = iter(tracked)
     for _batch in itertools.islice(iterator, batches):
-        pass
+        _WEIGHT.grad = torch.ones(1)
+        _OPTIMIZER.step()
     return iterator
 
 
