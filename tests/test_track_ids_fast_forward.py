@@ -159,6 +159,29 @@ def test_a_fast_forward_that_skips_too_little_is_named_after_its_replay(tmp_path
     )
 
 
+@pytest.mark.parametrize(("replay_trained", "found"), [(False, []), (True, ["sample_repeated"])])
+def test_a_replay_of_a_whole_epoch_is_judged_by_the_next_epochs_first_batch(
+    tmp_path, replay_trained, found
+):
+    """Split on an epoch's last step: the resume draws that whole epoch again to skip it."""
+    trainer = _Trainer()
+
+    def run(directory: Path, epochs: list[tuple[int, list[list[int]], bool]]) -> None:
+        for epoch, batches, trained in epochs:
+            for batch in batches:
+                record_ids(batch, epoch=epoch, directory=directory, rank=0)
+                if trained:
+                    trainer.step()
+        flush_ids()
+
+    run(tmp_path / "baseline_a", [(0, BATCHES, True), (1, BATCHES[:2], True)])
+    run(tmp_path / "candidate_split", [(0, BATCHES, True)])
+    run(tmp_path / "candidate_resume", [(0, BATCHES, replay_trained), (1, BATCHES[:2], True)])
+    phases = [(name, tmp_path / name) for name in ("candidate_split", "candidate_resume")]
+    differences = chain_coverage_differences(tmp_path / "baseline_a", phases)
+    assert [placed.difference.reason for placed in differences] == found
+
+
 def test_without_optimizer_steps_record_calls_tell_a_replay_from_a_retraining(tmp_path):
     """A process whose optimizer torch.optim does not count: the record() marks decide."""
 

@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from trainparity._internal.comparison.policies import Difference
@@ -118,20 +120,20 @@ def _next_consumed(
 
 
 def _fast_forward(
-    ids: _PhaseIds, before: list[int], following: tuple[_PhaseIds, int] | None
+    ids: _PhaseIds, before: list[int], following: Callable[[], tuple[_PhaseIds, int] | None]
 ) -> bool:
     """Whether `ids` begins with a replay of `before` that no training step separates from the rest.
 
     `before`: the IDs the earlier phases consumed in this epoch, in order.
-    `following`: where the phase consumed its next ID when its record of this
-    epoch holds nothing after the replay (None: nowhere). The evidence of a
+    `following()`: where the phase consumed its next ID, asked only when its
+    record of this epoch holds nothing after the replay (None: nowhere). The evidence of a
     step in between is an optimizer step, when the phase's process took any
     while drawing these IDs; else a record() call.
     """
     count = len(before)
     if not count or len(ids.values) < count or ids.values[:count].tolist() != before:
         return False
-    after = (ids, count) if len(ids.values) > count else following
+    after = (ids, count) if len(ids.values) > count else following()
     if after is None:
         return True  # nothing consumed after the replay: nothing of it was trained on
     record, position = after
@@ -274,7 +276,7 @@ def chain_coverage_differences(
             actual: list[int] = []  # what the phases so far consumed in this epoch
             for index, (name, records) in enumerate(phases):
                 ids = _phase_ids(records, epoch, rank)
-                following = _next_consumed(records, epoch, rank)
+                following = partial(_next_consumed, records, epoch, rank)
                 if index and _fast_forward(ids, actual, following):
                     ids = replace(ids, skipped=len(actual))
                 consumed.append((name, ids))
