@@ -86,13 +86,6 @@ OWN_LOOP_FAULTS = [
         ['gradient["0"].weight', 'gradient["1"].bias', 'gradient["1"].weight'],
         id="zero-grad-in-the-loop",
     ),
-    pytest.param(
-        "ClipPerMicrobatchCase",
-        AccumulationExecutionPlan(2, clip_grad_norm=0.5),
-        "gradient",
-        ['gradient["0"].weight', 'gradient["1"].bias', 'gradient["1"].weight'],
-        id="clip-per-microbatch",
-    ),
 ]
 
 
@@ -104,6 +97,25 @@ def test_own_loop_bugs_fail_where_first_observed(case, plan, phase, paths):
     assert result.message == f"first observed divergence in {phase}; not a root-cause claim"
     assert [difference.path for difference in result.all_differences] == paths
     assert result.primary_difference == result.all_differences[0]
+    assert_three_fresh_children(result)
+
+
+def test_clipping_per_microbatch_fails_at_the_clipping_calls_before_the_gradients():
+    """The clipping calls before optimizer.step are observed with the gradients, and sort first."""
+    result = check("ClipPerMicrobatchCase", AccumulationExecutionPlan(2, clip_grad_norm=0.5))
+    assert result.outcome == "FAIL", result.message
+    assert result.first_observed_phase == "gradient"
+    assert result.message == (
+        "first observed divergence in gradient: train_step clipped the gradients 2 times before "
+        "optimizer.step (the reference: once, after the last backward); not a root-cause claim"
+    )
+    assert [difference.path for difference in result.all_differences] == [
+        "clipping.calls",
+        "clipping.total_norm",
+        'gradient["0"].weight',
+        'gradient["1"].bias',
+        'gradient["1"].weight',
+    ]
     assert_three_fresh_children(result)
 
 

@@ -103,7 +103,8 @@ def _quantized() -> torch.Tensor:
     ("value", "where"),
     [
         ({"bad": object()}, "bad"),
-        ({1: "non-string key"}, "$"),
+        ({(1, 2): "a tuple key"}, "$"),
+        ({"nan": {float("nan"): 1}}, "nan"),
         ({"sparse": torch.eye(2).to_sparse()}, "sparse"),
         ({"meta": torch.empty(2, device="meta")}, "meta"),
         ({"q": _quantized()}, "q"),

@@ -9,6 +9,7 @@ multi-rank candidate under DDP. A run that cannot PASS ends early with
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,6 +26,12 @@ from trainparity._internal.accumulation.plan import (
     split_for_case,
 )
 from trainparity._internal.accumulation.ranks import RankContext, plan_train_step
+from trainparity._internal.accumulation.step_probes import (
+    ClipRecorder,
+    RandomDraws,
+    gradient_observation,
+    random_modules,
+)
 from trainparity._internal.accumulation.user_step import (
     TRAIN_STEP,
     MixedAccounting,
@@ -42,7 +49,6 @@ from trainparity._internal.state.snapshot_capture import (
     canonical_optimizer_state,
     capture_snapshot,
     capture_tree,
-    gradient_tree,
     parameter_and_buffer_trees,
     state_dict_or_none,
 )
@@ -136,6 +142,14 @@ def _require_tensor(value: object, field: str) -> None:
         )
 
 
+def _step_scheduler(scheduler: Any, loss: object) -> None:
+    """One scheduler step; ReduceLROnPlateau's takes a metric: the loss the update used."""
+    if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+        scheduler.step(float(loss))  # type: ignore[arg-type]
+    else:
+        scheduler.step()
+
+
 def _has(owner: object, method: str) -> bool:
     return owner is not None and callable(getattr(owner, method, None))
 
@@ -161,19 +175,31 @@ class Boundary:
         # so the reference's counts stand beside the user's.
         self.count_steps = count_steps
         self.where = ""
+        # Recorded where the candidate is the case's own step (as its step counts are).
+        self.clipping = ClipRecorder() if count_steps else None
+        self.draws = RandomDraws()
+        # Dropout-family modules in training mode and whether the generators moved (worker.py).
+        self.random_draws: dict[str, object] = {"drew": False, "modules": []}
         self.counter = (
-            StepObserver(state.optimizer, state.scheduler, state.model, observe=False)
+            StepObserver(
+                state.optimizer, state.scheduler, state.model, observe=False, clipping=self.clipping
+            )
             if count_steps
             else None
         )
 
     def run(self, device: str) -> None:
         microbatches = self._begin(device)
-        if self.counter is None:
-            self._plan_loop(microbatches)
-            return
-        with self.counter:
-            self._plan_loop(microbatches)
+        with self.clipping or contextlib.nullcontext():
+            if self.counter is None:
+                self._plan_loop(microbatches)
+            else:
+                with self.counter:
+                    self._plan_loop(microbatches)
+        self._note_random_draws(self.state.model)
+
+    def _note_random_draws(self, model: torch.nn.Module) -> None:
+        self.random_draws = {"drew": self.draws.drew(), "modules": random_modules(model)}
 
     def _begin(self, device: str) -> list[object]:
         """Capture the initial state, then fetch and split the batch (docs/compatibility.md, "check_accumulation")."""
@@ -194,6 +220,7 @@ class Boundary:
             microbatches = microbatches[:-1]
         if not microbatches:
             raise Stop(Outcome.ABSTAIN, "plan consumed no microbatches")
+        self.draws.start()  # after batch(): drawing the batch itself is the same for every child
         return microbatches
 
     def _plan_loop(self, microbatches: list[object]) -> None:
@@ -213,7 +240,7 @@ class Boundary:
                 self._step_per_microbatch()
                 state.optimizer.zero_grad(set_to_none=True)
             if plan.scheduler_step_per_microbatch and state.scheduler is not None:
-                state.scheduler.step()
+                _step_scheduler(state.scheduler, record["effective_loss"])
         if (
             _has(scaler, "unscale_")
             and not plan.optimizer_step_per_microbatch
@@ -225,7 +252,7 @@ class Boundary:
         if plan.zero_grad_before_gradient_observation:
             state.optimizer.zero_grad(set_to_none=True)
         self._observe("loss_accounting", lambda: {"loss_accounting": record})
-        self._observe("gradient", lambda: {"gradient": gradient_tree(state.model)})
+        self._observe("gradient", lambda: gradient_observation(state.model, self.clipping))
         if not plan.optimizer_step_per_microbatch:
             self._step_at_boundary()
         self._observe(
@@ -234,7 +261,7 @@ class Boundary:
         )
         self._observe("parameter_update", lambda: parameter_and_buffer_trees(state.model))
         if state.scheduler is not None and not plan.scheduler_step_per_microbatch:
-            state.scheduler.step()
+            _step_scheduler(state.scheduler, record["effective_loss"])
         self._observe("scheduler_state", self._scheduler_and_scaler)
 
     def _counted_optimizer_state(self) -> dict[str, object]:
@@ -341,10 +368,15 @@ class OwnStepBoundary(Boundary):
     ) -> None:
         """Run `step` under the observer; `named_model` carries the reference's parameter names."""
         observer = self.counter = StepObserver(
-            step_state.optimizer, step_state.scheduler, named_model, observe=True
+            step_state.optimizer,
+            step_state.scheduler,
+            named_model,
+            observe=True,
+            clipping=self.clipping,
         )
-        with observer:
+        with self.clipping or contextlib.nullcontext(), observer:
             returned = step(step_state, microbatches)
+        self._note_random_draws(step_state.model)
         try:
             record = returned_loss_record(returned)
         except MixedAccounting as error:

@@ -19,7 +19,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.accumulation.execution import CHILD_NAMES, AccumulationExecution
+from trainparity._internal.accumulation.execution import (
+    CHILD_NAMES,
+    SPLIT_REFERENCE,
+    AccumulationExecution,
+)
 from trainparity._internal.accumulation.plan import (
     INITIAL_KEY,
     PHASES,
@@ -165,11 +169,17 @@ class AccumulationRunner(CheckRunner):
         except Exception as error:  # importing runs the user's module: anything can fail
             return self.finished(_setup_error(case, policy_name, error, command_dir), report_path)
         # The full-batch baselines (more under NoiseComparison), then the candidate.
-        baseline_count = self.policy.baselines if isinstance(self.policy, NoiseComparison) else 2
-        plans = {
-            **{f"baseline_{chr(ord('a') + index)}": baseline for index in range(baseline_count)},
-            "candidate": candidate,
-        }
+        noise = isinstance(self.policy, NoiseComparison)
+        baseline_count = self.policy.baselines if noise else 2
+        plans = {f"baseline_{chr(ord('a') + index)}": baseline for index in range(baseline_count)}
+        if noise:
+            # One more sample of the same update, summed in another valid order: our loop
+            # over the candidate's microbatches. On a deterministic machine the full-batch
+            # baselines agree bit for bit, so this is the rounding a split may bring.
+            plans[SPLIT_REFERENCE] = AccumulationExecutionPlan(
+                candidate.microbatch_count, clip_grad_norm=candidate.clip_grad_norm
+            )
+        plans["candidate"] = candidate
         # The children's complete environment: ours, with the caller's variables on top.
         child_environment = {**os.environ, **dict(environment or {})}
         with self.run_settings(

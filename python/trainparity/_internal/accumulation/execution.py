@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import struct
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from trainparity._internal.accumulation.plan import (
     AccumulationExecutionPlan,
 )
 from trainparity._internal.accumulation.rank_orchestration import rank_names, rank_specs
+from trainparity._internal.accumulation.step_facts import read_with_step_facts
 from trainparity._internal.accumulation.verdict import (
     Decision,
     judge_observations,
@@ -45,13 +48,15 @@ from trainparity._internal.processes.group import (
     ChildResult,
     ChildSpec,
 )
+from trainparity._internal.state.freeze import FrozenMapping, FrozenTensor
 from trainparity._internal.state.snapshot import Snapshot
 from trainparity._internal.state.snapshot_file import read_snapshot
 from trainparity._internal.state.tree_codec import SnapshotFileError
 
-__all__ = ["CHILD_NAMES", "AccumulationExecution"]
+__all__ = ["CHILD_NAMES", "SPLIT_REFERENCE", "AccumulationExecution"]
 
 CHILD_NAMES = ("baseline_a", "baseline_b", "candidate")  # under NoiseComparison: more baselines
+SPLIT_REFERENCE = "split_reference"  # NoiseComparison's reference over the candidate's microbatches
 RESULT_FILE = "result.json"
 OBSERVATIONS_FILE = "observations.safetensors"
 
@@ -78,6 +83,7 @@ class _WorkerReport:
     loss_normalization_captured: bool = False
     observations: Snapshot | None = None
     unobserved_phases: tuple[str, ...] = ()
+    random_draws: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
 
 class AccumulationExecution:
@@ -122,7 +128,7 @@ class AccumulationExecution:
                 if isinstance(report, Decision):
                     return dataclasses.replace(report, process_ids=tuple(self.process_ids))
                 reports.append(report)
-        decision = self._decide(reports)
+        decision = self._with_step_facts(self._decide(reports), reports)
         return dataclasses.replace(
             decision,
             process_ids=tuple(self.process_ids),
@@ -310,13 +316,16 @@ class AccumulationExecution:
             unobserved = tuple(record.get("unobserved_phases", ()))
             if not set(unobserved) <= {"loss_accounting"}:
                 raise ValueError(f"unexpected unobserved phases {unobserved!r}")
+            draws = record.get("random_draws", {})
+            if not isinstance(draws, dict):
+                raise TypeError("random_draws must be a mapping")
             observations, extras = read_snapshot(path.parent / OBSERVATIONS_FILE)
         except (OSError, ValueError, KeyError, TypeError, SnapshotFileError) as error:
             message = f"{name}'s result was corrupt: {error_text(error)}"
             return Decision(Outcome.ERROR, self._explained(name, message))
         # A warm check's process has no torch of its own: the report's torch facts are a worker's.
         self.settings.observed_environment(extras.get("environment"))
-        return _WorkerReport(name, pid, outcome, message, captured, observations, unobserved)
+        return _WorkerReport(name, pid, outcome, message, captured, observations, unobserved, draws)
 
     def _explained(self, name: str, message: str, *, with_reason: bool = True) -> str:
         """`message` and the last lines of child `name`'s stderr, read before its directory goes."""
@@ -333,6 +342,31 @@ class AccumulationExecution:
         return shown_path(path, self.settings.run_root, kept=self.settings.preserved)
 
     # Decisions --------------------------------------------------------------------------
+
+    def _with_step_facts(self, decision: Decision, reports: list[_WorkerReport]) -> Decision:
+        """The decision read against the steps' random draws and clipping (step_facts.py)."""
+        everyone = [*reports, *self.rank_reports]
+        envelope = decision.noise_envelope or {}
+        return read_with_step_facts(
+            decision,
+            random_modules=sorted(
+                {
+                    str(name)
+                    for report in everyone
+                    for name in report.random_draws.get("modules", [])
+                }  # type: ignore[union-attr]
+            ),
+            drew=any(bool(report.random_draws.get("drew")) for report in everyone),
+            noise_measured=any(
+                value > 0 for row in envelope.get("steps", ()) for value in row["noise"].values()
+            ),
+            declared_clip=self.plans["candidate"].clip_grad_norm,
+            microbatch_count=self.plans["candidate"].microbatch_count,
+            candidate_clipping=_clipping_record(reports[-1]),
+            reference_clipping=_clipping_record(reports[0]),
+            own_step=bool(self.own_step_children),
+            tolerance=isinstance(self.policy, ToleranceComparison),
+        )
 
     def _decide(self, reports: list[_WorkerReport]) -> Decision:
         reports_with_ranks = [*reports[:-1], *(self.rank_reports or reports[-1:])]
@@ -359,8 +393,33 @@ class AccumulationExecution:
         if not isinstance(self.policy, NoiseComparison):
             return judge_observations(self.policy, views, rank_views, own_step=own_step)
         return judge_noise_observations(
-            self.policy, views[:-1], views[-1], rank_views, own_step=own_step
+            self.policy,
+            views[:-1],
+            views[-1],
+            rank_views,
+            own_step=own_step,
+            sample_names=self.child_names[:-1],
         )
+
+
+def _clipping_record(report: _WorkerReport) -> dict[str, object] | None:
+    """The `clipping` a child's gradient phase recorded, as plain values (None: it did not clip)."""
+    if report.observations is None:
+        return None
+    gradient = report.observations.state.as_dict().get("gradient")
+    clipping = gradient.as_dict().get("clipping") if isinstance(gradient, FrozenMapping) else None
+    if not isinstance(clipping, FrozenMapping):
+        return None
+    plain: dict[str, object] = {}
+    for key, value in clipping.entries:
+        if isinstance(value, FrozenTensor):
+            # The recorder stores float32 norms; read without torch (the parent may not load it).
+            one_float = (
+                value.dtype == "torch.float32" and value.numel == 1 and value.data is not None
+            )
+            value = struct.unpack("=f", bytes(value.data[:4]))[0] if one_float else None
+        plain[str(key)] = value
+    return plain
 
 
 def _phase_views(report: _WorkerReport) -> dict[str, Snapshot] | Decision:

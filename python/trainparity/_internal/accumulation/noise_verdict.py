@@ -1,7 +1,11 @@
 """check_accumulation under NoiseComparison: the candidate's phases against the spread of repeated baselines.
 
 The baselines repeat the full-batch execution (`baselines` of them), for a
-GPU whose backward is nondeterministic. The initial states, the step counts
+GPU whose backward is nondeterministic, and one more sample, the split
+reference, runs our loop over the candidate's microbatches: the same update
+summed in another valid order, so the envelope holds the rounding a split
+brings (which Adam's first step can turn into a full-size move of a
+parameter whose gradient is rounding alone). The initial states, the step counts
 of a case's own train_step and a multi-rank candidate's ranks stay exact, as
 under the exact comparison; each observed phase (loss accounting, gradient,
 optimizer state, parameter update, scheduler state) is then judged against
@@ -25,7 +29,12 @@ from trainparity._internal.accumulation.verdict import (
 )
 from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import ExactComparison
-from trainparity._internal.noise.envelope import PathEnvelope, StepEnvelope, judge_step
+from trainparity._internal.noise.envelope import (
+    NoiseMemory,
+    PathEnvelope,
+    StepEnvelope,
+    judge_step,
+)
 from trainparity._internal.noise.verdict import envelope_verdict
 from trainparity._internal.noise.walk import EnvelopeEvent, StepRow, step_event
 from trainparity._internal.outcomes import Outcome
@@ -43,15 +52,23 @@ def judge_noise_observations(
     rank_views: Sequence[Views],
     *,
     own_step: bool,
+    sample_names: Sequence[str] = (),
 ) -> Decision:
     """The first ABSTAIN, FAIL or ERROR (carrying `noise_envelope`); else PASS with the
-    `noise_envelope` report and its closest approach."""
+    `noise_envelope` report and its closest approach.
+
+    `baselines` are every noise sample's views, named by `sample_names`: the
+    repeated full-batch baselines and the split reference (our loop over the
+    candidate's microbatches), whose distance to the full batch is the
+    rounding that splitting may bring.
+    """
     exact = ExactComparison()  # the initial states and step counts the envelope does not cover
     rows: list[dict[str, Any]] = []
     report: dict[str, Any] = {
         **policy.settings(),
         "judged_on": "phases of one optimizer-update boundary",
-        "samples": [f"baseline_{chr(ord('a') + index)}" for index in range(len(baselines))],
+        "samples": list(sample_names)
+        or [f"baseline_{chr(ord('a') + index)}" for index in range(len(baselines))],
         "steps": rows,
     }
     compared = compared_candidate(candidate, rank_views)
@@ -70,7 +87,7 @@ def judge_noise_observations(
                 noise_envelope=_finished(report, rows),
                 compared_on=compared_on if compared_on is not None else disagreement.compared_on,
             )
-    noise_so_far: dict[str, float] = {}
+    noise_so_far = NoiseMemory()
     for index, phase in enumerate(PHASES, start=1):
         if phase not in candidate:  # an own step that did not report its losses
             continue

@@ -24,6 +24,7 @@ from trainparity._internal.state.freeze import FrozenMapping
 if TYPE_CHECKING:
     import torch
 
+    from trainparity._internal.accumulation.step_probes import ClipRecorder
     from trainparity._internal.state.snapshot_capture import CaptureResult
 
 __all__ = [
@@ -158,9 +159,16 @@ class StepObserver:
     """
 
     def __init__(
-        self, optimizer: Any, scheduler: Any, named_model: torch.nn.Module, *, observe: bool
+        self,
+        optimizer: Any,
+        scheduler: Any,
+        named_model: torch.nn.Module,
+        *,
+        observe: bool,
+        clipping: ClipRecorder | None,
     ) -> None:
         self.optimizer = optimizer
+        self.clipping = clipping
         self.scheduler = scheduler
         self.named_model = named_model
         self.observe = observe
@@ -234,10 +242,14 @@ class StepObserver:
         return state
 
     def capture_gradient(self) -> CaptureResult:
-        """The gradient phase now: every parameter's `.grad` by the reference's names."""
-        from trainparity._internal.state.snapshot_capture import capture_tree, gradient_tree
+        """The gradient phase now: every parameter's `.grad` by the reference's names, and the
+        clipping calls so far."""
+        from trainparity._internal.accumulation.step_probes import gradient_observation
+        from trainparity._internal.state.snapshot_capture import capture_tree
 
-        return capture_tree(lambda: {"gradient": gradient_tree(self.named_model)}, step=None)
+        return capture_tree(
+            lambda: gradient_observation(self.named_model, self.clipping), step=None
+        )
 
     def capture_optimizer_state(self) -> CaptureResult:
         """The optimizer's canonical state now, without the call count (known only at the end)."""

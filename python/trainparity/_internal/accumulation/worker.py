@@ -128,6 +128,7 @@ def execute(
         outcome=Outcome.PASS.value,
         message="boundary observed",
         loss_normalization_captured=boundary.loss_normalization_captured,
+        random_draws=boundary.random_draws,
     )
     if boundary.unobserved:
         record["unobserved_phases"] = list(boundary.unobserved)

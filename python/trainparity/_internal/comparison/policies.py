@@ -17,6 +17,7 @@ from trainparity._internal.state.freeze import (
     FrozenTensor,
     FrozenValue,
     freeze,
+    mapping_key_order,
 )
 from trainparity._internal.state.paths import StatePath, render_path
 from trainparity._internal.state.snapshot import Snapshot
@@ -331,10 +332,12 @@ class _Traversal:
 
 
 def _mapping_children(left: FrozenMapping, right: FrozenMapping, path: StatePath) -> list:
-    left_entries, right_entries = left.as_dict(), right.as_dict()
+    # Keyed by kind and value, so an int key 2 and a str key "2" (or 1 and True) never pair up.
+    left_entries = {mapping_key_order(key): item for key, item in left.entries}
+    right_entries = {mapping_key_order(key): item for key, item in right.entries}
     keys = sorted(set(left_entries) | set(right_entries))
     return [
-        (left_entries.get(key, _ABSENT), right_entries.get(key, _ABSENT), (*path, key))
+        (left_entries.get(key, _ABSENT), right_entries.get(key, _ABSENT), (*path, key[1]))
         for key in keys
     ]
 

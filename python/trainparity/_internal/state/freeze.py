@@ -27,13 +27,31 @@ __all__ = [
     "FrozenTensor",
     "FrozenValue",
     "FullValueBackend",
+    "MappingKey",
     "UnsupportedStateError",
     "freeze",
+    "mapping_key_order",
     "nested_named_values",
     "render_path",
 ]
 
 SCALAR_TYPES = (type(None), bool, int, float, str, bytes)
+
+MappingKey = Union[None, bool, int, float, str, bytes]  # noqa: UP007 - runtime alias, Python 3.10
+"""A frozen mapping's key: a str, or another plain scalar (a MultiStepLR's milestone counts)."""
+
+# str keys come first, so a str-keyed mapping keeps code-point order; the other kinds
+# follow, each kind by value: `1`, `True` and `1.0` are distinct keys of distinct kinds.
+_KEY_KINDS: dict[type, int] = {str: 0, type(None): 1, bool: 2, int: 3, float: 4, bytes: 5}
+
+
+def mapping_key_order(key: MappingKey) -> tuple[int, MappingKey]:
+    """The sort key of a frozen mapping key: its kind, then its value (a total order).
+
+    Equal Python values of different kinds (`1`, `True`, `1.0`) get distinct
+    sort keys, so they never pair up when two mappings are compared.
+    """
+    return (_KEY_KINDS[type(key)], key)
 
 
 class UnsupportedStateError(TypeError):
@@ -124,14 +142,15 @@ class FrozenTensor:
 
 @dataclass(frozen=True)
 class FrozenMapping:
-    """A str-keyed mapping with entries sorted by key (code point order)."""
+    """A mapping with entries sorted by key: str keys in code-point order, then other
+    plain scalar keys by kind and value (`mapping_key_order`)."""
 
-    entries: tuple[tuple[str, FrozenValue], ...]
+    entries: tuple[tuple[MappingKey, FrozenValue], ...]
 
-    def keys(self) -> list[str]:
+    def keys(self) -> list[MappingKey]:
         return [key for key, _ in self.entries]
 
-    def as_dict(self) -> dict[str, FrozenValue]:
+    def as_dict(self) -> dict[MappingKey, FrozenValue]:
         return dict(self.entries)
 
 
@@ -160,7 +179,9 @@ def freeze(
     Raises UnsupportedStateError naming the path for values that cannot be
     frozen (tensor subclasses other than DTensor/ShardedTensor and
     __torch_function__-only ones, non-strided, meta or quantized tensors,
-    non-str mapping keys, arbitrary objects, cyclic containers). A DTensor
+    mapping keys that are not plain scalars or are NaN, arbitrary objects,
+    cyclic containers). Scalar keys of a subclass (an IntEnum member) are
+    kept as their built-in kind, as a snapshot file would give them back. A DTensor
     freezes to this rank's local shard and its placement, never gathered; so
     does a PlacedShard (a plain local tensor with the placement its owner
     knows). With copy=False tensor leaves are zero-copy views of contiguous
@@ -205,16 +226,33 @@ class _Freezer:
             self.open_containers.discard(marker)
 
     def _mapping(self, value: Mapping, path: StatePath) -> FrozenMapping:
-        for key in value:
-            if not isinstance(key, str):
-                raise UnsupportedStateError(path, f"mapping key {key!r} is not a str")
-        keys = sorted(value)
-        return FrozenMapping(tuple((key, self.freeze(value[key], (*path, key))) for key in keys))
+        keyed = [(_frozen_key(key, path), key) for key in value]
+        keyed.sort(key=lambda pair: mapping_key_order(pair[0]))
+        return FrozenMapping(
+            tuple((key, self.freeze(value[live], (*path, key))) for key, live in keyed)
+        )
 
     def _sequence(self, value: list | tuple, path: StatePath) -> FrozenSequence:
         kind = "tuple" if isinstance(value, tuple) else "list"
         items = tuple(self.freeze(item, (*path, index)) for index, item in enumerate(value))
         return FrozenSequence(kind, items)
+
+
+def _frozen_key(key: object, path: StatePath) -> MappingKey:
+    """`key` as its built-in scalar kind; UnsupportedStateError for any other key."""
+    if isinstance(key, str):
+        return key  # str subclasses stay as they are, as str values do
+    for kind in (bool, int, float, bytes):  # bool before int: True is an int too
+        if isinstance(key, kind):
+            frozen = kind(key)
+            if kind is float and math.isnan(frozen):
+                raise UnsupportedStateError(path, "mapping key nan has no order")
+            return frozen
+    if key is None:
+        return None
+    raise UnsupportedStateError(
+        path, f"mapping key {key!r} ({_qualified_type_name(key)}) is not a plain scalar"
+    )
 
 
 def _is_tensor(value: object) -> bool:

@@ -1,11 +1,16 @@
-"""Rendering of state paths: `model.layer[2].weight`, `extra["a.b"]`, `$` for the root."""
+"""Rendering of state paths: `model.layer[2].weight`, `extra["a.b"]`, `$` for the root.
+
+A part is a str key, an int (a sequence index, or an int mapping key such as
+a MultiStepLR milestone: `scheduler.milestones[2]`), or another plain scalar
+mapping key, rendered as Python writes it (`[True]`, `[0.5]`, `[None]`).
+"""
 
 from __future__ import annotations
 
 import json
 import re
 
-PathPart = str | int
+PathPart = str | int | float | bool | bytes | None
 StatePath = tuple[PathPart, ...]
 
 _COMPONENT = re.compile(r"[^.\[]+")
@@ -21,8 +26,10 @@ def render_path(path: StatePath) -> str:
             rendered.append(f"[{part}]")
         elif isinstance(part, str) and part.isidentifier():
             rendered.append(f".{part}" if rendered else part)
-        else:
-            rendered.append(f"[{json.dumps(str(part), ensure_ascii=False)}]")
+        elif isinstance(part, str):
+            rendered.append(f"[{json.dumps(part, ensure_ascii=False)}]")
+        else:  # another scalar mapping key: never mistaken for the str of the same text
+            rendered.append(f"[{part!r}]")
     return "".join(rendered)
 
 

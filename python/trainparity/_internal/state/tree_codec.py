@@ -20,6 +20,7 @@ from trainparity._internal.state.freeze import (
     FrozenTensor,
     FrozenValue,
     UnsupportedStateError,
+    mapping_key_order,
 )
 from trainparity._internal.state.paths import StatePath, render_path
 from trainparity._internal.state.placement import ShardPlacement
@@ -49,7 +50,11 @@ def encode_tree(value: FrozenValue) -> tuple[Any, list[tuple[str, FrozenTensor]]
       `["b", "base64"]`;
     - `["t", index]` a tensor: index into the returned tensor list, whose
       items are `(rendered state path, tensor)` in tree order;
-    - `["m", [[key, node], ...]]` a mapping (its keys sorted, as frozen);
+    - `["m", [[key, node], ...]]` a mapping whose keys are all str (sorted,
+      as frozen); `["k", [[key node, node], ...]]` a mapping with another
+      scalar key (an int milestone), each key a tagged scalar node, in
+      `mapping_key_order` (written only then, so files of str-keyed state
+      are unchanged and older files read as before);
       `["l", [node, ...]]` a list; `["u", [node, ...]]` a tuple.
 
     Raises UnsupportedStateError (naming its path) for a value that is not frozen state.
@@ -77,9 +82,17 @@ def _encode_node(
         tensors.append((render_path(path), value))
         return ["t", len(tensors) - 1]
     if isinstance(value, FrozenMapping):
+        if all(isinstance(key, str) for key, _ in value.entries):
+            return [
+                "m",
+                [[key, _encode_node(item, (*path, key), tensors)] for key, item in value.entries],
+            ]
         return [
-            "m",
-            [[key, _encode_node(item, (*path, key), tensors)] for key, item in value.entries],
+            "k",
+            [
+                [_encode_node(key, path, tensors), _encode_node(item, (*path, key), tensors)]
+                for key, item in value.entries
+            ],
         ]
     if isinstance(value, FrozenSequence):
         tag = "l" if value.kind == "list" else "u"
@@ -144,10 +157,26 @@ def _decode_node(node: Any, tensors: Sequence[FrozenTensor]) -> FrozenValue:
             # The comparison merges both sides' keys in order; unsorted keys would mis-pair them.
             raise SnapshotFileError("mapping keys in the manifest are not sorted and unique")
         return FrozenMapping(entries)
+    if tag == "k":
+        entries = tuple((_decoded_key(key), _decode_node(item, tensors)) for key, item in node[1])
+        order = [mapping_key_order(key) for key, _ in entries]
+        if any(order[index] >= order[index + 1] for index in range(len(order) - 1)):
+            raise SnapshotFileError("mapping keys in the manifest are not sorted and unique")
+        return FrozenMapping(entries)
     if tag in ("l", "u"):
         items = tuple(_decode_node(item, tensors) for item in node[1])
         return FrozenSequence("list" if tag == "l" else "tuple", items)
     raise SnapshotFileError(f"unknown node kind {tag!r} in the manifest")
+
+
+def _decoded_key(node: Any) -> Any:
+    """A mapping key's tagged node decoded: a plain scalar, never a tensor or container."""
+    if node[0] not in ("n", "?", "i", "f", "s", "b"):
+        raise SnapshotFileError(f"mapping key of kind {node[0]!r} in the manifest")
+    key = _decode_node(node, ())
+    if isinstance(key, float) and key != key:
+        raise SnapshotFileError("mapping key nan in the manifest")
+    return key
 
 
 def _checked(value: Any, kind: type) -> Any:
