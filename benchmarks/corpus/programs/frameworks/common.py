@@ -86,9 +86,46 @@ def resume_entry(
     )
 
 
+def runs_entry(
+    program: str,
+    case: str,
+    *,
+    form: str,
+    comparison: Callable[[], Any],
+    fault: str | None = None,
+    expect_path: str | None = None,
+    expect_step: int | None = None,
+    fast: bool = False,
+    note: str = "",
+    timeout: float = 240.0,
+) -> Entry:
+    """An entry that runs `check_runs(case)` over the case's own `variants`, under `comparison()`."""
+
+    def run(work_dir: Path) -> Any:
+        import trainparity
+
+        return trainparity.check_runs(
+            case,
+            comparison=comparison(),
+            cwd=ROOT,
+            work_dir=work_dir,
+            environment=environment(),
+            timeout=timeout,
+        )
+
+    return Entry(
+        program=program,
+        form=form,
+        check="runs",
+        run=run,
+        fault=fault,
+        expect_path=expect_path,
+        expect_step=expect_step,
+        fast=fast,
+        note=note,
+    )
+
+
 def script_command(script: str, arguments: list[str]) -> list[str]:
     """`python <programs>/<script> ...`: the interpreter running the check, the script by path."""
     return [PYTHON, str(PROGRAMS / script), *arguments]
-
-
-RunFunction = Callable[[Path], Any]

@@ -1,9 +1,9 @@
 """DDP programs on 2 gloo ranks under torchrun: DistributedSampler with set_epoch, DCP checkpoints.
 
 The script is ddp_train.py; every phase is one torchrun job
-(`trainparity.distributed.torchrun_command`). 2 ranks, 16 samples in
-batches of 2 a rank: a split at step 3 of 4 falls in the second epoch
-(mid-epoch for both programs), where the sampler's epoch matters. What is
+(`trainparity.distributed.torchrun_command`). 2 ranks, 16 samples, 4 a
+rank per step: 2 steps an epoch, so a split at step 3 of 4 falls in the
+middle of the second epoch, where the sampler's epoch matters. What is
 compared is the final DCP checkpoint with each rank's RNG file and the
 scheduler, the records of every step on every rank, and the sample IDs
 each rank trained on (`record_ids`).

@@ -4,10 +4,10 @@
         --checkpoint DIR --end-step N [--resume DIR] [--program sgd|adamw] [--noisy] [--fault NAME]
 
 Every rank trains a DDP model with dropout on its `DistributedSampler`
-share (shuffled, `set_epoch` every epoch); 16 samples, batches of 2 per
-rank. `sgd`: SGD with momentum and a MultiStepLR, one batch a step (4 steps
-an epoch). `adamw`: AdamW with a warm-up, 2 batches a step (`no_sync` on the
-first), gradients clipped at 0.5 (2 steps an epoch). The checkpoint is a
+share (shuffled, `set_epoch` every epoch); 16 samples, 4 a rank per step:
+2 steps an epoch. `sgd`: SGD with momentum and a MultiStepLR, one batch of
+4 a step. `adamw`: AdamW with a warm-up, 2 microbatches of 2 a step
+(`no_sync` on the first), gradients clipped at 0.5. The checkpoint is a
 directory: the DCP files of model, optimizer and step (all ranks
 together), the scheduler's state (rank 0) and one RNG file per rank, since every rank draws its own dropout
 masks. The resumed run skips the batches its epoch already consumed.
@@ -96,7 +96,15 @@ def main() -> None:
 
     dataset = IndexedSamples(16)
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=3)
-    loader = DataLoader(dataset, batch_size=2, sampler=sampler)
+    # Every new DataLoader iterator draws a seed from the generator it is given (by default
+    # the global one, which dropout uses): a resumed run starts one more iterator than the
+    # uninterrupted run, so without a generator of its own every later mask would shift.
+    loader = DataLoader(
+        dataset,
+        batch_size=4 // accumulation,
+        sampler=sampler,
+        generator=torch.Generator().manual_seed(5),
+    )
     batches_per_epoch = len(loader)
 
     step = 0

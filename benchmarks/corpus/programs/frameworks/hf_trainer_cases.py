@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from benchmarks.corpus.programs.frameworks.common import resume_entry, script_command
+from benchmarks.corpus.programs.frameworks.common import resume_entry, runs_entry, script_command
 
 MODULE = "benchmarks.corpus.programs.frameworks.hf_trainer_cases"
 
@@ -82,6 +82,34 @@ class BertIgnoringDataSkip(BertResume):
     arguments = (*BertResume.arguments, "--fault", "ignore-data-skip")
 
 
+class Gpt2Accumulation(_TrainerCase):
+    """4 microbatches of 2 against 1 batch of 8 (dropout off): the same steps, rounded otherwise."""
+
+    name = "hf_gpt2_accumulation_4x2_vs_1x8"
+    total_step = 4
+    arguments = ("--model", "gpt2", "--dropout", "0")
+    variants = {
+        "accum4x2": {"args": ["--accum", "4", "--batch", "2"]},
+        "accum1x8": {"args": ["--accum", "1", "--batch", "8"]},
+    }
+
+    def observe_checkpoint(self, path: Path) -> Mapping[str, object]:
+        observed = super().observe_checkpoint(path)
+        # What must agree: the logged losses and the training state, not the batch settings.
+        return {key: observed[key] for key in ("log_history", "model", "optimizer", "scheduler")}
+
+
+class Gpt2AccumulationOwnLoss(Gpt2Accumulation):
+    arguments = (*Gpt2Accumulation.arguments, "--own-loss")
+
+
+def _tolerance():
+    from trainparity import ToleranceComparison
+
+    # docs/integrations.md: the Trainer's accumulation equals the full batch up to rounding.
+    return ToleranceComparison(rtol=1e-4, atol=1e-5)
+
+
 GPT2 = "hf_gpt2_adamw_cosine_accum_clip"
 BERT = "hf_bert_adafactor_linear"
 
@@ -141,5 +169,25 @@ ENTRIES = [
         expect_path="model",
         expect_step=5,
         note="ignore_data_skip=True on resume: the epoch's batches start again from the first",
+    ),
+    runs_entry(
+        "hf_gpt2_accumulation_4x2_vs_1x8",
+        f"{MODULE}:Gpt2Accumulation",
+        form="deterministic",
+        comparison=_tolerance,
+        note="check_runs: Trainer gradient_accumulation_steps 4 x batch 2 against 1 x 8, "
+        "clipping, under the tolerance docs/integrations.md declares",
+    ),
+    runs_entry(
+        "hf_gpt2_accumulation_4x2_vs_1x8",
+        f"{MODULE}:Gpt2AccumulationOwnLoss",
+        form="deterministic",
+        comparison=_tolerance,
+        fault="loss_normalisation",
+        # Adam's first update hardly sees a gradient's scale; its moments do.
+        expect_path="optimizer.state",
+        expect_step=1,
+        note="a compute_loss of its own that ignores num_items_in_batch: 4 microbatch means "
+        "summed instead of the batch's mean",
     ),
 ]

@@ -19,6 +19,12 @@ job). The models are built from local configs (no downloads):
 `trainparity.record()` runs at the start of training (after the Trainer
 loaded its checkpoint) and after every optimizer step.
 
+`--batch`, `--accum` and `--dropout` are the configurations check_runs
+compares (4 microbatches of 2 against 1 batch of 8); `--own-loss` is a
+Trainer whose `compute_loss` returns each microbatch's token mean and
+ignores `num_items_in_batch`: the accumulated gradient is then the sum of
+the microbatch means, not the batch's mean (a loss-normalisation bug).
+
 `--noisy` multiplies each loss by a factor of 1 computed as a float32 sum
 in an order drawn from os.urandom, as GPU atomics sum in whatever order
 threads finish: runs part at the last bit and drift apart (real rounding,
@@ -56,6 +62,10 @@ parser.add_argument("--stop-at", type=int, required=True)
 parser.add_argument("--max-steps", type=int, default=8)
 parser.add_argument("--model", choices=("gpt2", "bert"), default="gpt2")
 parser.add_argument("--noisy", action="store_true")
+parser.add_argument("--batch", type=int, default=4)
+parser.add_argument("--accum", type=int, help="microbatches a step (gpt2: 2, bert: 1)")
+parser.add_argument("--dropout", type=float, default=0.1)
+parser.add_argument("--own-loss", action="store_true")
 parser.add_argument("--fault", choices=("scheduler-file-lost", "rng-file-lost", "ignore-data-skip"))
 options = parser.parse_args()
 
@@ -114,6 +124,17 @@ class NoisyTrainer(Trainer):
         return loss * one_summed_in_random_order()
 
 
+class OwnLossTrainer(Trainer):
+    """A token-mean loss of its own per microbatch, which ignores `num_items_in_batch`."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        labels = inputs.pop("labels")
+        outputs = model(**inputs)
+        logits = outputs.logits[:, :-1].flatten(0, 1)
+        loss = torch.nn.functional.cross_entropy(logits, labels[:, 1:].flatten(), ignore_index=-100)
+        return (loss, outputs) if return_outputs else loss
+
+
 class StopAt(TrainerCallback):
     """The job's slot ends after step `stop_at`: save a checkpoint there and stop."""
 
@@ -156,9 +177,9 @@ def build_model() -> torch.nn.Module:
             n_head=2,
             bos_token_id=1,
             eos_token_id=1,
-            resid_pdrop=0.1,
-            embd_pdrop=0.1,
-            attn_pdrop=0.1,
+            resid_pdrop=options.dropout,
+            embd_pdrop=options.dropout,
+            attn_pdrop=options.dropout,
         )
         return GPT2LMHeadModel(config)
     config = BertConfig(
@@ -169,8 +190,8 @@ def build_model() -> torch.nn.Module:
         intermediate_size=32,
         max_position_embeddings=16,
         num_labels=3,
-        hidden_dropout_prob=0.1,
-        attention_probs_dropout_prob=0.1,
+        hidden_dropout_prob=options.dropout,
+        attention_probs_dropout_prob=options.dropout,
         pad_token_id=PAD,
     )
     return BertForSequenceClassification(config)
@@ -189,8 +210,8 @@ def main() -> None:
     arguments = TrainingArguments(
         output_dir=str(options.output_dir),
         max_steps=options.max_steps,
-        per_device_train_batch_size=4,
-        gradient_accumulation_steps=2 if gpt2 else 1,
+        per_device_train_batch_size=options.batch,
+        gradient_accumulation_steps=options.accum or (2 if gpt2 else 1),
         max_grad_norm=1.0 if gpt2 else 0.5,
         optim="adamw_torch" if gpt2 else "adafactor",
         learning_rate=1e-2,
@@ -207,7 +228,8 @@ def main() -> None:
         dataloader_num_workers=0,
         ignore_data_skip=ignore_data_skip,
     )
-    trainer = (NoisyTrainer if options.noisy else Trainer)(
+    trainer_class = NoisyTrainer if options.noisy else Trainer
+    trainer = (OwnLossTrainer if options.own_loss else trainer_class)(
         model=build_model(),
         args=arguments,
         train_dataset=Sequences(48 if gpt2 else 24),
