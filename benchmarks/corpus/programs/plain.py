@@ -26,6 +26,10 @@ OBSERVE = "benchmarks.corpus.programs.plain_train:observe"
 ACCUMULATION = "benchmarks.corpus.programs.plain_accumulation"
 SPLIT_STEP, TOTAL_STEP = 5, 7  # 4 batches an epoch: the split falls inside epoch 1 (or 2)
 AFTER_LOAD, FIRST_RESUMED = SPLIT_STEP, SPLIT_STEP + 1
+# A restored StatefulDataLoader hands the first resumed batch to the worker next in turn, which
+# had drawn nothing yet in epoch 1 of the uninterrupted run either: a worker's RNG restarted by
+# the resume shows from the batch after, that of a worker which had already drawn.
+SECOND_RESUMED = SPLIT_STEP + 2
 
 # Every check's children: one thread, a fixed hash seed (warm servers are shared only then).
 ENVIRONMENT = {
@@ -242,7 +246,7 @@ FAULTS: list[tuple[str, str, tuple[str, ...], str, int | None, str, str]] = [
         "data_position",
         ("--fault", "no_generator"),
         "data.generator_at_epoch_start",
-        AFTER_LOAD,
+        FIRST_RESUMED,
         "deterministic",
         "the sampler's generator not restored",
     ),
@@ -383,7 +387,7 @@ FAULTS: list[tuple[str, str, tuple[str, ...], str, int | None, str, str]] = [
         "worker_rng",
         ("--augment", "worker_rng"),
         "model",
-        FIRST_RESUMED,
+        SECOND_RESUMED,
         "deterministic",
         "augmentation from the workers' RNG, restarted by the restored loader",
     ),
@@ -392,7 +396,7 @@ FAULTS: list[tuple[str, str, tuple[str, ...], str, int | None, str, str]] = [
         "worker_rng",
         ("--workers", "2", "--augment", "worker_rng"),
         "model",
-        FIRST_RESUMED,
+        SECOND_RESUMED,
         "nondeterministic",
         "2 workers, augmentation from their RNG, restarted by the restored loader",
     ),
@@ -412,8 +416,8 @@ COVERAGE_FAULTS: list[tuple[str, str, tuple[str, ...], str, int | None, str, str
         "cnn_stateful_track_ids",
         "data_position",
         ("--fault", "no_loader_state"),
-        "coverage.epoch1.rank0",
-        FIRST_RESUMED,
+        "data.loader",  # the observed loader state differs first, before any ID is consumed
+        AFTER_LOAD,
         "deterministic",
         "StatefulDataLoader state not loaded: IDs consumed again",
     ),
@@ -481,7 +485,8 @@ def run_explain(name: str, flags: Sequence[str], form: str, work: Path) -> Any:
     from trainparity import explain
 
     result = run_resume(name, flags, form, work / "check")
-    return explain(result, cwd=ROOT, environment=ENVIRONMENT, timeout=600.0)
+    case = command_case(name, (*flags, *form_flags(form)))
+    return explain(result, case=case, cwd=ROOT, environment=ENVIRONMENT, timeout=600.0)
 
 
 def run_runs(
@@ -503,6 +508,10 @@ def run_runs(
     )
 
 
+FP16_CASES = ("MlpScalerClip", "MlpClipBeforeUnscale")
+FP16_TOLERANCE = (1e-2, 5e-5)
+
+
 def run_accumulation(case: str, form: str, work: Path) -> Any:
     from trainparity import (
         AccumulationExecutionPlan,
@@ -512,11 +521,14 @@ def run_accumulation(case: str, form: str, work: Path) -> Any:
     )
 
     # Microbatches round differently from the full batch: docs/accumulation.md declares a
-    # tolerance for that; the nondeterministic form is judged against its own noise.
+    # tolerance for that; the nondeterministic form is judged against its own noise. Under fp16
+    # autocast (rounding unit 1e-3) splitting the batch rounds far more than repeating it, so the
+    # envelope of repeats cannot hold it: both forms declare an fp16-wide tolerance.
+    rtol, atol = FP16_TOLERANCE if case in FP16_CASES else (1e-5, 1e-6)
     comparison = (
         NoiseComparison()
-        if form == "nondeterministic"
-        else ToleranceComparison(rtol=1e-5, atol=1e-6)
+        if form == "nondeterministic" and case not in FP16_CASES
+        else ToleranceComparison(rtol=rtol, atol=atol)
     )
     prefix = "Noisy" if form == "nondeterministic" else ""
     return check_accumulation(
@@ -534,7 +546,7 @@ def _entries() -> list[Entry]:
     entries: list[Entry] = []
     fast = {
         ("mlp_adamw_cosine", "deterministic", None),
-        ("tiny_sgd_multistep", "nondeterministic", None),
+        ("mlp_adamw_cosine", "nondeterministic", None),
         ("mlp_adamw_cosine", "deterministic", "no_scheduler"),
         ("mlp_adamw_cosine", "nondeterministic", "no_torch_rng"),
     }
@@ -694,14 +706,14 @@ def _entries() -> list[Entry]:
         (
             "MlpClipBeforeUnscale",
             "clipping_order",
-            "gradient",
+            "clipping",
             "deterministic",
             "clips the gradients while they are still scaled",
         ),
         (
             "MlpClipAfterStep",
             "clipping_order",
-            "gradient",
+            "clipping",
             "nondeterministic",
             "clips after the optimizer stepped",
         ),

@@ -364,6 +364,8 @@ def main() -> None:
         random.setstate(state["rng"]["python"])
         data = state["data"]
         epoch, step = data["epoch"], state["step"]
+        # Before the loader restarts: its workers take their copy of the dataset then.
+        dataset.epoch = epoch
         if args.loader == "stateful":
             if args.fault != "no_loader_state":
                 loader.load_state_dict(data["loader"])
