@@ -15,6 +15,7 @@ import functools
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ SCRIPT = "benchmarks/corpus/programs/plain_train.py"
 OBSERVE = "benchmarks.corpus.programs.plain_train:observe"
 ACCUMULATION = "benchmarks.corpus.programs.plain_accumulation"
 SPLIT_STEP, TOTAL_STEP = 5, 7  # 4 batches an epoch: the split falls inside epoch 1 (or 2)
+COVERAGE_TOTAL_STEP = 8  # epoch 1 ends with the run: the chain's audit sees it whole
+SAMPLES = 16  # plain_train.SAMPLES
 AFTER_LOAD, FIRST_RESUMED = SPLIT_STEP, SPLIT_STEP + 1
 # A restored StatefulDataLoader hands the first resumed batch to the worker next in turn, which
 # had drawn nothing yet in epoch 1 of the uninterrupted run either: a worker's RNG restarted by
@@ -433,7 +436,7 @@ COVERAGE_FAULTS: list[tuple[str, str, tuple[str, ...], str, int | None, str, str
 ]
 
 
-def command_case(name: str, flags: Sequence[str]):
+def command_case(name: str, flags: Sequence[str], total_step: int = TOTAL_STEP):
     from trainparity import CommandCase
 
     auto = "--auto-resume" in flags
@@ -451,7 +454,7 @@ def command_case(name: str, flags: Sequence[str]):
         ],
         checkpoint="{run_dir}/checkpoints" if auto else "{run_dir}/checkpoint.pt",
         split_step=SPLIT_STEP,
-        total_step=TOTAL_STEP,
+        total_step=total_step,
         observe=OBSERVE,
         name=name,
     )
@@ -477,6 +480,42 @@ def run_resume(name: str, flags: Sequence[str], form: str, work: Path) -> Any:
         work_dir=work,
         environment=ENVIRONMENT,
         timeout=600.0,
+    )
+
+
+@dataclass(frozen=True)
+class ChainCoverage:
+    """A sample coverage audit of one epoch over the resume's phases, in the shape of a result."""
+
+    outcome: str
+    message: str
+    primary_difference: Any
+    first_divergent_step: int | None = None
+
+
+def run_chain_coverage(name: str, flags: Sequence[str], form: str, work: Path) -> Any:
+    """check_resume to step 8 (epoch 1 = steps 5..8, split after its first batch), then
+    `audit_recorded_chain` of epoch 1 over candidate_split and candidate_resume: ExactlyOnce."""
+    from trainparity import ExactlyOnce, check_resume
+    from trainparity.sample_coverage import audit_recorded_chain
+
+    case = command_case(name, (*flags, *form_flags(form)), total_step=COVERAGE_TOTAL_STEP)
+    check = check_resume(
+        case,
+        comparison=comparison_for(form),
+        cwd=ROOT,
+        work_dir=work,
+        environment=ENVIRONMENT,
+        timeout=600.0,
+    )
+    if check.outcome.value == "ERROR":
+        return check
+    phases = [work / phase / "ids" for phase in ("candidate_split", "candidate_resume")]
+    audit = audit_recorded_chain(phases, policy=ExactlyOnce(range(SAMPLES)), epochs=[1])[1]
+    return ChainCoverage(
+        outcome=audit.outcome.value if hasattr(audit.outcome, "value") else str(audit.outcome),
+        message=audit.message,
+        primary_difference=audit.first_violation,
     )
 
 
@@ -590,6 +629,28 @@ def _entries() -> list[Entry]:
                     note=note,
                 )
             )
+    # sample coverage: epoch 1's IDs over the resume's two phases, each exactly once.
+    for name, extra, fault, note in (
+        ("mlp_track_ids", (), None, "epoch 1 audited ExactlyOnce over the split and the resume"),
+        (
+            "mlp_track_ids",
+            ("--fault", "no_skip"),
+            "data_position",
+            "the resumed epoch restarts: its first batch twice, its last never",
+        ),
+    ):
+        flags = (*COVERAGE_PROGRAMS[name][0], *extra)
+        entries.append(
+            Entry(
+                name.replace("track_ids", "chain_audit"),
+                "deterministic",
+                "coverage",
+                functools.partial(run_chain_coverage, name, flags, "deterministic"),
+                fault=fault,
+                expect_path=None if fault is None else "coverage",
+                note=note,
+            )
+        )
     # explain: an explanation is right when it names the planted cause's component.
     for name, fault, extra, component, note in (
         (
