@@ -8,7 +8,7 @@ import pytest
 import torch
 import trainparity
 from trainparity import ExactComparison, NoiseComparison
-from trainparity._internal.noise.envelope import EXIT_REASON, judge_step
+from trainparity._internal.noise.envelope import EXIT_REASON, NoiseMemory, judge_step
 from trainparity._internal.state.freeze import freeze
 
 torch.manual_seed(0)
@@ -125,21 +125,39 @@ class TestJudgeStep:
         def with_frozen(frozen: torch.Tensor):
             generator = torch.Generator().manual_seed(9)
             weight = WEIGHT * (1 + 1e-7 * torch.randn(WEIGHT.shape, generator=generator))
-            return freeze({"model": {"weight": weight, "frozen": frozen}, "lr": 0.1})
+            return freeze({"model": {"weight": weight}, "buffers": {"frozen": frozen}, "lr": 0.1})
 
         one_ulp = torch.ones(3)
         one_ulp[0] = torch.nextafter(one_ulp[0], torch.tensor(2.0))
         samples_alike = [
-            freeze({"model": {"weight": WEIGHT * (1 + 1e-7 * torch.randn(WEIGHT.shape)),
-                    "frozen": torch.ones(3)}, "lr": 0.1})
+            freeze({"model": {"weight": WEIGHT * (1 + 1e-7 * torch.randn(WEIGHT.shape))},
+                    "buffers": {"frozen": torch.ones(3)}, "lr": 0.1})
             for _ in range(3)
         ]  # fmt: skip
         judged = judge_step(NoiseComparison(), samples_alike, with_frozen(one_ulp))
         assert judged.differences == ()
-        entry = next(e for e in judged.paths if e.path == "model.frozen")
+        entry = next(e for e in judged.paths if e.path == "buffers.frozen")
         assert entry.rounding_unit == 2.0**-23 and not entry.outside
         far = judge_step(NoiseComparison(), samples_alike, with_frozen(torch.ones(3) * 1.001))
-        assert [d.path for d in far.differences] == ["model.frozen"]
+        assert [d.path for d in far.differences] == ["buffers.frozen"]
+
+    def test_a_tiny_tensor_takes_its_components_noise(self):
+        """Three samples of one number can agree by chance: the component's noise bounds it.
+
+        The 1-element bias below agrees to 1e-9 in the samples, while the weight
+        beside it, moved by the same nondeterminism, differs by 1e-6 relative.
+        """
+
+        def run(seed: int, bias: float):
+            generator = torch.Generator().manual_seed(seed)
+            weight = WEIGHT * (1 + 1e-6 * torch.randn(WEIGHT.shape, generator=generator))
+            return freeze({"model": {"weight": weight, "bias": torch.tensor([bias])}})
+
+        close = [run(0, 0.5), run(1, 0.5 * (1 + 1e-9)), run(2, 0.5 * (1 - 1e-9))]
+        assert not judge_step(NoiseComparison(), close, run(3, 0.5 * (1 + 3e-6))).differences
+        far = judge_step(NoiseComparison(), close, run(3, 0.5 * (1 + 1e-3)))
+        assert [d.path for d in far.differences] == ["model.bias"]
+        assert far.differences[0].reason == EXIT_REASON
 
     def test_samples_that_disagree_on_an_exact_path_are_reported(self):
         disagreeing = [state(1e-7, seed=0), state(1e-7, seed=1, step=4)]
@@ -161,11 +179,11 @@ class TestJudgeStep:
         assert not judge_step(widened, samples(), candidate).differences
 
     def test_noise_carried_forward_keeps_a_close_pair_from_narrowing_the_envelope(self):
-        carried: dict[str, float] = {}
-        judge_step(NoiseComparison(), samples(jitter=1e-6), noise_so_far=carried)
-        assert 1e-6 < carried["model.weight"] < 4e-6
-        close_pair = samples(jitter=1e-8)
-        candidate = state(5e-7, seed=9)
+        carried = NoiseMemory()
+        judge_step(NoiseComparison(), samples(jitter=1e-5), noise_so_far=carried)
+        assert 1e-5 < carried.relative("model.weight") < 4e-5
+        close_pair = samples(jitter=1e-7)
+        candidate = state(5e-6, seed=9)
         assert judge_step(NoiseComparison(), close_pair, candidate).differences
         assert not judge_step(NoiseComparison(), close_pair, candidate, carried).differences
 

@@ -43,9 +43,9 @@ from trainparity._internal.comparison.tensors import TensorValueComparison, comp
 from trainparity._internal.native.distances import Distances, buffer_distances
 from trainparity._internal.native.dtypes import info_for_text
 from trainparity._internal.state.freeze import FrozenTensor
-from trainparity._internal.state.paths import StatePath, render_path
+from trainparity._internal.state.paths import StatePath, component_of, render_path
 
-__all__ = ["EXIT_REASON", "PathEnvelope", "StepEnvelope", "judge_step"]
+__all__ = ["EXIT_REASON", "NoiseMemory", "PathEnvelope", "StepEnvelope", "judge_step"]
 
 EXIT_REASON = "noise_envelope"
 
@@ -120,22 +120,44 @@ class StepEnvelope:
         return max(judged, key=lambda entry: entry.ratio) if judged else None
 
 
+class NoiseMemory:
+    """What the steps judged so far of one trajectory leave to the next (see judge_step).
+
+    Per path the largest absolute noise and the largest samples' norm seen; per
+    component the largest pooled relative noise; and whether any step was noisy.
+    """
+
+    def __init__(self) -> None:
+        self.path_noise: dict[str, float] = {}  # absolute
+        self.path_scale: dict[str, float] = {}
+        self.component_noise: dict[str, float] = {}  # relative, pooled over the component
+        self.noisy = False
+
+    def relative(self, path: str) -> float:
+        """A path's largest absolute noise so far relative to its largest norm (0: none)."""
+        scale = self.path_scale.get(path, 0.0)
+        return self.path_noise.get(path, 0.0) / scale if scale > 0 else 0.0
+
+
 def judge_step(
     policy: NoiseComparison,
     samples: Sequence[object],
     candidate: object | None = None,
-    noise_so_far: dict[str, float] | None = None,
+    noise_so_far: NoiseMemory | None = None,
 ) -> StepEnvelope:
     """Judge `candidate` against the envelope of `samples` (frozen trees or Snapshots) at one step.
 
-    `noise_so_far` (path → relative noise) carries the envelope across the
-    steps of one trajectory: drift from reordered sums does not shrink, so a
-    path's noise is the largest measured at this step or before, which keeps
-    a few samples that happen to lie close together at one step from
-    narrowing the envelope there. It is updated with this step's noise.
+    `noise_so_far` carries the envelope across the steps of one trajectory
+    (docs/resume.md, "The envelope's statistical model"): drift from reordered
+    sums does not shrink, so a path's noise is at least the largest absolute
+    noise measured on it before; and once a step is noisy, every tensor's noise
+    is at least its component's pooled relative noise (so far) times the
+    tensor's largest norm, and one rounding unit of its dtype. It is updated
+    with this step's measurements.
     """
     if not samples:
         raise ValueError("judge_step needs at least one sample")
+    memory = noise_so_far if noise_so_far is not None else NoiseMemory()
     leaves: dict[str, list[Any]] = {}
     sample_differences: list[tuple[int, Difference]] = []
     for index, sample in enumerate(samples[1:], start=1):
@@ -152,7 +174,7 @@ def judge_step(
         walk = _SettingAside(leaves, 0)
         walk.run(samples[0], samples[0])
         order = walk.order
-    judged: list[tuple[str, list[Any], Any, PathEnvelope]] = []
+    measured: list[_Measured] = []
     unmeasured: list[str] = []
     for path in sorted(order, key=order.__getitem__):
         found = leaves.get(path, {})
@@ -162,8 +184,7 @@ def judge_step(
         candidate_leaf = found.get(candidate_index) if candidate is not None else None
         if candidate is not None and candidate_index not in found:
             continue  # a structure difference of the candidate, reported as such
-        before = noise_so_far.get(path, 0.0) if noise_so_far is not None else 0.0
-        entry = _judge_path(policy, path, sample_leaves, candidate_leaf, before)
+        entry = _measure_path(path, sample_leaves, candidate_leaf)
         if entry is None:
             unmeasured.append(path)
             if candidate_leaf is not None and not _same_digest(sample_leaves[0], candidate_leaf):
@@ -171,19 +192,23 @@ def judge_step(
                     (order[path], _exit_difference(path, sample_leaves, candidate_leaf, None))
                 )
             continue
-        judged.append((path, sample_leaves, candidate_leaf, entry))
-    noisy_step = any(entry.noise > 0 for _, _, _, entry in judged)
-    if noise_so_far is not None:
-        noise_so_far.update((path, entry.noise) for path, _, _, entry in judged if entry.noise > 0)
+        measured.append(entry)
+    noisy = memory.noisy or any(entry.noise_abs > 0 for entry in measured)
+    pooled = _pooled_component_noise(measured, memory)
     paths: list[PathEnvelope] = []
-    for path, sample_leaves, candidate_leaf, found in judged:
-        entry = _with_rounding_unit(policy, found, sample_leaves[0]) if noisy_step else found
-        if entry.noise > 0 or (entry.excursion or 0) > 0:
-            paths.append(entry)
-        if entry.outside:
+    for entry in measured:
+        judged = _judge_path(policy, entry, memory, pooled, noisy)
+        own_noise = entry.noise_abs > 0 or memory.path_noise.get(entry.path, 0.0) > 0
+        if own_noise or (judged.excursion or 0) > 0:
+            paths.append(judged)  # a path quiet on its own only shows where the candidate moved
+        if judged.outside:
             ordered.append(
-                (order[path], _exit_difference(path, sample_leaves, candidate_leaf, entry))
+                (
+                    order[entry.path],
+                    _exit_difference(entry.path, entry.samples, entry.candidate, judged),
+                )
             )
+    _remember(memory, measured, pooled, noisy)
     ordered.sort(key=lambda item: item[0])
     return StepEnvelope(
         tuple(sample_differences),
@@ -251,13 +276,26 @@ class _SettingAside(_Traversal):
 # Measuring and judging one path -------------------------------------------------------
 
 
-def _judge_path(
-    policy: NoiseComparison,
-    path: str,
-    samples: list[Any],
-    candidate: Any | None,
-    noise_before: float = 0.0,
-) -> PathEnvelope | None:
+@dataclass(frozen=True)
+class _Measured:
+    """One path's leaves measured at one step: absolute numbers, before any carrying."""
+
+    path: str
+    samples: list[Any]
+    candidate: Any | None
+    scale: float  # the largest sample norm
+    noise_abs: float  # the largest distance between two samples (inf: non-finite values)
+    excursion_abs: float | None  # the candidate's distance to the nearest sample
+    nearest: int | None
+    is_tensor: bool
+
+    @property
+    def pooled(self) -> bool:
+        """Whether the path takes part in its component's pooled noise: a finite tensor."""
+        return self.is_tensor and math.isfinite(self.noise_abs) and self.scale > 0
+
+
+def _measure_path(path: str, samples: list[Any], candidate: Any | None) -> _Measured | None:
     leaves = [*samples, *([candidate] if candidate is not None else [])]
     measured = _measure(leaves)
     if measured is None:
@@ -272,11 +310,6 @@ def _judge_path(
         noise_abs = 0.0 if identical_samples else math.inf
     else:
         noise_abs = max((measured.distance(i, j) for i, j in sample_pairs), default=0.0)
-    if noise_before > 0 and scale > 0 and math.isfinite(noise_abs):
-        noise_abs = max(noise_abs, noise_before * scale)
-    floor_abs = policy.floor_rtol * scale + policy.floor_atol
-    exact = noise_abs == 0 and not policy.has_floor
-    limit_abs = 0.0 if exact else policy.factor * noise_abs + floor_abs
     excursion_abs: float | None = None
     nearest: int | None = None
     if candidate is not None:
@@ -289,16 +322,94 @@ def _judge_path(
         else:
             nearest = min(range(k), key=lambda i: (measured.distance(i, c), i))
             excursion_abs = measured.distance(nearest, c)
-            if exact and excursion_abs == 0.0:
+            if excursion_abs == 0.0:
                 excursion_abs = math.ulp(0.0)  # equal values, other bytes (-0.0, NaN payloads)
+    return _Measured(
+        path,
+        samples,
+        candidate,
+        scale,
+        noise_abs,
+        excursion_abs,
+        nearest,
+        isinstance(samples[0], FrozenTensor),
+    )
+
+
+def _pooled_component_noise(measured: list[_Measured], memory: NoiseMemory) -> dict[str, float]:
+    """Per component: the relative noise of all its tensors taken as one vector, at most so far.
+
+    A path of few elements, or one whose samples happen to agree, estimates its
+    own spread poorly (three samples of one number can lie arbitrarily close);
+    its component's tensors together do not, and one source of nondeterminism
+    moves all of them (docs/resume.md, "The envelope's statistical model").
+    """
+    squares: dict[str, list[float]] = {}
+    for entry in measured:
+        if entry.pooled:
+            totals = squares.setdefault(component_of(entry.path), [0.0, 0.0])
+            totals[0] += entry.noise_abs**2
+            totals[1] += entry.scale**2
+    pooled = dict(memory.component_noise)
+    for component, (noise, scale) in squares.items():
+        here = math.sqrt(noise) / math.sqrt(scale) if scale > 0 else 0.0
+        pooled[component] = max(pooled.get(component, 0.0), here)
+    return pooled
+
+
+def _judge_path(
+    policy: NoiseComparison,
+    entry: _Measured,
+    memory: NoiseMemory,
+    pooled: dict[str, float],
+    noisy: bool,
+) -> PathEnvelope:
+    """The path's envelope: its noise (own, carried, pooled, rounding) and the candidate against it."""
+    scale = entry.scale
+    noise_abs = entry.noise_abs
+    carried = 0.0
+    if math.isfinite(noise_abs):
+        carried = max(memory.path_noise.get(entry.path, 0.0), memory.relative(entry.path) * scale)
+    unit = 0.0
+    if noisy and entry.is_tensor and math.isfinite(noise_abs):
+        # One source of nondeterminism moves every tensor once a step is noisy: a tensor's noise
+        # is at least its component's (times its largest norm so far, since a value passing
+        # through zero still carries the drift of its terms) and one rounding unit.
+        largest = max(scale, memory.path_scale.get(entry.path, 0.0))
+        carried = max(carried, pooled.get(component_of(entry.path), 0.0) * largest)
+        unit = _EPSILON.get(
+            info_for_text(entry.samples[0].dtype).name, 2.0**-2
+        )  # float8 formats: a quarter is their rounding scale
+    effective = max(noise_abs, carried)
+    floor_abs = policy.floor_rtol * scale + policy.floor_atol
+    exact = effective == 0 and unit == 0 and not policy.has_floor
+    limit_abs = 0.0 if exact else policy.factor * max(effective, unit * scale) + floor_abs
+    excursion_abs = entry.excursion_abs
+    if excursion_abs is not None and not exact and excursion_abs == math.ulp(0.0):
+        excursion_abs = 0.0  # other bytes of equal values only matter where judged bit for bit
     return PathEnvelope(
-        path=path,
-        noise=_relative(noise_abs, scale),
+        path=entry.path,
+        noise=_relative(effective, scale),
         excursion=None if excursion_abs is None else _relative(excursion_abs, scale),
         limit=_relative(limit_abs, scale),
-        nearest=nearest,
+        nearest=entry.nearest,
         exact=exact,
+        rounding_unit=unit if unit * scale > effective else 0.0,
     )
+
+
+def _remember(
+    memory: NoiseMemory, measured: list[_Measured], pooled: dict[str, float], noisy: bool
+) -> None:
+    for entry in measured:
+        if math.isfinite(entry.noise_abs) and entry.noise_abs > 0:
+            memory.path_noise[entry.path] = max(
+                memory.path_noise.get(entry.path, 0.0), entry.noise_abs
+            )
+        if math.isfinite(entry.scale):
+            memory.path_scale[entry.path] = max(memory.path_scale.get(entry.path, 0.0), entry.scale)
+    memory.component_noise.update(pooled)
+    memory.noisy = noisy
 
 
 # Machine epsilon (relative rounding unit) of each floating dtype; Python floats are float64.
@@ -311,25 +422,6 @@ _EPSILON = {
     "complex64": 2.0**-23,
     "complex32": 2.0**-10,
 }
-
-
-def _with_rounding_unit(policy: NoiseComparison, entry: PathEnvelope, leaf: Any) -> PathEnvelope:
-    """At a noisy step, a path whose samples agree is given one rounding unit of noise."""
-    if entry.noise > 0 or not isinstance(leaf, FrozenTensor):
-        return entry  # a Python float the samples agree on (a learning rate) stays exact
-    unit = _EPSILON.get(
-        info_for_text(leaf.dtype).name, 2.0**-2
-    )  # float8 formats: a quarter is their rounding scale
-    limit = max(entry.limit, policy.factor * unit)
-    return PathEnvelope(
-        entry.path,
-        entry.noise,
-        entry.excursion,
-        limit,
-        entry.nearest,
-        exact=False,
-        rounding_unit=unit,
-    )
 
 
 def _relative(value: float, scale: float) -> float:

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import MISSING, Difference
-from trainparity._internal.noise.envelope import PathEnvelope, StepEnvelope, judge_step
+from trainparity._internal.noise.envelope import NoiseMemory, PathEnvelope, StepEnvelope, judge_step
 from trainparity._internal.state.paths import component_of, path_under
 from trainparity._internal.state.snapshot import Snapshot
 
@@ -144,7 +144,7 @@ class EnvelopeWalk:
         self.rank = rank
         self.rows: list[StepRow] = []
         self.event: EnvelopeEvent | None = None
-        self.noise_so_far: dict[str, float] = {}
+        self.noise_so_far = NoiseMemory()
 
     def run(self, positions: Iterable[Position]) -> EnvelopeEvent | None:
         for position in positions:
