@@ -148,3 +148,45 @@ def test_the_first_op_named_is_the_dropout_not_an_extra_draw_paired_with_another
     assert first["module"] == "1" and first["origin"] == "born"
     assert "randperm" not in first["op"]
     assert "were passed over" in diff.message
+
+
+def test_the_realistic_resume_trace_names_the_dropout_not_the_collate_of_skipped_batches(
+    tmp_path,
+):
+    """The user's script traced at the first step after a resume that did not restore torch's
+    generator: the resumed process collates the batch it skips by iterating (more aten::stack
+    calls) and draws its epoch order; the first op named is the dropout whose mask differs."""
+    import os
+    import subprocess
+    import sys
+
+    from trainparity._internal.why.forensics import diff_traces
+
+    def started(name: str, end: int, *extra: str, trace: bool = True):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+        if trace:
+            env.update(
+                TRAINPARITY_RECORD=str(tmp_path / f"{name}.rec"),
+                TRAINPARITY_TRACE_STEP=str(end),
+                TRAINPARITY_TRACE_OUTPUT=str(tmp_path / f"{name}.trace"),
+                TRAINPARITY_TRACE_CAPTURE="TorchDispatchMode",
+            )
+        command = [sys.executable, "-m", CASES, "--run-dir", str(tmp_path / name)]
+        command += ["--end-step", str(end), *extra, *(["--record"] if trace else [])]
+        return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stderr=subprocess.PIPE)
+
+    def finished(process) -> None:
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, stderr.decode(errors="replace")[-2000:]
+
+    baseline = started("baseline", 4)
+    finished(started("split", 3, trace=False))
+    resume = ["--resume-dir", str(tmp_path / "split" / "checkpoints")]
+    resumed = started("resumed", 4, *resume, "--fault", "rng_not_restored")
+    finished(baseline)
+    finished(resumed)
+    diff = diff_traces(tmp_path / "baseline.trace", tmp_path / "resumed.trace")
+    first = diff.first_divergence
+    assert first["op"].startswith("aten::bernoulli"), diff.message
+    assert first["module"].startswith("encoder") and first["origin"] == "born"
+    assert "were passed over" in diff.message
