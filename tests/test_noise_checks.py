@@ -258,7 +258,7 @@ def test_check_accumulation_judges_the_phases_against_repeated_baselines(tmp_pat
         temporary_root=tmp_path / "noise",
     )
     assert noise.outcome is Outcome.PASS, noise.message
-    assert len(noise.process_ids) == 4  # three baselines and the candidate
+    assert len(noise.process_ids) == 5  # three baselines, the split reference, the candidate
     assert [row["phase"] for row in noise.noise_envelope["steps"]][:2] == [
         "loss_accounting",
         "gradient",

@@ -153,7 +153,8 @@ class StepObserver:
     freezes the gradients of `named_model` before delegating (the gradient
     phase) and every call's return freezes the optimizer state, keeping the
     last (the optimizer phase); `named_model` is the module whose parameter
-    names the reference uses (the unwrapped model under DDP). Captures are
+    names the reference uses (the unwrapped model under DDP); `clipping`,
+    when given, adds the clipping calls so far to the gradient phase. Captures are
     kept as CaptureResults: raising into the user's code is never an option.
     Restores the instances on exit, also when the step raised.
     """
@@ -165,7 +166,7 @@ class StepObserver:
         named_model: torch.nn.Module,
         *,
         observe: bool,
-        clipping: ClipRecorder | None,
+        clipping: ClipRecorder | None = None,
     ) -> None:
         self.optimizer = optimizer
         self.clipping = clipping
