@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 import trainparity
-from trainparity import Outcome
+from trainparity import ExactlyOnce, Outcome
+from trainparity._internal.coverage.recorded_ids import audit_recorded_chain
 from trainparity._internal.recording.record_ids import flush_ids, mark_step, record_ids
 from trainparity._internal.reports.diagnosis import diagnosis_rows
 from trainparity._internal.resume.sample_order import chain_coverage_differences
@@ -211,6 +212,21 @@ def test_a_replay_of_other_ids_than_the_consumed_ones_is_no_fast_forward(tmp_pat
     resumed = [BATCHES[1], BATCHES[0], BATCHES[2], *BATCHES[3:]]
     (found,) = _differences(tmp_path, resumed, [False] * 3 + [True] * 3)
     assert found.difference.reason == "sample_repeated"
+
+
+@pytest.mark.parametrize(
+    ("trained", "outcome"),
+    [([False] * 3 + [True] * 3, "PASS"), ([True] * 6 + [True] * 3, "FAIL")],
+)
+def test_the_chain_coverage_audit_leaves_a_fast_forward_out_too(tmp_path, trained, outcome):
+    _write(tmp_path / "a", BATCHES[:3], [True] * 3)
+    _write(tmp_path / "b", (BATCHES + BATCHES[:3])[: len(trained)], trained)
+    (result,) = audit_recorded_chain(
+        [tmp_path / "a", tmp_path / "b"], policy=ExactlyOnce(range(12))
+    ).values()
+    assert result.outcome == outcome, result
+    if outcome == "FAIL":  # trained on epoch 0's first batches again: consumed twice
+        assert result.first_violation.kind == "same_rank_duplicate"
 
 
 def _coverage_only_report(trajectory: object) -> dict:

@@ -10,11 +10,8 @@ from trainparity._internal.coverage.audit import (
     SampleCoverageResult,
     audit_rank_arrays,
 )
-from trainparity._internal.recording.record_ids import (
-    read_recorded_ids,
-    recorded_epochs,
-    recorded_ids,
-)
+from trainparity._internal.coverage.fast_forward import after_fast_forward, phase_record
+from trainparity._internal.recording.record_ids import recorded_epochs, recorded_ids
 
 __all__ = ["audit_recorded_chain", "audit_recorded_ids"]
 
@@ -64,8 +61,11 @@ def audit_recorded_chain(
     Coverage is per epoch, across every phase: each rank's IDs of an epoch
     are its phases' records one after the other (positions count along
     them), so a sample that one phase consumed and a later phase consumed
-    again is a repeat, and one that no phase consumed is missing. Phases may
-    run on different numbers of ranks; rank R is every phase's rank R.
+    again is a repeat, and one that no phase consumed is missing. A later
+    phase's record that begins with exactly the IDs the phases before it
+    consumed, drawn to fast-forward its loader with no training step in
+    between (coverage/fast_forward.py), counts without that replay. Phases
+    may run on different numbers of ranks; rank R is every phase's rank R.
     """
     # A phase that recorded nothing (it resumed past the end) may have no directory at all.
     found = [
@@ -75,15 +75,24 @@ def audit_recorded_chain(
     chosen = sorted(recorded) if epochs is None else sorted(set(epochs))
     results = {}
     for epoch in chosen:
-        phases = [
-            {rank: read_recorded_ids(path) for rank, path in records.get(epoch, {}).items()}
-            for records in found
-        ]
-        ranks = sorted(set().union(*phases))
-        joined = {
-            rank: memoryview(b"".join(phase.get(rank, b"") for phase in phases)) for rank in ranks
-        }
+        ranks = sorted(set().union(*(records.get(epoch, {}) for records in found)))
+        joined = {rank: _joined(found, epoch, rank) for rank in ranks}
         results[epoch] = audit_rank_arrays(
             joined, policy=policy, epoch=epoch, max_examples=max_examples
         )
     return results
+
+
+def _joined(found: list[dict[int, dict[int, Path]]], epoch: int, rank: int) -> memoryview:
+    """One rank's IDs of `epoch` over the phases, each later phase's fast-forward replay left out."""
+    parts: list[memoryview] = []
+    before: list[int] = []  # what the phases so far consumed: a later phase may replay it
+    for index, records in enumerate(found):
+        if index and before:
+            record = after_fast_forward(records, epoch, rank, before)
+        else:
+            record = phase_record(records, epoch, rank)
+        parts.append(record.kept)
+        if index < len(found) - 1:
+            before += record.kept.tolist()
+    return memoryview(b"".join(part.cast("B") for part in parts))

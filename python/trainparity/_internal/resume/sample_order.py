@@ -36,23 +36,17 @@ per-rank rule; it must keep baseline_a's global sample order instead
 
 from __future__ import annotations
 
-import sys
-from bisect import bisect_right
-from collections.abc import Callable
-from dataclasses import dataclass, replace
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainparity._internal.comparison.policies import Difference
-from trainparity._internal.coverage.global_order import audit_global_order
-from trainparity._internal.recording.record_ids import (
-    ConsumptionSteps,
-    batch_ends,
-    batch_updates,
-    consumption_steps,
-    read_recorded_ids,
-    recorded_epochs,
+from trainparity._internal.coverage.fast_forward import (
+    PhaseRecord,
+    after_fast_forward,
+    phase_record,
 )
+from trainparity._internal.coverage.global_order import audit_global_order
+from trainparity._internal.recording.record_ids import recorded_epochs
 
 __all__ = ["BoundaryDifference", "chain_coverage_differences", "resume_chain_differences"]
 
@@ -65,87 +59,6 @@ class BoundaryDifference:
 
     difference: Difference
     step: int | None
-
-
-_EMPTY = memoryview(b"").cast("q")
-
-
-@dataclass(frozen=True)
-class _PhaseIds:
-    """One phase's IDs of one epoch on one rank, and the step during which each was consumed.
-
-    `ends` and `updates`: per recorded batch, the ID count after it and the
-    optimizer steps its process had done when it came. `skipped`: the
-    leading IDs read as a fast-forward (drawn to skip them, not trained on).
-    """
-
-    values: memoryview
-    steps: ConsumptionSteps
-    ends: memoryview = _EMPTY
-    updates: memoryview = _EMPTY
-    skipped: int = 0
-
-    @property
-    def kept(self) -> memoryview:
-        """The IDs the phase consumed, a fast-forward's replay left out."""
-        return self.values[self.skipped :]
-
-    def update_at(self, position: int) -> int | None:
-        """The optimizer steps done when the ID at `position` came; None when not recorded."""
-        batches = min(len(self.ends), len(self.updates))  # a torn flush may leave one short
-        batch = bisect_right(self.ends, position)
-        return self.updates[batch] if batch < batches else None
-
-
-def _phase_ids(records: dict[int, dict[int, Path]], epoch: int, rank: int) -> _PhaseIds:
-    path = records.get(epoch, {}).get(rank)
-    if path is None:
-        return _PhaseIds(_EMPTY, ConsumptionSteps([]))
-    view = read_recorded_ids(path)
-    if sys.byteorder != "little":  # records are little-endian
-        raise NotImplementedError("ID records are read on little-endian hosts only")
-    values = view.cast("q") if len(view) else _EMPTY
-    return _PhaseIds(values, consumption_steps(path), batch_ends(path), batch_updates(path))
-
-
-def _next_consumed(
-    records: dict[int, dict[int, Path]], epoch: int, rank: int
-) -> tuple[_PhaseIds, int] | None:
-    """Where a phase consumed its first ID after its record of `epoch` ends: (record, position)."""
-    for later in sorted(e for e in records if e > epoch):
-        ids = _phase_ids(records, later, rank)
-        if len(ids.values):
-            return ids, 0
-    return None
-
-
-def _fast_forward(
-    ids: _PhaseIds, before: list[int], following: Callable[[], tuple[_PhaseIds, int] | None]
-) -> bool:
-    """Whether `ids` begins with a replay of `before` that no training step separates from the rest.
-
-    `before`: the IDs the earlier phases consumed in this epoch, in order.
-    `following()`: where the phase consumed its next ID, asked only when its
-    record of this epoch holds nothing after the replay (None: nowhere). The evidence of a
-    step in between is an optimizer step, when the phase's process took any
-    while drawing these IDs; else a record() call.
-    """
-    count = len(before)
-    if not count or len(ids.values) < count or ids.values[:count].tolist() != before:
-        return False
-    after = (ids, count) if len(ids.values) > count else following()
-    if after is None:
-        return True  # nothing consumed after the replay: nothing of it was trained on
-    record, position = after
-    first, last = ids.update_at(0), record.update_at(position)
-    if first is not None and last is not None:
-        if last != first:
-            return False
-        final = record.update_at(len(record.values) - 1)
-        if final is not None and final != first:
-            return True  # optimizer steps are counted here, and none came during the replay
-    # No optimizer step counted (another optimizer, or none yet): record() marks the steps.
-    return ids.steps.step_at(0) == record.steps.step_at(position)
 
 
 def _records(directory: Path) -> dict[int, dict[int, Path]]:
@@ -171,8 +84,8 @@ def _during(step: int | None) -> str:
 def _describe(
     epoch: int,
     rank: int,
-    baseline: _PhaseIds,
-    phases: list[tuple[str, _PhaseIds]],
+    baseline: PhaseRecord,
+    phases: list[tuple[str, PhaseRecord]],
     actual: list[int],
     position: int,
 ) -> BoundaryDifference:
@@ -271,14 +184,14 @@ def chain_coverage_differences(
             *(records.get(epoch, {}) for _name, records in phases)
         )
         for rank in sorted(ranks):
-            expected = _phase_ids(baseline, epoch, rank)
-            consumed: list[tuple[str, _PhaseIds]] = []
+            expected = phase_record(baseline, epoch, rank)
+            consumed: list[tuple[str, PhaseRecord]] = []
             actual: list[int] = []  # what the phases so far consumed in this epoch
             for index, (name, records) in enumerate(phases):
-                ids = _phase_ids(records, epoch, rank)
-                following = partial(_next_consumed, records, epoch, rank)
-                if index and _fast_forward(ids, actual, following):
-                    ids = replace(ids, skipped=len(actual))
+                if index:  # a resumed phase: its fast-forward replay is left out
+                    ids = after_fast_forward(records, epoch, rank, actual)
+                else:
+                    ids = phase_record(records, epoch, rank)
                 consumed.append((name, ids))
                 actual += ids.kept.tolist()
             position = _first_mismatch(expected.values, actual)
