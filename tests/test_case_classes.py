@@ -11,6 +11,7 @@ so their classes really live in `__main__`.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -120,6 +121,13 @@ def test_a_class_defined_in_a_script_goes_to_the_children_by_value(tmp_path):
     assert (work_dir / BY_VALUE_FILE).is_file()
 
 
+def test_a_plain_install_brings_cloudpickle():
+    """A class in a script or a notebook needs no extra: cloudpickle is a dependency."""
+    requirements = importlib.metadata.requires("trainparity") or []
+    unconditional = [r for r in requirements if "extra ==" not in r]
+    assert any(r.startswith("cloudpickle") for r in unconditional), requirements
+
+
 def test_without_cloudpickle_a_class_in_main_is_a_setup_error_that_says_what_to_install(
     tmp_path,
 ):
@@ -127,7 +135,7 @@ def test_without_cloudpickle_a_class_in_main_is_a_setup_error_that_says_what_to_
     fields, work_dir = _run_script(tmp_path, before_check="sys.modules['cloudpickle'] = None")
     assert fields["outcome"] == "ERROR"
     assert fields["usage_error"] == "case"
-    assert "pip install 'trainparity[notebook]'" in fields["message"]
+    assert "pip install cloudpickle" in fields["message"]
     assert fields["message"].startswith(
         "process case setup failed: ScriptCase is defined in __main__"
     )

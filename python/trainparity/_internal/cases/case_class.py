@@ -6,7 +6,7 @@ qualified name leads back to it) becomes the spec `"module:QualName"`, as
 if that string had been passed. A class defined in `__main__` (a notebook
 cell, a script run as `python script.py`) or inside a function cannot be
 imported by the check's children: it is pickled by value with cloudpickle
-(the optional extra `trainparity[notebook]`) into a file in the check's run
+(a dependency of trainparity) into a file in the check's run
 directory, and the observer and the workers unpickle it from there.
 
 This module raises plain exceptions; cases.loading turns them into the
@@ -36,7 +36,7 @@ BY_VALUE_FILE = "case_class.cloudpickle"
 # The report's `case` of a class sent by value: "<by value> __main__.MyCase". It cannot be
 # mistaken for a spec (no spec starts with "<"), and it says that the class was not imported.
 BY_VALUE_REPORTED = "<by value> "
-INSTALL_HINT = "pip install 'trainparity[notebook]'"
+INSTALL_HINT = "pip install cloudpickle (a dependency of trainparity: reinstall it)"
 
 
 def importable_spec(case_class: type) -> str | None:
