@@ -111,6 +111,15 @@ def test_planted_faults_still_fail_inside_the_envelope_where_they_first_show(
     assert words in result.message
 
 
+def test_a_split_reference_whose_losses_do_not_add_up_is_not_taken_as_noise(tmp_path):
+    """loss() declares a mean as numerator: two microbatches' numerators add to twice the
+    full batch's, so the split reference cannot be trusted to differ by rounding alone."""
+    result = check("MeanAccountingLoop", tmp_path=tmp_path)
+    assert result.outcome is Outcome.ABSTAIN, result.message
+    assert result.message.startswith("split_reference's loss_accounting differs")
+    assert result.primary_difference.path == "loss_accounting.denominator"  # 1 vs 2
+
+
 def test_dropout_in_training_mode_abstains_and_says_what_to_do(tmp_path):
     result = check("DropoutLoop", comparison=ExactComparison(), tmp_path=tmp_path)
     assert result.outcome is Outcome.ABSTAIN, result.message

@@ -11,7 +11,10 @@ under the exact comparison; each observed phase (loss accounting, gradient,
 optimizer state, parameter update, scheduler state) is then judged against
 the envelope of the baselines' same phase, in contract order, each phase's
 noise carried into the next (what a gradient's rounding moves, the update
-inherits).
+inherits). `loss_accounting` is judged against the full-batch baselines
+alone, with the rounding of a reassociated sum as its floor: a split
+changes only the order its losses are added in, and the split reference is
+admitted for the later phases only when its own losses pass that test.
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ from trainparity._internal.outcomes import Outcome
 from trainparity._internal.state.snapshot import Snapshot
 
 __all__ = ["judge_noise_observations"]
+
+SPLIT = "split_reference"  # execution.py names the child so
+ACCOUNTING = "loss_accounting"
+LOSS_SUM_ROUNDING = 2.0**-17  # 64 float32 rounding units, relative: a reassociated sum's slack
 
 Views = dict[str, Snapshot]
 
@@ -87,28 +94,83 @@ def judge_noise_observations(
                 noise_envelope=_finished(report, rows),
                 compared_on=compared_on if compared_on is not None else disagreement.compared_on,
             )
+    names = list(report["samples"])
+    full_batch = [view for name, view in zip(names, baselines, strict=True) if name != SPLIT]
+    full_names = [name for name in names if name != SPLIT]
+    split = next((view for name, view in zip(names, baselines, strict=True) if name == SPLIT), None)
+    accounting = _accounting_policy(policy)
     noise_so_far = NoiseMemory()
+    rejected: StepEnvelope | None = None  # the split reference's losses, when they do not add up
     for index, phase in enumerate(PHASES, start=1):
-        if phase not in candidate:  # an own step that did not report its losses
-            continue
-        judged = judge_step(
-            policy, [view[phase] for view in baselines], candidate[phase], noise_so_far
-        )
-        rows.append(_row(index, phase, judged.paths))
-        event = step_event(policy, judged, index, 0, report["samples"], ("candidate", False))
-        if event is None:
-            continue
-        outcome, message = _verdict(event, policy, phase)
-        return Decision(
-            outcome,
-            message,
-            first_observed_phase=phase,
-            verified_equal_initial_state=True,
-            compared_on=compared_on,
-            noise_envelope=_finished(report, rows),
-            **_differences(event, judged),
-        )
+        if phase == ACCOUNTING and split is not None:
+            # The split reference is admitted as a sample of the update only when its own
+            # losses add up to the full batch's: a loss() whose declared numerator does not
+            # add over microbatches would otherwise carry its error into the envelope.
+            admitted = judge_step(accounting, [view[phase] for view in full_batch], split[phase])
+            if step_event(accounting, admitted, index, 0, full_names, (SPLIT, False)):
+                split, rejected = None, admitted
+        if phase in candidate:  # not when an own step did not report its losses
+            if phase == ACCOUNTING:  # against the full batch: a split only reassociates sums
+                phase_policy, samples, sample_names = accounting, full_batch, full_names
+            else:
+                phase_policy = policy
+                samples = [*full_batch, *([split] if split is not None else [])]
+                sample_names = [*full_names, *([SPLIT] if split is not None else [])]
+            judged = judge_step(
+                phase_policy, [view[phase] for view in samples], candidate[phase], noise_so_far
+            )
+            rows.append(_row(index, phase, judged.paths))
+            event = step_event(phase_policy, judged, index, 0, sample_names, ("candidate", False))
+            if event is not None:
+                outcome, message = _verdict(event, phase_policy, phase)
+                return Decision(
+                    outcome,
+                    message,
+                    first_observed_phase=phase,
+                    verified_equal_initial_state=True,
+                    compared_on=compared_on,
+                    noise_envelope=_finished(report, rows),
+                    **_differences(event, judged),
+                )
+        if rejected is not None:
+            return _split_not_admitted(rejected, _finished(report, rows), compared_on)
     return passed(compared_on=compared_on, noise_envelope=_finished(report, rows))
+
+
+def _accounting_policy(policy: NoiseComparison) -> NoiseComparison:
+    """The policy `loss_accounting` is judged by: the declared one, plus the rounding of sums.
+
+    A split adds the microbatches' losses in another order; that moves a sum
+    of positive terms by a few units of its last place, never by a factor.
+    """
+    return NoiseComparison(
+        factor=policy.factor,
+        baselines=policy.baselines,
+        floor_rtol=policy.floor_rtol + LOSS_SUM_ROUNDING,
+        floor_atol=policy.floor_atol,
+        max_noise=policy.max_noise,
+    )
+
+
+def _split_not_admitted(
+    judged: StepEnvelope, envelope: dict[str, Any], compared_on: str | None
+) -> Decision:
+    """ABSTAIN: the split reference's losses do not add up to the full batch's."""
+    first = judged.differences[0] if judged.differences else None
+    where = f" at {first.path}" if first is not None else ""
+    return Decision(
+        Outcome.ABSTAIN,
+        f"{SPLIT}'s loss_accounting differs from the full batch's{where}: the numerator and "
+        "denominator loss() declares do not add up over microbatches, so the split "
+        "reference cannot be trusted to differ from the full batch by rounding alone; "
+        "declare them as sums over each microbatch's samples (or tokens)",
+        first_observed_phase=ACCOUNTING,
+        primary_difference=first,
+        all_differences=judged.differences,
+        verified_equal_initial_state=True,
+        compared_on=compared_on,
+        noise_envelope=envelope,
+    )
 
 
 def _verdict(event: EnvelopeEvent, policy: NoiseComparison, phase: str) -> tuple[Outcome, str]:
