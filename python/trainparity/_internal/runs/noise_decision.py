@@ -22,6 +22,7 @@ from trainparity._internal.runs.noise_recordings import RunsEnvelope
 from trainparity._internal.runs.plan import REPEATS
 from trainparity._internal.runs.result import RunsResult, VariantComparison
 from trainparity._internal.why.environment_leads import nondeterminism_hints
+from trainparity._internal.why.knob_check import phase_fingerprints
 
 __all__ = ["decide_noise"]
 
@@ -63,7 +64,11 @@ def decide_noise(
                 primary_difference=event.differences[0],
                 all_differences=event.differences,
                 variant_comparisons=tuple(comparisons),
-                nondeterminism_hints=nondeterminism_hints(execution.settings.environment),
+                nondeterminism_hints=nondeterminism_hints(
+                    execution.settings.environment,
+                    phase_fingerprints(execution.settings.run_root, [*samples, *runs]),
+                    device=getattr(execution.case, "device", None),
+                ),
                 noise_envelope=_noise_report(policy, envelope, reports, pair),
                 **(envelope.report_fields(()) if envelope.recorded else {}),
             )
