@@ -117,7 +117,7 @@ def test_explain_does_not_rule_out_threads_the_script_sets_in_code(tmp_path):
     assert explanation.outcome is Outcome.ABSTAIN
 
 
-def _traced_resume_step(resumed: bool):
+def _traced_resume_step(resumed: bool, *, restored: bool = False):
     """One traced step of a model with dropout, as a baseline or as a resume that did not
     restore torch's generator. The baseline's sampler ends its epoch in this step: its last
     draw (a randperm whose output nobody uses) comes before the next epoch's order; the resumed
@@ -133,7 +133,7 @@ def _traced_resume_step(resumed: bool):
         order = torch.randperm(8, generator=new_epoch)
         model(batch[order[:4] % 4]).sum().backward()
 
-    torch.manual_seed(3 if resumed else 0)  # the generator the resume did not restore
+    torch.manual_seed(3 if resumed and not restored else 0)  # the generator not restored
     return trainparity.trace(None, model=model, inputs={"batch": batch}, run=step, step=1)
 
 
@@ -190,3 +190,20 @@ def test_the_realistic_resume_trace_names_the_dropout_not_the_collate_of_skipped
     assert first["op"].startswith("aten::bernoulli"), diff.message
     assert first["module"].startswith("encoder") and first["origin"] == "born"
     assert "were passed over" in diff.message
+
+
+def test_when_only_unpaired_calls_differ_the_op_is_named_as_what_it_is():
+    """The generator restored: the dropout agrees, and only the extra draw's group differs. It
+    is named with its call counts, "not necessarily where the runs part", and explain's
+    sentence neither calls it the place they part nor blames a generator for it."""
+    from trainparity._internal.why.explain import _op_fields
+    from trainparity._internal.why.explanation import explanation_sentence
+    from trainparity._internal.why.forensics import diff_traces
+
+    diff = diff_traces(_traced_resume_step(False), _traced_resume_step(True, restored=True))
+    first = diff.first_divergence
+    assert first["op"].startswith("aten::randperm") and first["call_counts"] == [2, 1]
+    assert "not necessarily where the runs part" in diff.message
+    sentence = explanation_sentence([], [], _op_fields(first), False, False, (1, 1.0), False)
+    assert "called 2 times in one step and 1 in the other" in sentence
+    assert "the first op where they part" not in sentence

@@ -272,7 +272,12 @@ def _explained(
     )
     trials = _threads_set_in_code(recorded, knobs, trials)
     confirmed = [trial for trial in trials if trial.status == "confirmed"]
-    rng_op = first_op is not None and any(word in first_op.get("op", "") for word in _RNG_OPS)
+    # An op whose calls could not be paired (call_counts) says nothing of a generator's state.
+    rng_op = (
+        first_op is not None
+        and not first_op.get("call_counts")
+        and any(word in first_op.get("op", "") for word in _RNG_OPS)
+    )
     sentence = explanation_sentence(
         confirmed, trials, first_op, rng_op, bool(knobs), original, repeats
     )
@@ -356,6 +361,7 @@ def _op_fields(divergence: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if divergence is None:
         return None
     keep = (
+        "call_counts",
         "op",
         "module",
         "phase",

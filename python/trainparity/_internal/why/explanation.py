@@ -45,7 +45,15 @@ def explanation_sentence(
 ) -> str:
     """The Explanation's message: what the reruns showed, then the first op where the runs part."""
     where = ""
-    if first_op is not None:
+    if first_op is not None and first_op.get("call_counts"):
+        # Only ops whose calls cannot be paired differ (trace_diff.py): named, not as the cause.
+        baseline_calls, candidate_calls = first_op["call_counts"]
+        where = (
+            f"; the first op whose output differed is {first_op['op']} in "
+            f"{first_op.get('module') or 'the script'}, called {baseline_calls} times in one "
+            f"step and {candidate_calls} in the other, so not necessarily where they part"
+        )
+    elif first_op is not None:
         where = f"; the first op where they part is {first_op['op']} in {first_op.get('module') or 'the script'} ({first_op.get('origin')})"
     if original is None:
         return "the reruns did not part: the divergence did not reproduce here" + where
