@@ -53,6 +53,7 @@ def test_a_correct_loop_that_reports_no_losses_passes_without_the_loss_phase():
     result = check("SilentTokenLoopCase", AccumulationExecutionPlan(4))
     assert result.outcome == "PASS", result.message
     assert result.loss_normalization_captured is False  # nothing was reported to capture
+    assert "train_step returned no LossAccounting" in result.message
     assert_three_fresh_children(result)
 
 

@@ -366,6 +366,8 @@ class AccumulationExecution:
             reference_clipping=_clipping_record(reports[0]),
             own_step=bool(self.own_step_children),
             tolerance=isinstance(self.policy, ToleranceComparison),
+            losses_unreported=bool(self.own_step_children)
+            and "loss_accounting" in reports[-1].unobserved_phases,
         )
 
     def _decide(self, reports: list[_WorkerReport]) -> Decision:

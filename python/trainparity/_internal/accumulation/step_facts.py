@@ -20,6 +20,11 @@ from trainparity._internal.outcomes import Outcome
 __all__ = ["read_with_step_facts"]
 
 CLIPPING = "clipping"
+UNREPORTED_LOSSES = (
+    "; train_step returned no LossAccounting, so its loss scale was judged only through the "
+    "gradients and the update, which clipping and Adam normalise (return one per microbatch: "
+    'docs/accumulation.md, "Return the loss terms")'
+)
 AFTER_THE_GRADIENTS = ("optimizer_state", "parameter_update")
 AMPLIFIED_ROUNDING = (
     "; the gradients agreed within the tolerance: an Adam-type optimizer turns the rounding "
@@ -41,6 +46,7 @@ def read_with_step_facts(
     reference_clipping: Mapping[str, object] | None,
     own_step: bool,
     tolerance: bool = False,
+    losses_unreported: bool = False,
 ) -> Decision:
     """`decision`, turned or reworded by the steps' random draws and clipping.
 
@@ -51,7 +57,9 @@ def read_with_step_facts(
     recorded under `clipping` (None: no clipping before the step);
     `own_step`: the candidate ran the case's train_step (else the plan's loop);
     `tolerance`: judged under ToleranceComparison, where a FAIL after the
-    gradients agreed gets a pointer to NoiseComparison.
+    gradients agreed gets a pointer to NoiseComparison; `losses_unreported`:
+    train_step returned None, which a PASS says (clipping and Adam can hide a
+    wrong loss scale from the gradients and the update).
     """
     who = "train_step" if own_step else "the plan's loop"
     if drew and (
@@ -60,6 +68,8 @@ def read_with_step_facts(
         return dataclasses.replace(
             decision, outcome=Outcome.ABSTAIN, message=_random_message(decision, random_modules)
         )
+    if decision.outcome is Outcome.PASS and losses_unreported:
+        return dataclasses.replace(decision, message=decision.message + UNREPORTED_LOSSES)
     if decision.outcome is not Outcome.FAIL or decision.primary_difference is None:
         return decision
     if (

@@ -102,7 +102,9 @@ def _call_record(
         "norm_type": float(norm_type),
     }
     if isinstance(result, torch.Tensor):
-        record["total_norm"] = result.detach().to(torch.float32).cpu().clone()
+        full = getattr(result, "full_tensor", None)  # FSDP2's norm is a replicated DTensor
+        norm = full() if callable(full) else result
+        record["total_norm"] = norm.detach().to(torch.float32).cpu().clone()
     return record
 
 
