@@ -72,12 +72,15 @@ def test_python_is_the_checks_interpreter_and_a_moved_phase_finds_its_program_an
         "package.train",
         "x.py",
     ]
+    # A console script installed beside the check's interpreter runs from there (the venv's
+    # torchrun, even when the venv is not activated); other words are left to the PATH.
     assert moved("torchrun", "--nproc-per-node", "2", "train.py") == [
-        "torchrun",
+        str(Path(sys.executable).parent / "torchrun"),
         "--nproc-per-node",
         "2",
         "train.py",
     ]
+    assert moved("bash", "run.sh") == ["bash", "run.sh"]
     with pytest.raises(CaseSetupError, match="cwd must be None"):
         CommandCase(template=TEMPLATE, checkpoint=CHECKPOINT, total_step=4, cwd="/elsewhere")
     with pytest.raises(CaseSetupError, match="--cd-run-dir"):
@@ -99,6 +102,17 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATH", f"{fakes}:{Path(sys.executable).parent}:/usr/bin:/bin")
     assert shutil.which("python") == str(fakes / "python")
     return directory
+
+
+def test_a_console_script_beside_the_interpreter_is_described_as_such(tmp_path):
+    case = CommandCase(
+        template=["torchrun", "--standalone", "train.py", "{checkpoint}"],
+        checkpoint=CHECKPOINT,
+        total_step=4,
+    )
+    beside = str(Path(sys.executable).parent / "torchrun")
+    described = case.command_interpreter(search_path="/usr/bin:/bin", directory=tmp_path)
+    assert described == f"{beside} (torchrun: installed beside the interpreter running the check)"
 
 
 def test_a_script_that_saves_into_its_cwd_passes_with_cd_run_dir(capsys, project, tmp_path):

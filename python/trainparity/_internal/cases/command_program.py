@@ -3,9 +3,12 @@
 `python` or `python3` as the first word is the interpreter running the check
 (`sys.executable`), not whatever the children's PATH finds first: a check
 started as `.venv/bin/trainparity` without the venv activated would otherwise
-train under the system's Python, without torch. A path (`/usr/bin/python3`,
-`./venv/bin/python`) is used as given, and any other word (`torchrun`,
-`bash`, another launcher) is looked up in the children's PATH as exec would.
+train under the system's Python, without torch. For the same reason a
+console script installed beside that interpreter (`torchrun`, `deepspeed`,
+`accelerate` in the venv's `bin/`) is run from there. A path
+(`/usr/bin/python3`, `./venv/bin/python`) is used as given, and any other
+word (`bash`, another launcher) is looked up in the children's PATH as exec
+would.
 
 A phase that runs in its own run directory (`CommandCase(cwd="{run_dir}")`)
 still finds what the user named from the check's directory: a relative
@@ -27,6 +30,7 @@ from pathlib import Path
 __all__ = [
     "CHECK_INTERPRETER_WORDS",
     "anchored",
+    "beside_interpreter",
     "interpreter_description",
     "is_python",
     "with_check_interpreter",
@@ -42,11 +46,29 @@ _NO_SCRIPT_OPTIONS = frozenset({"-m", "-c", "-"})
 
 
 def with_check_interpreter(argv: Sequence[str]) -> list[str]:
-    """`argv` with a first word `python`/`python3` replaced by the check's own interpreter."""
+    """`argv` with a first word `python`/`python3` replaced by the check's own interpreter,
+    and one that names a console script beside that interpreter by the script's path."""
     argv = list(argv)
     if argv and argv[0] in CHECK_INTERPRETER_WORDS and sys.executable:
         argv[0] = sys.executable
+    elif argv and (beside := beside_interpreter(argv[0])) is not None:
+        argv[0] = beside
     return argv
+
+
+def beside_interpreter(word: str) -> str | None:
+    """The executable `word` in the check's interpreter's directory (a venv's bin/), if any.
+
+    The directory is the one `sys.executable` names, symlinks not followed: a
+    venv's `bin/python` links to the base interpreter, but its console scripts
+    live beside the link.
+    """
+    if not word or os.sep in word or "{" in word or not sys.executable:
+        return None
+    candidate = os.path.join(os.path.dirname(sys.executable), word)
+    if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        return candidate
+    return None
 
 
 def is_python(program: str) -> bool:
@@ -77,6 +99,9 @@ def interpreter_description(first_word: str, *, search_path: str | None, directo
         return f"{sys.executable} ({first_word}: the interpreter running the check)"
     if "{" in first_word:
         return f"{first_word} (filled per phase)"
+    beside = beside_interpreter(first_word)
+    if beside is not None:
+        return f"{beside} ({first_word}: installed beside the interpreter running the check)"
     if os.sep in first_word:
         return f"{directory / first_word} (a path given in the command)"
     found = shutil.which(first_word, path=search_path if search_path is not None else os.defpath)
