@@ -142,6 +142,14 @@ def test_a_replay_trained_on_again_is_consumed_again(tmp_path):
     assert "(candidate_resume's position 0)" in found.difference.candidate
 
 
+def test_a_replay_with_nothing_after_it_was_trained_on(tmp_path):
+    # A loop that records each batch after its step (the HF integration does): the resumed run
+    # trains the consumed batches again and stops; no later ID shows a fast-forward.
+    (found,) = _differences(tmp_path, BATCHES[:3], [True] * 3)
+    assert found.difference.reason == "sample_repeated"
+    assert "(candidate_resume's position 0)" in found.difference.candidate
+
+
 def test_a_fast_forward_one_batch_short_is_not_mistaken_for_one(tmp_path):
     # Skips batches 0 and 1, trains batch 2 again: the replay spans a step.
     (found,) = _differences(tmp_path, BATCHES, [False, False, True, True, True, True])

@@ -91,7 +91,7 @@ def after_fast_forward(records: Records, epoch: int, rank: int, before: list[int
     `before`: the IDs the earlier phases consumed in this epoch on this rank,
     in order. `skipped` is `len(before)` when the record begins with exactly
     them and no training step separates them from the phase's next ID (module
-    docstring), else 0.
+    docstring), else 0; also 0 when the phase consumed nothing after them.
     """
     record = phase_record(records, epoch, rank)
     count = len(before)
@@ -102,7 +102,9 @@ def after_fast_forward(records: Records, epoch: int, rank: int, before: list[int
         after: tuple[PhaseRecord, int] | None = (record, count)
     else:  # the replay fills the record: the next ID is in a later epoch's, if anywhere
         after = _next_consumed(records, epoch, rank)
-    if after is None or not _step_between(record, *after):
+    # A resumed phase trains at least one step past its split: with nothing consumed after the
+    # replay, the replay is what it trained on (a loop that records after each step does so).
+    if after is not None and not _step_between(record, *after):
         return replace(record, skipped=count)
     return record
 
