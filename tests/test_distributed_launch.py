@@ -12,7 +12,11 @@ from pathlib import Path
 import numpy
 import pytest
 from trainparity import Outcome, ToleranceComparison, check_resume, check_runs
-from trainparity._internal.distributed.torchrun_argv import fixed_port_problem, is_torchrun
+from trainparity._internal.distributed.torchrun_argv import (
+    fixed_port_problem,
+    is_torchrun,
+    own_port,
+)
 from trainparity._internal.processes.warm.pool import current_shared_servers
 from trainparity.distributed import torchrun_command
 
@@ -117,13 +121,34 @@ def test_the_deepspeed_launcher_always_binds_a_fixed_port(argv, port):
     assert not is_torchrun(argv)
 
 
-def test_fixed_master_port_with_concurrent_phases_is_an_error_before_anything_runs(tmp_path):
-    result, _alive, roots, _markers = _check("FixedMasterPortCase", tmp_path, parallel=True)
-    assert result.outcome is Outcome.ERROR
-    assert result.message.startswith("baseline_a command cannot run concurrently")
-    assert "fixed port 29533" in result.message and "parallel=False" in result.message
-    assert result.processes == ()  # no training child was started
+def test_plain_torchrun_phases_each_get_a_port_and_run_at_once(tmp_path):
+    """`torchrun --nproc-per-node 2 train.py` binds port 29500 by default: each phase gets its
+    own through PET_MASTER_PORT, so concurrent phases neither collide nor are refused."""
+    result, alive, roots, _markers = _check("PlainTorchrunCase", tmp_path, parallel=True)
+    assert result.outcome is Outcome.PASS, result.message
+    assert alive == []
     assert list(roots.iterdir()) == []
+
+
+def test_a_master_port_the_user_wrote_runs_each_phase_alone(tmp_path):
+    """Two phases on port 29533 at once would collide (one fails to bind, or joins the other's
+    job): a PASS shows they ran one after another."""
+    result, alive, _roots, _markers = _check("FixedMasterPortCase", tmp_path, parallel=True)
+    assert result.outcome is Outcome.PASS, result.message
+    assert alive == []
+
+
+def test_own_port_moves_only_default_ports():
+    plain = own_port([*RUN, "--nproc-per-node=2", "train.py"], {})
+    assert plain.alone is None and plain.argv[-1] == "train.py"
+    assert 0 < int(plain.environment["PET_MASTER_PORT"]) < 65536
+    written = own_port([*RUN, "--master-port=29533", "train.py"], {})
+    assert written.alone is not None and "29533" in written.alone
+    launcher = own_port(["deepspeed", "--num_gpus", "2", "train.py", "--master_port", "1"], {})
+    assert launcher.alone is None and launcher.argv[1].startswith("--master_port=")
+    assert launcher.argv[-2:] == ["--master_port", "1"]  # the script's own option is kept
+    assert own_port(["deepspeed", "--master_port=29611", "train.py"], {}).alone is not None
+    assert own_port([*RUN, "--standalone", "train.py"], {}) is None
 
 
 def test_crashing_rank_is_an_error_naming_phase_rank_and_its_last_stderr_line(tmp_path):

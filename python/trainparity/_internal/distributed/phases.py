@@ -25,20 +25,22 @@ from pathlib import Path
 
 from trainparity._internal.distributed.nodes import NODES_FILE_VARIABLE
 from trainparity._internal.distributed.torchrun_argv import (
-    fixed_port_problem,
+    PortRemedy,
     is_torchrun,
     nodes_on_this_host,
+    own_port,
 )
 from trainparity._internal.recording.record_ids import IDS_DIR_VARIABLE
 
 __all__ = [
     "PHASE_TAG_VARIABLE",
     "RANK_EXITS_FILE_VARIABLE",
+    "PortRemedy",
     "RankExit",
-    "concurrency_problem",
     "ids_path",
     "node_failure",
     "node_rows",
+    "own_port",
     "phase_environment",
     "rank_exits_path",
     "rank_failure",
@@ -186,20 +188,6 @@ def swept(tags: Callable[[], list[str]]) -> Iterator[None]:
     finally:
         for tag in tags():
             sweep(tag)
-
-
-def concurrency_problem(phase: str, argv: list[str], environment: dict[str, str]) -> str | None:
-    """The ERROR message for a torchrun (or other launcher) phase that cannot run
-    concurrently with its siblings."""
-    problem = fixed_port_problem(argv, environment)
-    if problem is None:
-        return None
-    return (
-        f"{phase} command cannot run concurrently with the other phases: {problem}, so two "
-        "phases would collide on it (or join each other's job); launch with "
-        "trainparity.distributed.torchrun_command, add --standalone, or pass parallel=False "
-        "(--sequential)"
-    )
 
 
 @dataclass(frozen=True)

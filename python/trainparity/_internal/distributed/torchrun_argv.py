@@ -11,19 +11,32 @@ torchrun's per-rank logs (and the directory it would otherwise create with
 parser and says when it would bind a fixed port (static rendezvous on
 `--master-port`, default 29500, or a `--rdzv-endpoint` with a port): two such
 phases running concurrently would collide on it. The `deepspeed` launcher
-always binds one (`--master_port`, default 29500).
+always binds one (`--master_port`, default 29500). `own_port` gives such a
+phase a port of its own where the port is only a default (torchrun reads
+`PET_MASTER_PORT` when `--master-port` is not given; the DeepSpeed launcher
+takes `--master_port`); a port the user wrote cannot be moved, and the phase
+then runs alone.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["fixed_port_problem", "is_torchrun", "local_ranks", "torchrun_command"]
+__all__ = [
+    "PortRemedy",
+    "fixed_port_problem",
+    "is_torchrun",
+    "local_ranks",
+    "own_port",
+    "torchrun_command",
+]
 
 _RUN_MODULE = "torch.distributed.run"
 _NODES_MODULE = "trainparity._internal.distributed.nodes"  # one torchrun agent per node (nodes.py)
@@ -208,3 +221,62 @@ def fixed_port_problem(argv: Sequence[str], environment: Mapping[str, str]) -> s
     if port != 0:
         return f"torchrun's rendezvous endpoint binds the fixed port {port} (--rdzv-endpoint)"
     return None
+
+
+@dataclass(frozen=True)
+class PortRemedy:
+    """How a phase whose launcher binds a fixed port still runs beside the others.
+
+    `argv` and `environment` (variables to add) give it a free port of its own;
+    `alone` is set instead when the port is the user's own: the phase then
+    waits for the others and runs by itself. `note` says which, for the log.
+    """
+
+    argv: list[str]
+    environment: dict[str, str] = field(default_factory=dict)
+    alone: str | None = None
+    note: str = ""
+
+
+def own_port(argv: Sequence[str], environment: Mapping[str, str]) -> PortRemedy | None:
+    """None when argv binds no fixed port; else how to run it beside other phases."""
+    problem = fixed_port_problem(argv, environment)
+    if problem is None:
+        return None
+    if is_deepspeed_launcher(argv):
+        if _deepspeed_port_given(argv):
+            return PortRemedy(list(argv), alone=problem, note=f"{problem}: runs alone")
+        port = str(free_port())
+        start = 1 if Path(argv[0]).name == "deepspeed" else argv.index(_DEEPSPEED_RUNNER) + 1
+        moved = [*argv[:start], f"--master_port={port}", *argv[start:]]
+        return PortRemedy(moved, note=f"the deepspeed launcher's ranks meet at port {port}")
+    port = str(free_port())
+    arguments = _parsed_torchrun_arguments(argv, {**environment, "PET_MASTER_PORT": port})
+    if (
+        arguments is not None
+        and arguments.rdzv_backend == "static"
+        and "PET_MASTER_PORT" not in environment
+        and str(arguments.master_port) == port
+    ):
+        return PortRemedy(
+            list(argv),
+            {"PET_MASTER_PORT": port},
+            note=f"torchrun's static rendezvous binds port {port} (PET_MASTER_PORT)",
+        )
+    return PortRemedy(list(argv), alone=problem, note=f"{problem}: runs alone")
+
+
+def free_port() -> int:
+    """A loopback TCP port the kernel has just handed out (and taken back) for this phase."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _deepspeed_port_given(argv: Sequence[str]) -> bool:
+    for word in argv:
+        if word.endswith(".py"):
+            return False
+        if word == "--master_port" or word.startswith("--master_port="):
+            return True
+    return False

@@ -232,18 +232,23 @@ class PhaseChildren:
                 f"{phase.name} command callback or validation failed: {error_text(error)}",
             )
             return
-        problem = self.settings.parallel and multirank.concurrency_problem(
-            phase.name, argv, self.settings.environment
+        # A launcher that binds a fixed port (plain torchrun, the deepspeed launcher) gets a
+        # free port of its own; one whose port the user wrote waits and runs alone.
+        remedy = (
+            multirank.own_port(argv, self.settings.environment) if self.settings.parallel else None
         )
-        if problem:
-            phase.error = PhaseError(Outcome.ERROR, problem)
-            return
+        if remedy is not None:
+            argv = remedy.argv
+            if remedy.alone:
+                self._wait_for_the_others(phase.name)
         phase.ranks = local_ranks(argv, {**self.settings.environment, **phase.extra_env})
         variables = self.settings.threads.environment(
             phase_environment(self.settings.environment, cwd=cwd, check_cwd=plan.cwd),
             ranks=phase.ranks,
             own=phase.extra_env,
         )
+        if remedy is not None:
+            variables = {**variables, **remedy.environment}
         # One TMPDIR for every phase of the check (each torchrun agent makes its own directory
         # in it), removed with the run directory.
         try:
@@ -280,6 +285,13 @@ class PhaseChildren:
             phase.error = PhaseError(
                 Outcome.ERROR, f"{phase.name} child launch failed: {error_text(error)}"
             )
+
+    def _wait_for_the_others(self, name: str) -> None:
+        """Let every other started phase finish first (each is still awaited as before)."""
+        for other in self.phases.values():
+            if other.name != name and other.started and other.error is None:
+                if other.result is None:
+                    self.launcher.wait_for(other.name)
 
     def checkpoint_path(self, phase: str, run_dir: Path, when: str) -> Path:
         """The case's `checkpoint_path(run_dir)`, checked to be a Path; ERROR naming `when` if not."""
