@@ -153,11 +153,12 @@ def test_check_accumulation_steps_reduce_on_plateau_with_the_loss(tmp_path):
     assert result.outcome is Outcome.PASS, result.message
 
 
-def test_check_resume_captures_multistep_lr_and_its_scaler(tmp_path):
+@pytest.mark.parametrize("scheduler", ["MultiStepLR", "SequentialLR", "ReduceLROnPlateau"])
+def test_check_resume_captures_the_scheduler_and_its_scaler(tmp_path, scheduler):
     result = trainparity.check_resume(
         "tests.fixtures.real_loop_cases:SchedulerResumeCase",
         cwd=REPO_ROOT,
         temporary_root=tmp_path,
-        environment={"REAL_LOOP_SCHEDULER": "MultiStepLR"},
+        environment={"REAL_LOOP_SCHEDULER": scheduler},
     )
     assert result.outcome is Outcome.PASS, result.message
