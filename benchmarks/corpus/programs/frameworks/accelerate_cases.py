@@ -90,7 +90,6 @@ ENTRIES = [
         ENCODER,
         f"{MODULE}:EncoderResume",
         form="deterministic",
-        fast=True,  # about 15 s
         note="Accelerate loop, TransformerEncoderLayer classifier, AdamW warm-up+cosine, "
         "2 microbatches, clipping, a registered EMA, counter and epoch order, skip_first_batches",
     ),
@@ -117,7 +116,7 @@ ENTRIES = [
         ENCODER,
         f"{MODULE}:EncoderEmaNotRegistered",
         form="deterministic",
-        fast=True,  # about 20 s
+        fast=True,  # about 25 s; its round trip also checks every other restored part
         fault="ema_counter",
         expect_path="model_ema",
         expect_step=4,  # the record right after loading: a fresh EMA, its count 0
