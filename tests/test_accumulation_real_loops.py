@@ -55,6 +55,15 @@ def test_a_correct_adamw_loop_passes_the_noise_envelope_of_a_split(tmp_path):
     assert len(set(result.process_ids)) == 4
 
 
+def test_a_loop_reporting_loss_values_alone_passes_on_its_effective_loss(tmp_path):
+    """loss() declares numerator and denominator; the step returns values only. Its totals
+    are not a difference (they used to FAIL at loss_accounting.denominator), and the loop
+    sums each microbatch's mean over 2 where the split reference sums over 6 samples."""
+    result = check("ValueOnlyLoop", tmp_path=tmp_path)
+    assert result.outcome is Outcome.PASS, result.message
+    assert result.loss_normalization_captured is False
+
+
 def test_a_tight_tolerance_fail_after_agreeing_gradients_points_at_the_noise_envelope(
     tmp_path,
 ):

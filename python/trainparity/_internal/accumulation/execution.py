@@ -382,6 +382,8 @@ class AccumulationExecution:
             if isinstance(view, Decision):
                 return view
             views.append(view)
+        if self.own_step_children:
+            views = _accounting_as_reported(views, views[len(reports) - 1])
         try:
             return self._judged(views[: len(reports)], views[len(reports) :])
         finally:
@@ -422,6 +424,53 @@ def _clipping_record(report: _WorkerReport) -> dict[str, object] | None:
             value = struct.unpack("=f", bytes(value.data[:4]))[0] if one_float else None
         plain[str(key)] = value
     return plain
+
+
+ACCOUNTING_TOTALS = ("denominator", "normalization_captured", "numerator")
+
+
+def _accounting_as_reported(
+    views: list[dict[str, Snapshot]], candidate: dict[str, Snapshot]
+) -> list[dict[str, Snapshot]]:
+    """Every view's loss record cut to what an own step reported: its losses' values only.
+
+    A train_step may return `LossAccounting(value=...)` alone while `loss()`
+    declares numerator and denominator; the totals it did not report are not
+    a difference, and `effective_loss` still carries its loss scale.
+    """
+    record = candidate.get("loss_accounting")
+    reported = _loss_record(record) if record is not None else None
+    if reported is None or "numerator" in reported.keys():
+        return views
+    return [
+        {
+            phase: Snapshot(
+                snapshot.step,
+                _without_totals(snapshot.state),
+                snapshot.backend,
+            )
+            if phase == "loss_accounting"
+            else snapshot
+            for phase, snapshot in view.items()
+        }
+        for view in views
+    ]
+
+
+def _loss_record(snapshot: Snapshot) -> FrozenMapping | None:
+    inner = snapshot.state.as_dict().get("loss_accounting")
+    return inner if isinstance(inner, FrozenMapping) else None
+
+
+def _without_totals(state: FrozenMapping) -> FrozenMapping:
+    entries = []
+    for key, value in state.entries:
+        if key == "loss_accounting" and isinstance(value, FrozenMapping):
+            value = FrozenMapping(
+                tuple(entry for entry in value.entries if entry[0] not in ACCOUNTING_TOTALS)
+            )
+        entries.append((key, value))
+    return FrozenMapping(tuple(entries))
 
 
 def _phase_views(report: _WorkerReport) -> dict[str, Snapshot] | Decision:
