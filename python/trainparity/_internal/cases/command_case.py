@@ -169,7 +169,12 @@ class CommandCase:
     @property
     def spec(self) -> str:
         """This case as one string for the observer worker's `--case` (see from_spec)."""
-        fields = {
+        return COMMAND_CASE_PREFIX + json.dumps(self.fields(), sort_keys=True)
+
+    def fields(self) -> dict[str, Any]:
+        """Every field, as JSON holds them: `CommandCase(**fields)` is this case again (the
+        report's `command_case`, which `trainparity explain REPORT.json` reruns)."""
+        return {
             "checkpoint": self.checkpoint,
             "cwd": self.cwd,
             "template": list(self.template),
@@ -178,7 +183,6 @@ class CommandCase:
             "split_step": self.split_step,
             "total_step": self.total_step,
         }
-        return COMMAND_CASE_PREFIX + json.dumps(fields, sort_keys=True)
 
     @classmethod
     def from_spec(cls, spec: str) -> CommandCase:
@@ -257,7 +261,8 @@ def children_case_spec(case: CaseArgument, run_root: Path) -> str:
 def command_report_fields(
     case: object, environment: Mapping[str, str], directory: Path
 ) -> dict[str, str]:
-    """A command case's `command_interpreter` and `command_cwd` report keys ({} for a case class).
+    """A command case's `command_interpreter`, `command_cwd` and `command_case` report keys ({}
+    for a case class).
 
     `environment` is the children's, whose PATH a bare first word is looked up in.
     """
@@ -268,6 +273,7 @@ def command_report_fields(
             search_path=environment.get("PATH"), directory=directory
         ),
         "command_cwd": case.command_cwd(),
+        "command_case": case.fields(),
     }
 
 

@@ -43,7 +43,8 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--case",
-        help="the case spec package.module:ClassName (default: the report's case)",
+        help="the case spec package.module:ClassName (default: the report's case, or its "
+        "command template's command_case)",
     )
     parser.add_argument(
         "--max-reruns",

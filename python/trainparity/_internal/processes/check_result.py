@@ -105,6 +105,12 @@ class PhaseCheckResult(CheckResult):
     # under cwd="{run_dir}", else the check's cwd).
     command_interpreter: str | None = field(default=None, metadata={"omitted_when_none": True})
     command_cwd: str | None = field(default=None, metadata={"omitted_when_none": True})
+    # Only for a CommandCase: its fields, so that a report alone reruns the same command
+    # (`trainparity explain REPORT.json`).
+    command_case: dict[str, Any] | None = field(default=None, metadata={"omitted_when_none": True})
+    # The case the check was given (a spec, a class, a CommandCase), for explain(result) to
+    # rerun: a class sent by value has no name to load it by. Not a report key.
+    case_argument: Any = field(default=None, compare=False, metadata={"reported": False})
     # Only with explain=True on a FAIL or ABSTAIN that names a recorded step: the
     # Explanation's report (why/explanation.py): the first op and the leads tested.
     explanation: dict[str, Any] | None = field(default=None, metadata={"omitted_when_none": True})

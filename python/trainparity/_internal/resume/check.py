@@ -154,6 +154,7 @@ class ProcessResumeRunner(CheckRunner):
         propagated = tuple(sorted(environment)) if environment is not None else ()
         fields: dict[str, Any] = {
             "case": reported_case(case),
+            "case_argument": case,
             "propagated_environment_keys": propagated,
             **policy_report_fields(self.policy),
         }

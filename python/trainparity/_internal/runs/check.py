@@ -143,6 +143,7 @@ class _RunsRunner(CheckRunner):
         command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
         fields: dict[str, Any] = {
             "case": reported_case(case),
+            "case_argument": case,
             "propagated_environment_keys": tuple(sorted(environment))
             if environment is not None
             else (),
@@ -170,6 +171,8 @@ class _RunsRunner(CheckRunner):
         fields["variant_environment_keys"] = {
             name: tuple(sorted(variant.env)) for name, variant in declared.items()
         }
+        fields["variant_args"] = {name: tuple(variant.args) for name, variant in declared.items()}
+        fields["declared_variants"] = declared
         with self.run_settings(
             work_dir=work_dir,
             prefix=RUNS_PREFIX,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainparity._internal.outcomes import Outcome
@@ -32,6 +32,14 @@ class RunsResult(PhaseCheckResult):
     divergent_variant: str | None = None
     variant_comparisons: tuple[VariantComparison, ...] = ()
     variant_environment_keys: dict[str, tuple[str, ...]] | None = None
+    # Each variant's arguments, so that a report alone reruns it (`trainparity explain
+    # REPORT.json`); its environment's values stay out of reports (names only, above).
+    variant_args: dict[str, tuple[str, ...]] | None = None
+    # The variants as declared (arguments and environment), for explain(result) to rerun
+    # them as the check ran them. Not a report key.
+    declared_variants: dict[str, Any] | None = field(
+        default=None, compare=False, metadata={"reported": False}
+    )
 
     def to_dict(self) -> dict[str, Any]:
         report = super().to_dict()

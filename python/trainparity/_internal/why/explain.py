@@ -35,6 +35,7 @@ from typing import Any
 
 from trainparity._internal.cases.command_case import (
     CaseArgument,
+    CommandCase,
     children_case_spec,
     resolved_case,
 )
@@ -73,8 +74,9 @@ def explain(
 
     `result` is a check_resume or check_runs result whose processes called
     record() (the first divergent step must be known). `case` defaults to
-    the result's case spec; a CommandCase, or a class that went by value,
-    must be given again. `variants`
+    the case the check was given (a spec, a class, even one sent by value, or
+    a CommandCase); from a JSON report, to its `command_case` or its `case`
+    spec (a class sent by value must then be given again). `variants`
     (check_runs) defaults to the case's `variants`. `max_reruns` bounds the
     knob reruns (the traced reruns of the two sides are not counted).
     """
@@ -131,7 +133,7 @@ class _ExplainRunner(CheckRunner):
         max_reruns: int,
     ) -> Explanation:
         began = time.perf_counter()
-        spec = case if case is not None else _field(result, "case")
+        spec = case if case is not None else _checked_case(result)
         runs = _field(result, "variant_comparisons") is not None
         loaded, module_spec = resolved_case(spec, load_runs_case if runs else load_process_case)
         step = int(divergence["step"])
@@ -217,7 +219,7 @@ def _sides(
             )
             for name in names
         )
-    declared = variants if variants is not None else getattr(case, "variants", None) or {}
+    declared = _variants_run(result, case, variants)
     found = []
     for name in names:
         variant = declared.get(name.rsplit("_", 1)[0], {})
@@ -225,6 +227,30 @@ def _sides(
         env = variant.get("env", {}) if isinstance(variant, Mapping) else variant.env
         found.append(Side(name, tuple(args), dict(env)))
     return found[0], found[1]
+
+
+def _variants_run(result: Any, case: Any, variants: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """The variants the check ran: given, kept by the result, the case's own, or the report's
+    arguments (a report keeps the names of a variant's environment, not their values)."""
+    if variants is not None:
+        return variants
+    kept = _field(result, "declared_variants")
+    if kept is not None:
+        return kept
+    own = getattr(case, "variants", None) or {}
+    args = _field(result, "variant_args")
+    if args is None or set(own) == set(args):
+        return own
+    hidden = [
+        name for name, keys in (_field(result, "variant_environment_keys") or {}).items() if keys
+    ]
+    if hidden:
+        raise ValueError(
+            f"the report keeps the names of variant {hidden[0]!r}'s environment, not their "
+            "values, so its runs cannot be rerun from the report: explain the result in Python "
+            "with explain(result, variants=...), or check with --explain"
+        )
+    return {name: {"args": list(arguments), "env": {}} for name, arguments in args.items()}
 
 
 def _explained(
@@ -348,6 +374,17 @@ def _not_controllable_clause(confirmed: list[LeadTrial], trials: list[LeadTrial]
         "see its lead): fix it in the script to test it, or judge these runs with "
         "NoiseComparison()"
     )
+
+
+def _checked_case(result: Any) -> CaseArgument:
+    """The case the check ran: as it was given (a result), else rebuilt from its report."""
+    given = _field(result, "case_argument")
+    if given is not None:
+        return given
+    command = _field(result, "command_case")
+    if isinstance(command, Mapping):
+        return CommandCase(**command)
+    return _field(result, "case")
 
 
 def _field(result: Any, name: str) -> Any:
