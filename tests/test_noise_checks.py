@@ -107,6 +107,15 @@ def test_every_fault_of_the_table_fails_at_its_step_and_component(tmp_path, faul
     assert path.split(".")[0].split("[")[0] == component or (component == "$" and path == "step")
 
 
+def test_with_records_the_saved_checkpoint_is_judged_too(tmp_path):
+    """Every record is right, the final save is stale: the exact check sees it, and so must this."""
+    result = resume(noisy_training.FAULT_CASES["stale_save"], tmp_path)
+    assert result.outcome is Outcome.FAIL, result.message
+    assert result.primary_difference.path == "step"
+    assert result.first_divergent_step == noisy_training.NoisyCase.total_step
+    assert "final_state" in result.noise_envelope
+
+
 def test_a_lossy_restore_leaves_the_envelope_by_a_named_ratio(tmp_path):
     result = resume(noisy_training.LOSSY_CASES[1e-4], tmp_path)
     assert result.outcome is Outcome.FAIL, result.message
@@ -298,9 +307,9 @@ def cli(*arguments: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
             ["resume", f"{CASES}:NoisyCase", "--noise-factor", "4", "--baselines", "1"],
             "--baselines",
         ),
-        (["resume", f"{CASES}:NoisyCase", "--baselines", "3"], "--baselines"),
-        (["accumulation", f"{CASES}:NoisyAccumulationCase", "--max-noise", "1"], "--max-noise"),
-        (["runs", f"{CASES}:NoisyRuns", "--noise", "ref", "same"], "--noise"),
+        (["resume", f"{CASES}:NoisyCase", "--baselines", "1"], "--baselines"),
+        (["accumulation", f"{CASES}:NoisyAccumulationCase", "--max-noise", "0"], "--max-noise"),
+        (["runs", f"{CASES}:NoisyRuns", "--noise", "ref", "same", "--rtol", "0"], "--noise-factor"),
         (["diff", "a", "b", "--noise-factor", "8"], "--noise"),
         (
             ["resume", f"{CASES}:NoisyCase", "--noise-factor", "8", "--rtol", "0", "--atol", "0"],
@@ -339,13 +348,8 @@ def test_diff_judges_two_recordings_against_a_noise_pair(tmp_path):
             )
         )  # fmt: skip
     assert [process.wait(timeout=300) for process in processes] == [0] * len(processes)
-    noise = [
-        "--noise-factor",
-        "8",
-        "--noise",
-        str(recordings["noise_a"]),
-        str(recordings["noise_b"]),
-    ]
+    # Naming the noise pair asks for the envelope: NoiseComparison()'s factor 8 applies.
+    noise = ["--noise", str(recordings["noise_a"]), str(recordings["noise_b"])]
     same = cli("diff", str(recordings["a"]), str(recordings["b"]), *noise)
     assert same.returncode == 0, same.stdout + same.stderr
     assert "stays inside the noise" in same.stdout and "sensitivity:" in same.stdout

@@ -133,7 +133,8 @@ def add_noise_options(parser: argparse.ArgumentParser, *, baselines: bool = True
         type=float,
         metavar="K",
         help="the candidate may differ from uninterrupted training by K times what repeating "
-        "it produces (docs/resume.md, 'Training that is not bitwise deterministic')",
+        "it produces (default 8 where --baselines, --max-noise or --noise asks for the envelope; "
+        "docs/resume.md, 'Training that is not bitwise deterministic')",
     )
     if baselines:
         group.add_argument(
@@ -176,16 +177,22 @@ def comparison_from(arguments: argparse.Namespace) -> ComparisonPolicy | None:
 
 
 def noise_comparison_from(arguments: argparse.Namespace) -> Any:
-    """NoiseComparison from --noise-factor/--baselines/--max-noise; None without --noise-factor."""
+    """NoiseComparison from --noise-factor/--baselines/--max-noise/--noise; None without any.
+
+    Any of them selects the envelope; without --noise-factor its factor is
+    NoiseComparison()'s default (8).
+    """
     factor = getattr(arguments, "noise_factor", None)
     baselines = getattr(arguments, "baselines", None)
     max_noise = getattr(arguments, "max_noise", None)
-    if factor is None:
-        for option, value in (("--baselines", baselines), ("--max-noise", max_noise)):
-            if value is not None:
-                raise UsageError(f"{option} needs --noise-factor K (the noise envelope)")
-        return None
     from trainparity._internal.comparison.noise_policy import NoiseComparison
+
+    if factor is None:
+        # --noise, --baselines or --max-noise ask for the envelope: NoiseComparison()'s factor.
+        asked = (baselines, max_noise, getattr(arguments, "noise", None))
+        if all(value is None for value in asked):
+            return None
+        factor = NoiseComparison().factor
 
     if not factor > 0 or factor == float("inf"):
         raise UsageError(f"--noise-factor must be a finite number > 0, got {factor}")

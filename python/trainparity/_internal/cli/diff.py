@@ -60,8 +60,9 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         nargs=2,
         type=Path,
         metavar=("NOISE_A", "NOISE_B"),
-        help="for recordings, with --noise-factor: two recordings whose difference is accepted "
-        "as noise (1 vs 2 threads, two repeats); the candidate is judged against it",
+        help="for recordings: two recordings whose difference is accepted as noise (1 vs 2 "
+        "threads, two repeats); the candidate is judged against it (factor 8 unless "
+        "--noise-factor says otherwise)",
     )
 
 
@@ -72,8 +73,6 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
 
     comparison = common.comparison_from(arguments)
     noise_given = getattr(comparison, "name", None) == "noise_envelope"
-    if arguments.noise is not None and not noise_given:
-        raise common.UsageError("--noise NOISE_A NOISE_B needs --noise-factor K")
     if noise_given and arguments.noise is None:
         raise common.UsageError(
             "--noise-factor needs --noise NOISE_A NOISE_B: two recordings that measure the noise"

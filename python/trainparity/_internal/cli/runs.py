@@ -51,8 +51,9 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         "--noise",
         nargs=2,
         metavar=("VARIANT_A", "VARIANT_B"),
-        help="with --noise-factor: the two variants whose difference is accepted as noise "
-        "(two repeats of one variant, or 1 vs 2 threads); default: the reference's two runs",
+        help="the two variants whose difference is accepted as noise (two repeats of one "
+        "variant, or 1 vs 2 threads; factor 8 unless --noise-factor says otherwise); "
+        "default with --noise-factor: the reference's two runs",
     )
     common.add_executor_option(parser)
     common.add_run_options(parser, kept="every run's logs, checkpoints and snapshot files")
@@ -86,8 +87,6 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
     from trainparity._internal.runs.check import check_runs
 
     comparison = common.comparison_from(arguments)
-    if arguments.noise is not None and getattr(comparison, "name", None) != "noise_envelope":
-        raise common.UsageError("--noise VARIANT_A VARIANT_B needs --noise-factor K")
     variants = variants_from(arguments)
     report_path = common.writes_json_report(arguments)
     result = check_runs(
