@@ -335,6 +335,15 @@ class ResumeExecution:
         event = _recorded(envelope.judge)
         if envelope.recorded:
             report = envelope.report()
+            if event is None:
+                # The saved checkpoint is judged too: a fault can show there alone (a stale
+                # last.ckpt, a counter kept outside what record() sees), as the exact check sees.
+                event, final = final_state_envelope(
+                    policy, finals, [("candidate_resume", snapshot_resume)], self.case.total_step
+                )
+                report["final_state"] = {
+                    key: final[key] for key in ("steps", "closest_approach", "sensitivity")
+                }
         else:
             event, report = final_state_envelope(
                 policy, finals, [("candidate_resume", snapshot_resume)], self.case.total_step
