@@ -49,12 +49,29 @@ def child_environment(
         variables[key] = value
     if spec is None:
         return variables
-    module_file = getattr(sys.modules.get(case_module_name(spec)), "__file__", None)
+    name = case_module_name(spec)
+    module_file = getattr(sys.modules.get(name), "__file__", None)
     if module_file:
-        case_directory = str(Path(module_file).resolve().parent)
+        case_directory = str(import_root(name, Path(module_file)))
         existing = variables.get("PYTHONPATH")
         variables["PYTHONPATH"] = case_directory + (os.pathsep + existing if existing else "")
     return variables
+
+
+def import_root(module_name: str, module_file: Path) -> Path:
+    """The directory `module_name` is imported from: its file's directory for a top-level
+    module, the directory above its top package for `package.module`.
+
+    Only that directory goes on the children's PYTHONPATH: a case module's own
+    directory inside a package would put its siblings first (a `lightning.py`
+    beside the case would hide the real library).
+    """
+    root = module_file.resolve().parent
+    if module_file.name == "__init__.py":
+        root = root.parent
+    for _ in module_name.split(".")[1:]:
+        root = root.parent
+    return root
 
 
 def phase_cwd(case: object, plan: ProcessExecutionPlan) -> Path:
