@@ -83,7 +83,7 @@ def capture_help(out: Path) -> None:
 
 def capture_quickstarts(out: Path) -> None:
     for quickstart in QUICKSTARTS:
-        shown = run("-m", f"trainparity.quickstarts.{quickstart}")
+        shown = run("-m", f"trainparity.quickstarts.{quickstart}", "--json")
         payload = pinned_form(json.loads(shown.stdout))
         text = json.dumps(payload, indent=2, sort_keys=True)
         (out / f"quickstart-{quickstart}.json").write_text(f"rc {shown.returncode}\n{text}\n")

@@ -1,8 +1,9 @@
 """Accumulation quickstart: correct accumulation PASSes; unscaled summed losses FAIL at loss accounting.
 
-Run `python -m trainparity.quickstarts.accumulation`: prints both reports as
-JSON and exits 0 when the clean plan passes and the intentional fault is
-caught at `loss_accounting.denominator`.
+Run `python -m trainparity.quickstarts.accumulation`: prints both verdicts
+(two lines each; `--json`: both reports as JSON) and exits 0 when the clean
+plan passes and the intentional fault is caught at
+`loss_accounting.denominator`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from trainparity.protocols import LossAccounting, TrainingState
-from trainparity.quickstarts._payload import print_payload, quickstart_payload
+from trainparity.quickstarts._payload import print_payload, quickstart_payload, wants_json
 
 if TYPE_CHECKING:
     import torch
@@ -68,8 +69,9 @@ def run() -> dict[str, Any]:
     return quickstart_payload(clean, faulty)
 
 
-def main() -> int:
-    return print_payload(run())
+def main(argv: list[str] | None = None) -> int:
+    as_json = wants_json("python -m trainparity.quickstarts.accumulation", argv)
+    return print_payload(run(), as_json=as_json)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Resume quickstart: a clean case that PASSes and a faulty one that FAILs at scheduler.last_epoch.
 
-Run `python -m trainparity.quickstarts.resume`: prints both reports as JSON
-and exits 0 when the clean case passes and the fault is caught. The same
+Run `python -m trainparity.quickstarts.resume`: prints both verdicts (two
+lines each; `--json`: both reports as JSON) and exits 0 when the clean case
+passes and the fault is caught. The same
 module is the training script the cases launch (`... resume worker ...`).
 """
 
@@ -113,6 +114,7 @@ def run() -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainparity.quickstarts.resume")
+    parser.add_argument("--json", action="store_true", help="print both reports as JSON")
     actions = parser.add_subparsers(dest="action")
     worker = actions.add_parser("worker", help="run the quickstart training script")
     worker.add_argument("--run-dir", type=Path, required=True)
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from trainparity.quickstarts._payload import print_payload
 
-    return print_payload(run())
+    return print_payload(run(), as_json=arguments.json)
 
 
 if __name__ == "__main__":

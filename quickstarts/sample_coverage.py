@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainparity import ExactlyOnce, SampleObservation, audit_sample_coverage
-from trainparity.quickstarts._payload import print_payload, quickstart_payload
+from trainparity.quickstarts._payload import print_payload, quickstart_payload, wants_json
 
 
 def clean_observations() -> list[SampleObservation]:
@@ -26,9 +26,11 @@ def run() -> dict[str, Any]:
     return quickstart_payload(clean, intentional_fail)
 
 
-def main() -> int:
-    """Prints the payload; 0 iff the clean audit passed and the faulty one failed."""
-    return print_payload(run())
+def main(argv: list[str] | None = None) -> int:
+    """Prints both verdicts (`--json`: the payload); 0 iff the clean audit passed and the
+    faulty one failed."""
+    as_json = wants_json("python -m trainparity.quickstarts.sample_coverage", argv)
+    return print_payload(run(), as_json=as_json)
 
 
 if __name__ == "__main__":

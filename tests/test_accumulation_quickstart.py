@@ -22,7 +22,7 @@ def test_quickstart_case_accounts_for_four_samples():
 
 def test_quickstart_prints_a_clean_pass_and_the_intentional_fail(tmp_path):
     completed = subprocess.run(
-        [sys.executable, "-m", "trainparity.quickstarts.accumulation"],
+        [sys.executable, "-m", "trainparity.quickstarts.accumulation", "--json"],
         cwd=tmp_path,  # no checkout needed
         capture_output=True,
         text=True,

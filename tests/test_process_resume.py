@@ -457,7 +457,7 @@ QUICKSTART = "trainparity.quickstarts.resume"
 @pytest.fixture(scope="module")
 def quickstart_run(tmp_path_factory):
     return subprocess.run(
-        [sys.executable, "-m", QUICKSTART],
+        [sys.executable, "-m", QUICKSTART, "--json"],
         cwd=tmp_path_factory.mktemp("quickstart"),
         capture_output=True,
         text=True,
@@ -507,6 +507,20 @@ def test_rq_quickstart_clean_passes_and_fault_fails_at_the_scheduler(quickstart_
     }
     assert fault["primary_difference"] == expected_difference
     assert fault["all_differences"] == [expected_difference]
+
+
+def test_rq_quickstart_says_both_verdicts_first_in_four_lines(quickstart_run):
+    # Issue 53, finding 5: without --json the quickstart prints these lines, not 423 of JSON.
+    from trainparity.quickstarts._payload import summary
+
+    lines = summary(json.loads(quickstart_run.stdout)).splitlines()
+    assert lines[:4] == [
+        "clean: PASS  final states are exactly equivalent at step 4",
+        f"  case {QUICKSTART}:CleanCase",
+        "intentional_fail: FAIL  first observed divergence at step 4: scheduler.last_epoch",
+        "  scheduler.last_epoch: 4 in the baseline, 2 in the candidate",
+    ]
+    assert lines[4].startswith("as expected: ") and "--json prints both reports" in lines[4]
 
 
 def test_rq_quickstart_case_passes_under_a_declared_tolerance(tmp_path):

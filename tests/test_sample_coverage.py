@@ -684,14 +684,32 @@ def test_quickstart_payload():
     )
 
 
-def test_quickstart_runs_as_a_module():
-    completed = subprocess.run(
-        [sys.executable, "-m", "trainparity.quickstarts.sample_coverage"],
+def _quickstart(*options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainparity.quickstarts.sample_coverage", *options],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def test_quickstart_prints_its_verdicts_first_and_the_reports_under_json():
+    # Issue 53, finding 5: two lines per case, not the JSON payload.
+    completed = _quickstart()
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == [
+        "clean: PASS  every expected sample ID was observed exactly once",
+        "  policy exactly_once: 4 observations",
+        "intentional_fail: FAIL  exactly_once policy was violated",
+        "  coverage.same_rank_duplicate: sample 2 at rank 0, epoch 0, position 3",
+        "as expected: the clean case passes and the intentional fault is caught (exit 0); "
+        "--json prints both reports",
+    ]
+
+
+def test_quickstart_runs_as_a_module():
+    completed = _quickstart("--json")
     assert completed.returncode == 0, completed.stderr
     payload = json.loads(completed.stdout)
     assert completed.stdout == json.dumps(payload, indent=2, sort_keys=True) + "\n"
