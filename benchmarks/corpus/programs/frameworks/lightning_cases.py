@@ -4,7 +4,8 @@ The script is lightning_train.py. The case's checkpoint is the
 ModelCheckpoint's whole directory: check_resume stages candidate_split's
 (`epoch=0-step=2.ckpt`, `...step=4.ckpt`, `last.ckpt`) into
 candidate_resume's run directory, whose run finds `last.ckpt` itself. What
-is compared is `last.ckpt` of every run (`observe_lightning_checkpoint`:
+is compared is the newest `last*.ckpt` of every run, which `ckpt_path="last"`
+would load (`observe_lightning_checkpoint`:
 weights, optimizer and scheduler states, loops, every stateful callback)
 and the records of every step.
 """
@@ -45,7 +46,9 @@ class _LightningCase:
     def observe_checkpoint(self, path: Path) -> Mapping[str, object]:
         from trainparity.integrations.lightning import observe_lightning_checkpoint
 
-        return observe_lightning_checkpoint(path / "last.ckpt", run_dir=path.parent)
+        # The directory: what `ckpt_path="last"` would load (the newest last*.ckpt; staged into
+        # another directory, ModelCheckpoint saves the next one as last-v1.ckpt beside it).
+        return observe_lightning_checkpoint(path, run_dir=path.parent)
 
 
 class CnnResume(_LightningCase):

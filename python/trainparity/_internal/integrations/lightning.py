@@ -27,6 +27,7 @@ Lightning's), so check_resume audits the data across the resume.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -137,8 +138,17 @@ def observe_lightning_checkpoint(
     RNG states; a run that draws random numbers after the split shows its
     divergence in the model. Strings holding the phase's run directory
     (`run_dir`, default: the checkpoint's directory) become `<run_dir>`.
+
+    `path` may be a ModelCheckpoint directory: the file read is then the one
+    `trainer.fit(..., ckpt_path="last")` would load, the newest `last*.ckpt`.
+    In the run directory's checkpoint names, Lightning's version suffix is
+    dropped (`last-v1.ckpt` reads `last.ckpt`): a run resumed from a checkpoint
+    staged into another directory cannot reload ModelCheckpoint's file
+    bookkeeping ("The dirpath has changed") and versions the next name.
     """
     path = Path(path)
+    if path.is_dir():
+        path = newest_last_checkpoint(path)
     run_dir = path.parent if run_dir is None else Path(run_dir)
     try:
         checkpoint = load_weights_only(path)
@@ -151,7 +161,36 @@ def observe_lightning_checkpoint(
         checkpoint = torch.load(path, map_location="cpu", weights_only=False)
         observation = dict(checkpoint)
         observation["not_weights_only"] = f"{path.name}: {refusal}"
-    return without_run_dir(observation, run_dir)  # type: ignore[return-value]
+    return _unversioned(without_run_dir(observation, run_dir))  # type: ignore[return-value]
+
+
+def newest_last_checkpoint(directory: Path) -> Path:
+    """The `last*.ckpt` in `directory` that `ckpt_path="last"` resumes from: the newest."""
+    found = sorted(
+        Path(directory).glob("last*.ckpt"), key=lambda file: (file.stat().st_mtime, file.name)
+    )
+    if not found:
+        raise FileNotFoundError(
+            f"no last*.ckpt in {directory}: give ModelCheckpoint save_last=True, or observe a "
+            "checkpoint file by its path"
+        )
+    return found[-1]
+
+
+# `<run_dir>/.../name-v3.ckpt`: a checkpoint name Lightning versioned to keep an older file.
+_VERSIONED = re.compile(r"^(<run_dir>.*?)-v\d+\.ckpt$")
+
+
+def _unversioned(value: object) -> object:
+    if isinstance(value, str):
+        return _VERSIONED.sub(r"\1.ckpt", value)
+    if isinstance(value, Mapping):
+        return {_unversioned(key): _unversioned(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unversioned(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_unversioned(item) for item in value)
+    return value
 
 
 class LightningCase(ScriptCase):
