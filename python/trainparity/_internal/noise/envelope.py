@@ -60,7 +60,9 @@ class PathEnvelope:
     limit: float
     nearest: int | None  # the sample the candidate came closest to
     exact: bool  # the samples are byte-identical and no floor is declared: judged bit for bit
-    rounding_unit: float = 0.0  # the noise assumed where samples agree at a noisy step
+    # The noise rounding alone allows at a noisy step (one unit of the dtype at the path's
+    # largest norm so far, relative to its norm now), where it exceeds every measured noise.
+    rounding_unit: float = 0.0
 
     @property
     def ratio(self) -> float | None:
@@ -337,22 +339,25 @@ def _measure_path(path: str, samples: list[Any], candidate: Any | None) -> _Meas
 
 
 def _pooled_component_noise(measured: list[_Measured], memory: NoiseMemory) -> dict[str, float]:
-    """Per component: the relative noise of all its tensors taken as one vector, at most so far.
+    """Per component: the median of its tensors' relative noise, at most so far.
 
     A path of few elements, or one whose samples happen to agree, estimates its
     own spread poorly (three samples of one number can lie arbitrarily close);
     its component's tensors together do not, and one source of nondeterminism
-    moves all of them (docs/resume.md, "The envelope's statistical model").
+    moves all of them (docs/resume.md, "The envelope's statistical model"). The
+    median, not the noise of all elements taken together: one tensor whose
+    rounding is amplified (a near-zero gradient under Adam) must not widen
+    every other tensor's envelope.
     """
-    squares: dict[str, list[float]] = {}
+    found: dict[str, list[float]] = {}
     for entry in measured:
         if entry.pooled:
-            totals = squares.setdefault(component_of(entry.path), [0.0, 0.0])
-            totals[0] += entry.noise_abs**2
-            totals[1] += entry.scale**2
+            found.setdefault(component_of(entry.path), []).append(entry.noise_abs / entry.scale)
     pooled = dict(memory.component_noise)
-    for component, (noise, scale) in squares.items():
-        here = math.sqrt(noise) / math.sqrt(scale) if scale > 0 else 0.0
+    for component, values in found.items():
+        values.sort()
+        middle = len(values) // 2
+        here = values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
         pooled[component] = max(pooled.get(component, 0.0), here)
     return pooled
 
@@ -371,10 +376,11 @@ def _judge_path(
     if math.isfinite(noise_abs):
         carried = max(memory.path_noise.get(entry.path, 0.0), memory.relative(entry.path) * scale)
     unit = 0.0
+    largest = scale
     if noisy and entry.is_tensor and math.isfinite(noise_abs):
         # One source of nondeterminism moves every tensor once a step is noisy: a tensor's noise
-        # is at least its component's (times its largest norm so far, since a value passing
-        # through zero still carries the drift of its terms) and one rounding unit.
+        # is at least its component's and one rounding unit, both times its largest norm so
+        # far (a value passing through zero still carries the rounding of its earlier terms).
         largest = max(scale, memory.path_scale.get(entry.path, 0.0))
         carried = max(carried, pooled.get(component_of(entry.path), 0.0) * largest)
         unit = _EPSILON.get(
@@ -383,7 +389,8 @@ def _judge_path(
     effective = max(noise_abs, carried)
     floor_abs = policy.floor_rtol * scale + policy.floor_atol
     exact = effective == 0 and unit == 0 and not policy.has_floor
-    limit_abs = 0.0 if exact else policy.factor * max(effective, unit * scale) + floor_abs
+    rounding = unit * largest
+    limit_abs = 0.0 if exact else policy.factor * max(effective, rounding) + floor_abs
     excursion_abs = entry.excursion_abs
     if excursion_abs is not None and not exact and excursion_abs == math.ulp(0.0):
         excursion_abs = 0.0  # other bytes of equal values only matter where judged bit for bit
@@ -394,7 +401,7 @@ def _judge_path(
         limit=_relative(limit_abs, scale),
         nearest=entry.nearest,
         exact=exact,
-        rounding_unit=unit if unit * scale > effective else 0.0,
+        rounding_unit=_relative(rounding, scale) if rounding > effective else 0.0,
     )
 
 
@@ -439,13 +446,26 @@ def _measure(leaves: list[Any]) -> Distances | None:
     if None not in digests and len(set(digests)) == 1:
         count = len(tensors)
         return Distances(
-            (0.0,) * count,  # unread: the norm never matters when everything is identical
+            (_small_norm(tensors[0]),) * count,
             {(i, j): (0.0, True) for i in range(count) for j in range(i + 1, count)},
             (0,) * count,
         )
     if any(leaf.data is None for leaf in tensors):
         return None
     return buffer_distances(tensors[0].dtype, [leaf.data for leaf in tensors])
+
+
+# Identical samples of a tensor up to this many elements still have their norm read: a small
+# tensor's largest norm so far scales its rounding unit later (a bias passing through zero).
+_NORM_READ_LIMIT = 65_536
+
+
+def _small_norm(tensor: FrozenTensor) -> float:
+    """The L2 norm of a small tensor's values; 0.0 (unread) for a large one or one without values."""
+    if tensor.data is None or tensor.numel > _NORM_READ_LIMIT:
+        return 0.0
+    norm = buffer_distances(tensor.dtype, [tensor.data]).norms[0]
+    return norm if math.isfinite(norm) else 0.0
 
 
 def _float_distances(values: list[float]) -> Distances:

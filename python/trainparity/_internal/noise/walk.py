@@ -137,14 +137,20 @@ class StepRow:
 
 
 class EnvelopeWalk:
-    """Judges positions of one rank in order; `event` is the first decision, `rows` the steps seen."""
+    """Judges positions of one rank in order; `event` is the first decision, `rows` the steps seen.
 
-    def __init__(self, policy: NoiseComparison, rank: int) -> None:
+    `memory` starts the walk with what earlier steps measured (the final states
+    after a recorded trajectory); default: nothing yet.
+    """
+
+    def __init__(
+        self, policy: NoiseComparison, rank: int, memory: NoiseMemory | None = None
+    ) -> None:
         self.policy = policy
         self.rank = rank
         self.rows: list[StepRow] = []
         self.event: EnvelopeEvent | None = None
-        self.noise_so_far = NoiseMemory()
+        self.noise_so_far = memory if memory is not None else NoiseMemory()
 
     def run(self, positions: Iterable[Position]) -> EnvelopeEvent | None:
         for position in positions:
@@ -341,9 +347,15 @@ def final_state_envelope(
     samples: Sequence[tuple[str, Snapshot]],
     candidates: Sequence[tuple[str, Snapshot]],
     total_step: int,
+    memory: NoiseMemory | None = None,
 ) -> tuple[EnvelopeEvent | None, dict[str, Any]]:
-    """The envelope judgment of final states (runs that do not call record()): event and report."""
-    walk = EnvelopeWalk(policy, 0)
+    """The envelope judgment of final states: event and report.
+
+    Without record() they are all there is; after a recorded trajectory,
+    `memory` carries its noise (the last step's baselines may agree bit for bit
+    where an earlier one, or candidate_split before its save, did not).
+    """
+    walk = EnvelopeWalk(policy, 0, memory)
     position = Position(
         total_step,
         tuple((name, _Final(snapshot, total_step)) for name, snapshot in samples),  # type: ignore[misc]

@@ -339,7 +339,11 @@ class ResumeExecution:
                 # The saved checkpoint is judged too: a fault can show there alone (a stale
                 # last.ckpt, a counter kept outside what record() sees), as the exact check sees.
                 event, final = final_state_envelope(
-                    policy, finals, [("candidate_resume", snapshot_resume)], self.case.total_step
+                    policy,
+                    finals,
+                    [("candidate_resume", snapshot_resume)],
+                    self.case.total_step,
+                    envelope.final_state_memory(),
                 )
                 report["final_state"] = {
                     key: final[key] for key in ("steps", "closest_approach", "sensitivity")

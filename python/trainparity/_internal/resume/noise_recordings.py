@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity._internal.comparison.noise_policy import NoiseComparison
+from trainparity._internal.noise.envelope import NoiseMemory
 from trainparity._internal.noise.walk import (
     EnvelopeEvent,
     EnvelopeWalk,
@@ -49,6 +50,7 @@ class ResumeEnvelope(PhaseRecordings):
         self.rows: list[StepRow] = []
         self.event: EnvelopeEvent | None = None
         self.rank_count = 1
+        self.memories: dict[int, NoiseMemory] = {}  # per rank: what its walk measured
 
     def judge(self) -> EnvelopeEvent | None:
         """Read every phase's recording and walk the steps; None when nothing decided (or recorded)."""
@@ -77,6 +79,7 @@ class ResumeEnvelope(PhaseRecordings):
             walk = EnvelopeWalk(self.noise_policy, rank)
             events.append(walk.run(self._positions(rank)))
             self.rows.extend(walk.rows)
+            self.memories[rank] = walk.noise_so_far
         self.event = earliest(event and event.with_rank_in_paths(len(ranks)) for event in events)
         if self.event is not None and self.event.kind == "candidate_left":
             self.divergence = _as_divergence(self.event, reference)
@@ -124,6 +127,15 @@ class ResumeEnvelope(PhaseRecordings):
                 )
             )
         return positions
+
+    def final_state_memory(self) -> NoiseMemory | None:
+        """The recorded noise the final states are judged with: one rank's walk, as final
+        states of a one-rank job hold its paths; several ranks: only that the run was noisy."""
+        if len(self.memories) == 1:
+            return next(iter(self.memories.values()))
+        memory = NoiseMemory()
+        memory.noisy = any(walked.noisy for walked in self.memories.values())
+        return memory
 
     def report(self) -> dict[str, Any]:
         """The report's `noise_envelope` entries drawn from the recorded steps."""
