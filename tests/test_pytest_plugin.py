@@ -66,11 +66,67 @@ def test_assert_on_outcome_prints_outcome_message_first_divergence_and_logs(pyte
     result.stdout.fnmatch_lines(
         [
             "*assert FAIL is PASS",
+            "*first divergence at step 4: scheduler.last_epoch (value): 4 in the baseline, 2 in "
+            "the candidate",
             "*ProcessResumeResult: FAIL: first observed divergence at step 4: scheduler.last_epoch",
-            "*first divergence: scheduler.last_epoch (value)",
-            "*baseline:  4",
-            "*candidate: 2",
             "*run logs in *trainparity-test_resume*: baseline_a/stderr.log",
+        ]
+    )
+
+
+# An ABSTAIN with a long message whose tensor differs past its first four elements: the
+# summaries preview four equal zeros, the window holds the elements that differ.
+_LONG_TENSOR_RESULT = """
+from trainparity import Outcome
+from trainparity.api import Difference, ProcessResumeResult
+from trainparity._internal.comparison.windows import ValueWindow
+
+ZEROS = "tensor(shape=(1, 8), dtype=torch.float32, device=cpu, values=[0.0, 0.0, 0.0, 0.0])"
+
+def abstained():
+    first = Difference("model.weight", "tensor_value", ZEROS, ZEROS, 0.5, 0.2)
+    return ProcessResumeResult(
+        outcome=Outcome.ABSTAIN,
+        message="candidate_split differs from baseline_a at step 3 (model.weight), before its "
+        "save at step 4: up to the split it is one more uninterrupted run, so training is not "
+        "deterministic there and resume attribution is unsafe",
+        case="cases:Wide",
+        first_divergent_step=3,
+        primary_difference=first,
+        all_differences=(first,),
+        value_windows=(
+            ValueWindow("model.weight", 5, 3, (0.0, 0.0, 2.0, 3.0, 4.0), (0.0, 0.0, 2.5, 3.0, 4.0)),
+        ),
+    )
+"""
+
+
+def test_without_vv_the_kept_lines_say_where_and_what_differs(pytester, monkeypatch):
+    # Issue 53, finding 7: pytest keeps about 8 lines or 640 characters of an assertion's
+    # explanation (not on CI); the finding must come within them. A subprocess: a run of its
+    # own, with the environment of a developer's terminal.
+    for variable in ("CI", "BUILD_NUMBER"):
+        monkeypatch.delenv(variable, raising=False)
+    pytester.makepyfile(helpers=_LONG_TENSOR_RESULT)
+    pytester.makepyfile(
+        """
+        from helpers import abstained
+        from trainparity import Outcome
+
+        def test_resume():
+            result = abstained()
+            assert result.outcome is Outcome.PASS
+        """
+    )
+    result = pytester.runpytest_subprocess()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*assert ABSTAIN is PASS",
+            "*first divergence at step 3: model.weight (tensor_value): element 5 (flat) is 2.0 in "
+            "the baseline, 2.5 in the candidate; max abs error 0.5",
+            "*ProcessResumeResult: ABSTAIN: candidate_split differs*",
+            "*...Full output truncated*",
         ]
     )
 
@@ -88,7 +144,7 @@ def test_equality_with_the_outcome_string_is_explained_too(pytester):
     )
     result = pytester.runpytest()
     result.stdout.fnmatch_lines(
-        ["*assert FAIL == PASS", "*first divergence: scheduler.last_epoch (value)"]
+        ["*assert FAIL == PASS", "*first divergence at step 4: scheduler.last_epoch (value):*"]
     )
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import inspect
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -80,13 +81,9 @@ def pytest_assertrepr_compare(
     config: pytest.Config, op: str, left: object, right: object
 ) -> list[str] | None:
     """Explain `assert result.outcome is Outcome.PASS`: outcome, message, first divergence, logs."""
-    from trainparity._internal.outcomes import Outcome
-
-    if op not in ("is", "is not", "==", "!=") or not (
-        isinstance(left, Outcome) or isinstance(right, Outcome)
-    ):
+    if op not in ("is", "is not", "==", "!=") or not (_is_outcome(left) or _is_outcome(right)):
         return None
-    actual = left if isinstance(left, Outcome) else right
+    actual = left if _is_outcome(left) else right
     results = [
         value for value in _asserting_locals() if _is_result(value) and value.outcome is actual
     ]
@@ -96,6 +93,22 @@ def pytest_assertrepr_compare(
     for result in results:
         lines.extend(_explanation(result))
     return lines
+
+
+def _is_outcome(value: object) -> bool:
+    """Whether `value` is an Outcome, of this import of trainparity or of an earlier one.
+
+    Checked by the class's module and name, not its identity: a module imported again (a
+    notebook's autoreload, pytester's in-process runs, which drop the modules a run imported)
+    makes a second Outcome class while results made before still hold the first.
+    """
+    from trainparity._internal.outcomes import Outcome
+
+    kind = type(value)
+    return isinstance(value, Enum) and (kind.__module__, kind.__qualname__) == (
+        Outcome.__module__,
+        Outcome.__qualname__,
+    )
 
 
 def _plain(value: object) -> str:
@@ -124,25 +137,54 @@ def _is_result(value: object) -> bool:
 
 
 def _explanation(result: Any) -> list[str]:
+    """The finding first (pytest keeps about eight lines or 640 characters without -vv): where
+    it differs with both values, then the verdict's message, the differing elements, the logs,
+    and the whole report."""
+    from trainparity._internal.reports.sections.differences import window_rows
     from trainparity._internal.reports.terminal_text import printable
     from trainparity._internal.reports.text_views import text_report
 
-    lines = [f"{type(result).__name__}: {result.outcome}: {result.message}"]
-    first = getattr(result, "primary_difference", None)
-    if first is not None:
-        lines.append(f"first divergence: {first.path} ({first.reason})")
-        lines.append(f"  baseline:  {first.baseline}")
-        lines.append(f"  candidate: {first.candidate}")
-    violation = getattr(result, "first_violation", None)
-    if violation is not None:
-        lines.append(
-            f"first violation: {violation.path} ({violation.kind}) sample {violation.sample_id!r} "
-            f"rank {violation.rank} epoch {violation.epoch} position {violation.position}"
-        )
+    report = result.to_dict()
+    lines = _finding(report)
+    lines.append(f"{type(result).__name__}: {result.outcome}: {result.message}")
+    first = report.get("primary_difference")
+    if isinstance(first, Mapping):
+        lines.extend(f"  {label}: {text}" for label, text in window_rows(report, first["path"]))
     for workdir in _active_workdirs:
         logs = sorted(str(path.relative_to(workdir)) for path in workdir.rglob("*stderr.log"))
         if logs:
             lines.append(f"run logs in {workdir}: {', '.join(logs)}")
     # The whole report after the essentials (pytest shows it with -vv or on CI).
-    lines.extend(text_report(result.to_dict()).splitlines()[1:])
+    lines.extend(text_report(report).splitlines()[1:])
     return [printable(line) for line in lines]
+
+
+def _finding(report: Mapping[str, Any]) -> list[str]:
+    """One line: where the check first differs (step or phase, path) and both values there."""
+    from trainparity._internal.reports.sections.differences import value_window
+
+    first = report.get("primary_difference")
+    if isinstance(first, Mapping):
+        step, phase = report.get("first_divergent_step"), report.get("first_observed_phase")
+        where = f" at step {step}" if step is not None else f" in {phase}" if phase else ""
+        window = value_window(report, first["path"])
+        if window is None:
+            values = f"{first['baseline']} in the baseline, {first['candidate']} in the candidate"
+        else:
+            # The first element that differs, not the tensor's first four (often equal).
+            offset = window["index"] - window["start"]
+            values = (
+                f"element {window['index']} (flat) is {window['baseline'][offset]!r} in the "
+                f"baseline, {window['candidate'][offset]!r} in the candidate"
+            )
+        if first.get("max_abs_error") is not None:
+            values += f"; max abs error {first['max_abs_error']:.4g}"
+        return [f"first divergence{where}: {first['path']} ({first['reason']}): {values}"]
+    violation = report.get("first_violation")
+    if isinstance(violation, Mapping):
+        return [
+            f"first violation: {violation['path']} ({violation['kind']}) sample "
+            f"{violation['sample_id']!r} rank {violation['rank']} epoch {violation['epoch']} "
+            f"position {violation['position']}"
+        ]
+    return []

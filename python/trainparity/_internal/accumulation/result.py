@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainparity._internal.comparison.windows import ValueWindow
 from trainparity._internal.processes.check_result import CheckResult
 
 __all__ = ["AccumulationResult"]
@@ -26,4 +27,9 @@ class AccumulationResult(CheckResult):
     # Under NoiseComparison: the declared relation and, per phase, noise, excursion and limit.
     noise_envelope: dict[str, Any] | None = field(
         default=None, metadata={"omitted_when_none": True}
+    )
+    # The elements around each differing tensor's first differing element (comparison/windows.py),
+    # which the reports preview instead of its first four.
+    value_windows: tuple[ValueWindow, ...] = field(
+        default=(), metadata={"omitted_when_empty": True}
     )

@@ -29,6 +29,7 @@ from trainparity._internal.comparison.policies import (
     ExactComparison,
     ToleranceComparison,
 )
+from trainparity._internal.comparison.windows import ValueWindow, differences_with_windows
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.state.freeze import FrozenMapping
 from trainparity._internal.state.snapshot import Snapshot
@@ -66,6 +67,7 @@ class Decision:
     noise_envelope: dict[str, Any] | None = None
     process_ids: tuple[int, ...] = ()
     loss_normalization_captured: bool = False
+    value_windows: tuple[ValueWindow, ...] = ()
 
     def as_fields(self) -> dict[str, Any]:
         """Each field by name (the values themselves, not copies as dataclasses.asdict makes)."""
@@ -154,18 +156,25 @@ def _first_disagreement(
     for phase in PHASES:
         if phase not in candidate:  # an own step that did not report its losses
             continue
-        differences = policy.compare_all(baseline_a[phase], baseline_b[phase])
+        # With the elements around each tensor's first differing one, as resume previews them.
+        differences, windows = differences_with_windows(
+            policy, baseline_a[phase], baseline_b[phase]
+        )
         if differences:
-            return _diverged(
-                Outcome.ABSTAIN, "baseline self-consistency failed", phase, differences
+            return dataclasses.replace(
+                _diverged(Outcome.ABSTAIN, "baseline self-consistency failed", phase, differences),
+                value_windows=windows,
             )
-        differences = policy.compare_all(baseline_a[phase], candidate[phase])
+        differences, windows = differences_with_windows(policy, baseline_a[phase], candidate[phase])
         if differences:
-            return _diverged(
-                Outcome.FAIL,
-                f"first observed divergence in {phase}; not a root-cause claim",
-                phase,
-                differences,
+            return dataclasses.replace(
+                _diverged(
+                    Outcome.FAIL,
+                    f"first observed divergence in {phase}; not a root-cause claim",
+                    phase,
+                    differences,
+                ),
+                value_windows=windows,
             )
     return None
 

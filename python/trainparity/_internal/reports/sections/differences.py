@@ -20,7 +20,9 @@ __all__ = [
     "drift_points",
     "drift_section",
     "first_divergence_section",
+    "value_window",
     "variant_comparisons_section",
+    "window_rows",
     "worst_tensors_section",
 ]
 
@@ -56,15 +58,18 @@ def first_divergence_section(report: Mapping[str, Any]) -> Section | None:
     for key, label in (("max_abs_error", "max abs error"), ("max_rel_error", "max rel error")):
         if first.get(key) is not None:
             rows.append((label, number_cell(first[key])))
-    rows += _window_rows(report, str(first["path"]))
+    rows += window_rows(report, str(first["path"]))
     return Section("First divergence", tuple(rows))
 
 
-def _window_rows(report: Mapping[str, Any], path: str) -> list[tuple[str, str]]:
+def value_window(report: Mapping[str, Any], path: str) -> Mapping[str, Any] | None:
+    """The report's window around the first differing element of `path`'s tensor, if it has one."""
+    return next((item for item in report.get("value_windows") or () if item["path"] == path), None)
+
+
+def window_rows(report: Mapping[str, Any], path: str) -> list[tuple[str, str]]:
     """The elements around the path's first differing element, when the report holds them."""
-    window = next(
-        (item for item in report.get("value_windows") or () if item["path"] == path), None
-    )
+    window = value_window(report, path)
     if window is None:
         return []
     start, index = window["start"], window["index"]
