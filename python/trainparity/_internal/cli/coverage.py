@@ -105,12 +105,16 @@ def _audit_directory(arguments: argparse.Namespace, policy: CoveragePolicy) -> c
     )
     if not results:
         raise common.UsageError(f"--ids-dir {arguments.ids_dir}: no rank*.epoch*.ids records")
-    failing = [result for result in results.values() if result.outcome != Outcome.PASS]
-    chosen = failing[0] if failing else list(results.values())[-1]
+    failing = [epoch for epoch, result in results.items() if result.outcome != Outcome.PASS]
+    chosen = results[failing[0]] if failing else list(results.values())[-1]
     output = common.result_output(chosen, report_written=False)
     output.report["epochs"] = {
         str(epoch): Outcome(result.outcome).value for epoch, result in results.items()
     }
+    if failing:
+        # The report is that epoch's audit: its message says which epoch (a missing ID has no
+        # epoch of its own in the first violation), and the Epochs section shows the others.
+        output.report["message"] = f"epoch {failing[0]}: {chosen.message}"
     return output
 
 

@@ -12,7 +12,12 @@ from typing import Any
 
 from trainparity._internal.reports.sections.cells import Section, text_cell
 
-__all__ = ["anomalies_section", "coverage_counts_section", "first_violation_section"]
+__all__ = [
+    "anomalies_section",
+    "coverage_counts_section",
+    "epochs_section",
+    "first_violation_section",
+]
 
 _COVERAGE_COUNT_KEYS = (
     "total_observations",
@@ -26,6 +31,16 @@ _COVERAGE_COUNT_KEYS = (
     "actual_padding_count",
     "expected_padding_count",
 )
+
+
+def epochs_section(report: Mapping[str, Any]) -> Section | None:
+    """Each audited epoch's verdict (`trainparity coverage --ids-dir`, which reports the first
+    epoch not to pass in full)."""
+    epochs = report.get("epochs")
+    if not isinstance(epochs, Mapping) or not epochs:
+        return None
+    rows = tuple((str(epoch), str(outcome)) for epoch, outcome in epochs.items())
+    return Section("Epochs", rows, ("epoch", "verdict"))
 
 
 def first_violation_section(report: Mapping[str, Any]) -> Section | None:

@@ -17,6 +17,7 @@ from trainparity._internal.reports.sections.cells import Section, text_cell
 from trainparity._internal.reports.sections.coverage import (
     anomalies_section,
     coverage_counts_section,
+    epochs_section,
     first_violation_section,
 )
 from trainparity._internal.reports.sections.differences import (
@@ -78,6 +79,7 @@ def report_sections(
         first_divergence_section,
         differences_section,
         first_divergent_op_section,
+        epochs_section,
         first_violation_section,
         coverage_counts_section,
         variant_comparisons_section,
