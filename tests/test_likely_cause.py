@@ -19,6 +19,7 @@ from trainparity._internal.reports.html_views import html_fragment
 from trainparity._internal.reports.text_views import text_report
 from trainparity._internal.state.freeze import freeze
 from trainparity._internal.why.likely_cause import (
+    CONSTANT_IN_EACH_RUN,
     CONSTANT_IN_RECORDS,
     NOT_A_TENSOR,
     likely_cause,
@@ -89,15 +90,41 @@ def test_a_schedule_length_taken_from_the_end_step_is_named_before_the_tensors_i
     assert page.index("likely cause") < page.index("the first path in order is")
 
 
-def test_with_record_the_first_divergent_step_decides_the_order(tmp_path):
+def test_with_record_a_setting_from_the_split_runs_end_step_is_named_not_called_noise(tmp_path):
     # candidate_split records T_max 4 from step 0 on: the step order names it first, alone.
+    # Issue 53, finding 8: each run holds its T_max constant in every record, so the ABSTAIN
+    # names it as the likely cause instead of calling the training nondeterministic.
     result = check_resume(_case("--record"), temporary_root=tmp_path, timeout=120)
     assert result.outcome is Outcome.ABSTAIN, result.message
     assert result.first_divergent_step == 0
     assert [item.path for item in result.all_differences] == ["sched.T_max"]
     assert (result.primary_difference.baseline, result.primary_difference.candidate) == ("8", "4")
     assert result.to_dict()["trajectory"]["first_divergence"]["step"] == 0
-    assert result.likely_cause is None
+    cause = result.likely_cause
+    assert (cause.path, cause.baseline, cause.candidate, cause.basis) == (
+        "sched.T_max",
+        "8",
+        "4",
+        CONSTANT_IN_EACH_RUN,
+    )
+    assert "not deterministic" not in result.message
+    assert result.message == (
+        "candidate_split differs from baseline_a at step 0 in sched.T_max (8 against 4), a value "
+        "each run holds constant in every record: a setting the runs compute differently, not "
+        "noise. candidate_split runs only to the split step (4), so a setting computed from its "
+        "end step differs there: compute it from the total step count instead; resume "
+        "attribution is unsafe until then"
+    )
+    lines = _lines(text_report(result.to_dict()))
+    assert (
+        "likely cause sched.T_max: 8 in the baseline, 4 in the candidate; each run holds it "
+        "constant in every record, so it is a setting the runs compute differently, not noise"
+    ) in lines
+    assert not any(line.startswith("try next make training deterministic") for line in lines)
+    assert (
+        "try next find where sched.T_max gets its value: the runs set it differently (e.g. from "
+        "their own end step)"
+    ) in lines
 
 
 def test_when_only_tensors_differ_there_is_no_likely_cause(tmp_path):

@@ -126,6 +126,8 @@ _LIKELY_BECAUSE = {
     "does not change it",
     "not_a_tensor": "it is not a tensor, so more likely a setting than a result of training "
     "(record() per step would show whether it stays constant)",
+    "constant_in_each_run": "each run holds it constant in every record, so it is a setting "
+    "the runs compute differently, not noise",
 }
 
 
@@ -136,12 +138,16 @@ def _likely_cause_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
         return []
     others = len(report.get("all_differences") or ()) - 1
     because = _LIKELY_BECAUSE.get(str(cause["basis"]), str(cause["basis"]))
+    follow = (
+        f". The {others} other difference{'' if others == 1 else 's'} may follow from it"
+        if others > 0
+        else ""
+    )
     return [
         (
             "likely cause",
             f"{cause['path']}: {cause['baseline']} in the baseline, {cause['candidate']} in the "
-            f"candidate; {because}. The {others} other difference{'' if others == 1 else 's'} "
-            "may follow from it",
+            f"candidate; {because}{follow}",
         )
     ]
 
@@ -168,7 +174,13 @@ def _step_rows(
     step = first.get("step")
     baseline, candidate = str(first["baseline_phase"]), str(first["candidate_phase"])
     rows = [("compared", _compared(baseline, candidate)), *_likely_cause_rows(report)]
-    if candidate == "baseline_b":
+    if candidate == "baseline_b" and _setting(report):
+        finding = (
+            f"the two uninterrupted runs already differ at step {step} in {components}, by a "
+            "value each holds constant: no resume verdict is possible until they agree"
+        )
+        reason = "setting"
+    elif candidate == "baseline_b":
         finding = (
             f"the two uninterrupted runs already differ at step {step} in {components}: "
             "training is not deterministic, so no resume verdict is possible"
@@ -185,7 +197,9 @@ def _step_rows(
         # After a clean load, a later difference is drift from what the checkpoint leaves out:
         # said only where the resumed run recorded its state right after loading, equal then.
         loaded = _first_record(report, candidate)
-        if candidate == "candidate_split":
+        if candidate == "candidate_split" and _setting(report):
+            reason = "setting"  # the likely cause's rows say what to do
+        elif candidate == "candidate_split":
             reason = "nondeterministic"  # a third uninterrupted run up to its save
         elif loaded is not None and loaded < int(step):
             reason = "tensor_value"
@@ -200,6 +214,12 @@ def _step_rows(
     rows += _likely_cause_next(report)
     rows += _next_rows([{"path": path, "reason": reason} for path in paths])
     return tuple(rows)
+
+
+def _setting(report: Mapping[str, Any]) -> bool:
+    """Whether the runs part by a value each holds constant (likely_cause.py, setting_cause)."""
+    cause = report.get("likely_cause")
+    return isinstance(cause, Mapping) and cause.get("basis") == "constant_in_each_run"
 
 
 def _first_record(report: Mapping[str, Any], phase: str) -> int | None:

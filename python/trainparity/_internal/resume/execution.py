@@ -34,6 +34,7 @@ from trainparity._internal.resume.noise_decision import (
     event_verdict,
     pass_message,
     split_differs_message,
+    split_setting_message,
 )
 from trainparity._internal.resume.noise_recordings import ResumeEnvelope
 from trainparity._internal.resume.recordings import (
@@ -50,7 +51,7 @@ from trainparity._internal.resume.sample_order import (
 from trainparity._internal.state.snapshot import Snapshot
 from trainparity._internal.why.environment_leads import nondeterminism_hints
 from trainparity._internal.why.knob_check import phase_fingerprints
-from trainparity._internal.why.likely_cause import likely_cause
+from trainparity._internal.why.likely_cause import likely_cause, setting_cause
 
 __all__ = ["CONCURRENT_CHILDREN", "ResumeExecution", "concurrent_children", "resume_phases"]
 
@@ -220,6 +221,13 @@ class ResumeExecution:
                 all_differences=first_differences,
                 nondeterminism_hints=self._hints(*self.baselines),
                 value_windows=_windows(parted, baseline_windows),
+                # Two repeats that each hold a differing value constant were given it
+                # differently (a setting from the clock or the PID), which is no noise.
+                likely_cause=setting_cause(
+                    first_differences,
+                    trajectories.scalar_records("baseline_a"),
+                    trajectories.scalar_records("baseline_b"),
+                ),
                 **trajectories.report_fields(baseline_differences),
             )
         snapshot_resume = self._run_chain()
@@ -252,22 +260,36 @@ class ResumeExecution:
         recorded = trajectories.report_fields(differences)
         split = self.chain[0]
         if parted is not None and parted.candidate_phase == split.name:
-            # Up to its save candidate_split is a third uninterrupted run: this is nondeterminism.
-            return self._result(
-                fields,
-                Outcome.ABSTAIN,
-                split_differs_message(
+            # Up to its save candidate_split is a third uninterrupted run: this is
+            # nondeterminism, unless each run holds the differing value constant (a setting
+            # computed from the phase's own end step, e.g. a scheduler's T_max).
+            setting = setting_cause(
+                parted.differences,
+                trajectories.scalar_records("baseline_a"),
+                trajectories.scalar_records(split.name),
+            )
+            if setting is None:
+                message = split_differs_message(
                     split.name,
                     "baseline_a",
                     parted.step,
                     parted.differences[0].path,
                     split.end_step,
-                ),
+                )
+            else:
+                message = split_setting_message(
+                    split.name, "baseline_a", parted.step, setting, split.end_step
+                )
+            return self._result(
+                fields,
+                Outcome.ABSTAIN,
+                message,
                 first_divergent_step=parted.step,
                 primary_difference=parted.differences[0],
                 all_differences=parted.differences,
                 nondeterminism_hints=self._hints("baseline_a", split.name),
                 value_windows=parted.comparison.value_windows,
+                likely_cause=setting,
                 **recorded,
             )
         step, first_differences = _first_divergence(parted, total, coverage, final_differences)

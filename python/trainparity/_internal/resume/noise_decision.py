@@ -19,7 +19,13 @@ from trainparity._internal.noise.verdict import envelope_verdict
 from trainparity._internal.noise.walk import EnvelopeEvent
 from trainparity._internal.outcomes import Outcome
 
-__all__ = ["baseline_names", "event_verdict", "pass_message", "split_differs_message"]
+__all__ = [
+    "baseline_names",
+    "event_verdict",
+    "pass_message",
+    "split_differs_message",
+    "split_setting_message",
+]
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -60,6 +66,21 @@ def split_differs_message(
         f"{split_phase} differs from {reference} at step {step} ({path}), before its save at "
         f"step {split_step}: up to the split it is one more uninterrupted run, so training is "
         "not deterministic there and resume attribution is unsafe"
+    )
+
+
+def split_setting_message(
+    split_phase: str, reference: str, step: int, cause: Any, split_step: int
+) -> str:
+    """Why a difference of candidate_split before its save is a setting, not nondeterminism:
+    each run holds the value constant (why/likely_cause.py, setting_cause)."""
+    return (
+        f"{split_phase} differs from {reference} at step {step} in {cause.path} "
+        f"({cause.baseline} against {cause.candidate}), a value each run holds constant in "
+        f"every record: a setting the runs compute differently, not noise. {split_phase} runs "
+        f"only to the split step ({split_step}), so a setting computed from its end step "
+        "differs there: compute it from the total step count instead; resume attribution is "
+        "unsafe until then"
     )
 
 

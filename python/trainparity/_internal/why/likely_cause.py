@@ -25,11 +25,21 @@ from trainparity._internal.state.freeze import (
 )
 from trainparity._internal.state.paths import render_path
 
-__all__ = ["CONSTANT_IN_RECORDS", "NOT_A_TENSOR", "LikelyCause", "likely_cause", "scalar_leaves"]
+__all__ = [
+    "CONSTANT_IN_EACH_RUN",
+    "CONSTANT_IN_RECORDS",
+    "NOT_A_TENSOR",
+    "LikelyCause",
+    "likely_cause",
+    "scalar_leaves",
+    "setting_cause",
+]
 
 # Why a difference is the likely cause: its `basis`.
 CONSTANT_IN_RECORDS = "constant_in_records"  # equal in every record of the baseline
 NOT_A_TENSOR = "not_a_tensor"  # no records to tell: a value that is not a tensor
+# Each of two runs that should agree holds it constant, at another value: a setting.
+CONSTANT_IN_EACH_RUN = "constant_in_each_run"
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,33 @@ def likely_cause(
     # Settings and counters (int, str, bool) before floats, which are usually computed from them.
     ranked = sorted(unrecorded, key=lambda item: isinstance(leaves.get(item.path), float))
     return _cause(ranked[0], NOT_A_TENSOR) if ranked else None
+
+
+def setting_cause(
+    differences: Sequence[Difference],
+    baseline_records: Sequence[Mapping[str, object]],
+    candidate_records: Sequence[Mapping[str, object]],
+) -> LikelyCause | None:
+    """Why two runs that should agree part (an ABSTAIN), when it is a setting, not noise.
+
+    The first differing value that each run holds constant in every record
+    it made (two records at least): the runs were given it differently (a
+    scheduler's `T_max` computed from the run's own end step), which no
+    nondeterminism of training produces. One such difference is enough; None
+    when none is, or a side recorded nothing.
+    """
+    for item in differences:
+        if item.reason != "value":
+            continue
+        if _held(item.path, baseline_records) and _held(item.path, candidate_records):
+            return _cause(item, CONSTANT_IN_EACH_RUN)
+    return None
+
+
+def _held(path: str, records: Sequence[Mapping[str, object]]) -> bool:
+    """Whether at least two records hold `path`, all at one value."""
+    values = [record[path] for record in records if path in record]
+    return len(values) >= 2 and _constant(path, records)
 
 
 def scalar_leaves(tree: FrozenValue) -> dict[str, object]:
