@@ -78,7 +78,7 @@ def test_a_schedule_length_taken_from_the_end_step_is_named_before_the_tensors_i
     )
     # Under the diagnosis, before the finding that names the first path in traversal order.
     assert lines[likely - 2] == "Diagnosis"
-    assert lines[likely + 1].startswith("finding the final states differ at step 8; the first path")
+    assert lines[likely + 1].startswith("finding the final states differ at step 8; listed first")
     assert (
         lines.count(
             "try next find where sched.T_max gets its value: the runs set it "
@@ -87,7 +87,7 @@ def test_a_schedule_length_taken_from_the_end_step_is_named_before_the_tensors_i
         == 1
     )
     page = html_fragment(report)
-    assert page.index("likely cause") < page.index("the first path in order is")
+    assert page.index("likely cause") < page.index("listed first is")
 
 
 def test_with_record_a_setting_from_the_split_runs_end_step_is_named_not_called_noise(tmp_path):

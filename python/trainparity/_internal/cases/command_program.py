@@ -4,8 +4,8 @@
 (`sys.executable`), not whatever the children's PATH finds first: a check
 started as `.venv/bin/trainparity` without the venv activated would otherwise
 train under the system's Python, without torch. For the same reason a
-console script installed beside that interpreter (`torchrun`, `deepspeed`,
-`accelerate` in the venv's `bin/`) is run from there. A path
+console script installed beside that interpreter (`torchrun` or another
+launcher in the venv's `bin/`) is run from there. A path
 (`/usr/bin/python3`, `./venv/bin/python`) is used as given, and any other
 word (`bash`, another launcher) is looked up in the children's PATH as exec
 would.

@@ -63,8 +63,8 @@ def import_root(module_name: str, module_file: Path) -> Path:
     module, the directory above its top package for `package.module`.
 
     Only that directory goes on the children's PYTHONPATH: a case module's own
-    directory inside a package would put its siblings first (a `lightning.py`
-    beside the case would hide the real library).
+    directory inside a package would put its siblings first (a module named
+    like a library, beside the case, would hide the library).
     """
     root = module_file.resolve().parent
     if module_file.name == "__init__.py":

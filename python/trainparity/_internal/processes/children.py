@@ -232,7 +232,7 @@ class PhaseChildren:
                 f"{phase.name} command callback or validation failed: {error_text(error)}",
             )
             return
-        # A launcher that binds a fixed port (plain torchrun, the deepspeed launcher) gets a
+        # A launcher that binds a fixed port (plain torchrun, another rank launcher) gets a
         # free port of its own; one whose port the user wrote waits and runs alone.
         remedy = (
             multirank.own_port(argv, self.settings.environment) if self.settings.parallel else None
