@@ -223,15 +223,20 @@ def _sides(
     found = []
     for name in names:
         variant = declared.get(name.rsplit("_", 1)[0], {})
-        args = variant.get("args", ()) if isinstance(variant, Mapping) else variant.args
-        env = variant.get("env", {}) if isinstance(variant, Mapping) else variant.env
+        args = _variant_part(variant, "args") or ()
+        env = _variant_part(variant, "env") or {}
         found.append(Side(name, tuple(args), dict(env)))
     return found[0], found[1]
 
 
 def _variants_run(result: Any, case: Any, variants: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    """The variants the check ran: given, kept by the result, the case's own, or the report's
-    arguments (a report keeps the names of a variant's environment, not their values)."""
+    """The variants the check ran: given, kept by the result, else rebuilt from a report.
+
+    A report keeps each variant's arguments (`variant_args`) and the names of
+    its environment variables, not their values: those come from the case's
+    own variant of that name, and where it has other names the runs cannot be
+    rebuilt from the report (ValueError).
+    """
     if variants is not None:
         return variants
     kept = _field(result, "declared_variants")
@@ -239,18 +244,27 @@ def _variants_run(result: Any, case: Any, variants: Mapping[str, Any] | None) ->
         return kept
     own = getattr(case, "variants", None) or {}
     args = _field(result, "variant_args")
-    if args is None or set(own) == set(args):
+    if args is None:  # a report from before variant_args: the case's own variants
         return own
-    hidden = [
-        name for name, keys in (_field(result, "variant_environment_keys") or {}).items() if keys
-    ]
-    if hidden:
-        raise ValueError(
-            f"the report keeps the names of variant {hidden[0]!r}'s environment, not their "
-            "values, so its runs cannot be rerun from the report: explain the result in Python "
-            "with explain(result, variants=...), or check with --explain"
-        )
-    return {name: {"args": list(arguments), "env": {}} for name, arguments in args.items()}
+    names = _field(result, "variant_environment_keys") or {}
+    rebuilt = {}
+    for name, arguments in args.items():
+        environment = _variant_part(own.get(name), "env") or {}
+        if sorted(environment) != sorted(names.get(name, ())):
+            raise ValueError(
+                f"the report keeps the names of variant {name!r}'s environment, not their "
+                "values, so its runs cannot be rerun from the report: explain the result in "
+                "Python with explain(result, variants=...), or check with --explain"
+            )
+        rebuilt[name] = {"args": list(arguments), "env": dict(environment)}
+    return rebuilt
+
+
+def _variant_part(variant: Any, part: str) -> Any:
+    """A declared variant's `args` or `env`: a mapping's key or a RunVariant's field."""
+    if variant is None:
+        return None
+    return variant.get(part) if isinstance(variant, Mapping) else getattr(variant, part)
 
 
 def _explained(
