@@ -290,11 +290,12 @@ class _Measured:
     excursion_abs: float | None  # the candidate's distance to the nearest sample
     nearest: int | None
     is_tensor: bool
+    nonfinite: bool = False  # some leaf holds NaN or infinity
 
     @property
     def pooled(self) -> bool:
-        """Whether the path takes part in its component's pooled noise: a finite tensor."""
-        return self.is_tensor and math.isfinite(self.noise_abs) and self.scale > 0
+        """Whether the path takes part in its component's pooled noise: finite, noisy samples."""
+        return math.isfinite(self.noise_abs) and self.noise_abs > 0 and self.scale > 0
 
 
 def _measure_path(path: str, samples: list[Any], candidate: Any | None) -> _Measured | None:
@@ -335,19 +336,21 @@ def _measure_path(path: str, samples: list[Any], candidate: Any | None) -> _Meas
         excursion_abs,
         nearest,
         isinstance(samples[0], FrozenTensor),
+        nonfinite,
     )
 
 
 def _pooled_component_noise(measured: list[_Measured], memory: NoiseMemory) -> dict[str, float]:
-    """Per component: the median of its tensors' relative noise, at most so far.
+    """Per component: the median relative noise of its noisy leaves, at most so far.
 
-    A path of few elements, or one whose samples happen to agree, estimates its
-    own spread poorly (three samples of one number can lie arbitrarily close);
-    its component's tensors together do not, and one source of nondeterminism
-    moves all of them (docs/resume.md, "The envelope's statistical model"). The
-    median, not the noise of all elements taken together: one tensor whose
-    rounding is amplified (a near-zero gradient under Adam) must not widen
-    every other tensor's envelope.
+    A path of few elements, or one whose samples happen to lie close, estimates
+    its own spread poorly (three samples of one number can lie arbitrarily
+    close); its component's noisy leaves together do not, and one source of
+    nondeterminism moves all of them (docs/resume.md, "The envelope's
+    statistical model"). The median, not the noise of all elements taken
+    together: one tensor whose rounding is amplified (a near-zero gradient
+    under Adam) must not widen every other path's envelope; and only leaves
+    whose samples differ, so that frozen weights do not pull it to zero.
     """
     found: dict[str, list[float]] = {}
     for entry in measured:
@@ -369,31 +372,50 @@ def _judge_path(
     pooled: dict[str, float],
     noisy: bool,
 ) -> PathEnvelope:
-    """The path's envelope: its noise (own, carried, pooled, rounding) and the candidate against it."""
+    """The path's envelope: its noise (own, carried, pooled, rounding) and the candidate against it.
+
+    A tensor is always allowed factor × one rounding unit of its dtype at its
+    largest norm so far: two runs of a job declared nondeterministic can agree
+    bit for bit at a step by chance while a third rounds one ulp apart. Where
+    nothing was noisy yet, a path beyond that keeps the exact reason
+    (`exact`), as the exact comparison words it.
+    """
     scale = entry.scale
     noise_abs = entry.noise_abs
+    finite = math.isfinite(noise_abs)
     carried = 0.0
-    if math.isfinite(noise_abs):
+    if finite:
         carried = max(memory.path_noise.get(entry.path, 0.0), memory.relative(entry.path) * scale)
-    unit = 0.0
-    largest = scale
-    if noisy and entry.is_tensor and math.isfinite(noise_abs):
-        # One source of nondeterminism moves every tensor once a step is noisy: a tensor's noise
-        # is at least its component's and one rounding unit, both times its largest norm so
-        # far (a value passing through zero still carries the rounding of its earlier terms).
-        largest = max(scale, memory.path_scale.get(entry.path, 0.0))
+    largest = max(scale, memory.path_scale.get(entry.path, 0.0))
+    if finite and noisy and not entry.nonfinite and (entry.is_tensor or noise_abs or carried):
+        # Once a step is noisy, a tensor (or a Python float that is noisy itself) has at least
+        # its component's noise, times its largest norm so far: a value passing through zero
+        # still carries the drift of its earlier terms. A float the samples agree on (a
+        # learning rate) stays exact.
         carried = max(carried, pooled.get(component_of(entry.path), 0.0) * largest)
+    unit = 0.0
+    if entry.nonfinite:
+        pass  # NaN or infinity: equal bytes are the only agreement
+    elif finite and entry.is_tensor:
         unit = _EPSILON.get(
             info_for_text(entry.samples[0].dtype).name, 2.0**-2
         )  # float8 formats: a quarter is their rounding scale
+    elif finite and (noise_abs > 0 or carried > 0):
+        unit = _EPSILON["float64"]  # a noisy Python float
     effective = max(noise_abs, carried)
     floor_abs = policy.floor_rtol * scale + policy.floor_atol
-    exact = effective == 0 and unit == 0 and not policy.has_floor
-    rounding = unit * largest
-    limit_abs = 0.0 if exact else policy.factor * max(effective, rounding) + floor_abs
+    # Judged with the exact comparison's reason: a Python float nobody's noise moved (a
+    # learning rate), and a tensor before any noise showed.
+    exact = effective == 0 and not policy.has_floor and not (entry.is_tensor and noisy)
+    rounding = unit * largest if unit else 0.0
+    if exact and not rounding:
+        limit_abs = 0.0  # bit for bit (a Python float, NaN or infinity: no rounding allowance)
+    else:
+        limit_abs = policy.factor * max(effective, rounding) + floor_abs
     excursion_abs = entry.excursion_abs
-    if excursion_abs is not None and not exact and excursion_abs == math.ulp(0.0):
-        excursion_abs = 0.0  # other bytes of equal values only matter where judged bit for bit
+    if excursion_abs is not None and excursion_abs == math.ulp(0.0):
+        # Equal values in other bytes (-0.0, NaN payloads): a difference only where judged exactly.
+        excursion_abs = math.inf if exact else 0.0
     return PathEnvelope(
         path=entry.path,
         noise=_relative(effective, scale),
