@@ -173,6 +173,12 @@ def test_a_fault_seen_right_after_loading_is_traced_one_step_on(tmp_path, case, 
     assert explanation["message"].startswith(
         f"right after loading, the resumed run already differs at step {split}"
     )
+    # It names what the load restored wrong, as the check found it.
+    first = result.primary_difference
+    assert (
+        f"restored ({first.path}: {first.baseline} in the uninterrupted run"
+        in (explanation["message"])
+    )
     assert explanation["first_op"]["op"].startswith(first_op)
     assert tuple(explanation["sides"]) == ("baseline_a", "candidate_resume")
     assert tuple(explanation["leads"]) == ()

@@ -158,8 +158,9 @@ class _ExplainRunner(CheckRunner):
                 return Explanation(
                     Outcome.PASS,
                     f"the resumed process's first record, taken right after loading, already "
-                    f"differs at step {step}: the divergence is in what the checkpoint restored "
-                    "(no op of a training step made it); see the check's differences",
+                    f"differs at step {step}: the divergence is in what the checkpoint restored"
+                    f"{_restored_words(result)} (no op of a training step made it); see the "
+                    "check's differences",
                     trace_message="the round trip: nothing to trace",
                     case=str(_field(result, "case")),
                     step=step,
@@ -331,7 +332,7 @@ def _explained(
     if restored_at is not None:
         sentence = (
             f"right after loading, the resumed run already differs at step {restored_at}: the "
-            f"divergence is in what the checkpoint restored; {sentence}"
+            f"divergence is in what the checkpoint restored{_restored_words(result)}; {sentence}"
         )
     return Explanation(
         outcome,
@@ -399,6 +400,20 @@ def _checked_case(result: Any) -> CaseArgument:
     if isinstance(command, Mapping):
         return CommandCase(**command)
     return _field(result, "case")
+
+
+def _restored_words(result: Any) -> str:
+    """' (PATH: BASELINE in the uninterrupted run, CANDIDATE restored)': what the load got wrong."""
+    first = _field(result, "primary_difference")
+    if first is None:
+        return ""
+    fields = first if isinstance(first, Mapping) else vars(first)
+    path, baseline, candidate = (fields.get(key) for key in ("path", "baseline", "candidate"))
+    if not path:
+        return ""
+    if baseline is None or candidate is None:
+        return f" ({path})"
+    return f" ({path}: {baseline} in the uninterrupted run, {candidate} restored)"
 
 
 def _field(result: Any, name: str) -> Any:
