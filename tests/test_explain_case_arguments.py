@@ -65,6 +65,10 @@ def test_a_command_case_check_is_explained_by_rerunning_its_command(tmp_path):
     result = _check(_command_case(), tmp_path / "check", report_path=tmp_path / "runs.json")
     report = json.loads((tmp_path / "runs.json").read_text(encoding="utf-8"))
     assert CommandCase(**report["command_case"]) == _command_case()
+    # Issue 53, finding 7: the report previews the elements around the first that differs.
+    assert [(window["path"], window["index"]) for window in report["value_windows"]] == [
+        ("model.weight", 0)
+    ]
     _explains_the_nudge(
         trainparity.explain(result, cwd=REPO_ROOT, temporary_root=tmp_path / "explain")
     )

@@ -21,6 +21,7 @@ from trainparity._internal.comparison.policies import (
     ExactComparison,
     ToleranceComparison,
 )
+from trainparity._internal.comparison.windows import ValueWindow, differences_with_windows
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import RunSettings
 from trainparity._internal.processes.children import (
@@ -44,6 +45,9 @@ from trainparity._internal.why.environment_leads import nondeterminism_hints
 from trainparity._internal.why.knob_check import phase_fingerprints
 
 __all__ = ["RunsExecution"]
+
+# Where two runs part: (step, differences, final-state differences, value windows).
+_Parting = tuple[int, tuple[Difference, ...], tuple[Difference, ...], tuple[ValueWindow, ...]]
 
 
 class RunsExecution:
@@ -120,7 +124,9 @@ class RunsExecution:
         for variant in self.variants:
             first = self.children.observed(f"{variant}_a")
             second = self.children.observed(f"{variant}_b")
-            step, differences, final = self._parted(variant, "a", variant, "b", first, second)
+            step, differences, final, windows = self._parted(
+                variant, "a", variant, "b", first, second
+            )
             comparisons.append(comparison_of(variant, variant, differences))
             if differences:
                 return self.result(
@@ -132,6 +138,7 @@ class RunsExecution:
                     divergent_variant=variant,
                     primary_difference=differences[0],
                     all_differences=differences,
+                    value_windows=windows,
                     variant_comparisons=tuple(comparisons),
                     nondeterminism_hints=nondeterminism_hints(
                         self.settings.environment,
@@ -144,16 +151,16 @@ class RunsExecution:
                 )
             snapshots[variant] = first
         reference, *others = self.variants
-        failing: tuple[str, int, tuple[Difference, ...], tuple[Difference, ...]] | None = None
+        failing: tuple[str, _Parting] | None = None
         for variant in others:
-            step, differences, final = self._parted(
+            parting = self._parted(
                 reference, "a", variant, "a", snapshots[reference], snapshots[variant]
             )
-            comparisons.append(comparison_of(variant, reference, differences))
-            if differences and failing is None:
-                failing = (variant, step, differences, final)
+            comparisons.append(comparison_of(variant, reference, parting[1]))
+            if parting[1] and failing is None:
+                failing = (variant, parting)
         if failing is not None:
-            variant, step, differences, final = failing
+            variant, (step, differences, final, windows) = failing
             return self.result(
                 fields,
                 Outcome.FAIL,
@@ -162,6 +169,7 @@ class RunsExecution:
                 divergent_variant=variant,
                 primary_difference=differences[0],
                 all_differences=differences,
+                value_windows=windows,
                 variant_comparisons=tuple(comparisons),
                 **self.trajectories.report_fields(final),
             )
@@ -186,12 +194,14 @@ class RunsExecution:
         candidate_repeat: str,
         baseline: Snapshot,
         candidate: Snapshot,
-    ) -> tuple[int, tuple[Difference, ...], tuple[Difference, ...]]:
-        """(step, differences, final-state differences) where two runs first part.
+    ) -> _Parting:
+        """(step, differences, final-state differences, value windows) where two runs first part.
 
         The recorded steps are compared first, so that a FAIL names the first
         step at which the runs part; without recordings (or with equal ones)
-        the final states decide, at total_step.
+        the final states decide, at total_step. The windows hold the elements
+        around each differing tensor's first differing element, which reports
+        preview (comparison/windows.py).
         """
         baseline_run = f"{baseline_variant}_{baseline_repeat}"
         candidate_run = f"{candidate_variant}_{candidate_repeat}"
@@ -202,11 +212,11 @@ class RunsExecution:
         )
         began = time.perf_counter()
         parted = recorded(lambda: self.trajectories.part(baseline_run, candidate_run))
-        final = tuple(self.policy.compare_all(baseline, candidate))
+        final, final_windows = differences_with_windows(self.policy, baseline, candidate)
         self.timings[f"comparison_{key}"] = time.perf_counter() - began
         if parted is not None:
-            return parted.step, parted.differences, final
-        return self.case.total_step, final, final
+            return parted.step, parted.differences, final, parted.comparison.value_windows
+        return self.case.total_step, final, final, final_windows
 
     def result(
         self, fields: dict[str, Any], outcome: Outcome, message: str, **extra: Any

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainparity._internal.comparison.windows import ValueWindow
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_result import PhaseCheckResult
 
@@ -32,6 +33,11 @@ class RunsResult(PhaseCheckResult):
     divergent_variant: str | None = None
     variant_comparisons: tuple[VariantComparison, ...] = ()
     variant_environment_keys: dict[str, tuple[str, ...]] | None = None
+    # The elements around each differing tensor's first differing element at the step the
+    # verdict names (comparison/windows.py), which reports preview instead of its first four.
+    value_windows: tuple[ValueWindow, ...] = field(
+        default=(), metadata={"omitted_when_empty": True}
+    )
     # Each variant's arguments, so that a report alone reruns it (`trainparity explain
     # REPORT.json`); its environment's values stay out of reports (names only, above).
     variant_args: dict[str, tuple[str, ...]] | None = None
