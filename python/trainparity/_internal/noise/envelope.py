@@ -133,6 +133,7 @@ class NoiseMemory:
         self.path_noise: dict[str, float] = {}  # absolute
         self.path_scale: dict[str, float] = {}
         self.component_noise: dict[str, float] = {}  # relative, pooled over the component
+        self.component_element: dict[str, float] = {}  # a component's largest RMS element
         self.noisy = False
 
     def relative(self, path: str) -> float:
@@ -197,6 +198,7 @@ def judge_step(
         measured.append(entry)
     noisy = memory.noisy or any(entry.noise_abs > 0 for entry in measured)
     pooled = _pooled_component_noise(measured, memory)
+    _remember_elements(measured, memory)
     paths: list[PathEnvelope] = []
     for entry in measured:
         judged = _judge_path(policy, entry, memory, pooled, noisy)
@@ -291,6 +293,7 @@ class _Measured:
     nearest: int | None
     is_tensor: bool
     nonfinite: bool = False  # some leaf holds NaN or infinity
+    numel: int = 1
 
     @property
     def pooled(self) -> bool:
@@ -337,6 +340,7 @@ def _measure_path(path: str, samples: list[Any], candidate: Any | None) -> _Meas
         nearest,
         isinstance(samples[0], FrozenTensor),
         nonfinite,
+        getattr(samples[0], "numel", 1),
     )
 
 
@@ -407,6 +411,10 @@ def _judge_path(
     # Judged with the exact comparison's reason: a Python float nobody's noise moved (a
     # learning rate), and a tensor before any noise showed.
     exact = effective == 0 and not policy.has_floor and not (entry.is_tensor and noisy)
+    if unit and entry.is_tensor:
+        # At least one unit per element of the component's typical size (see _remember_elements).
+        typical = memory.component_element.get(component_of(entry.path), 0.0)
+        largest = max(largest, typical * math.sqrt(entry.numel))
     rounding = unit * largest if unit else 0.0
     if exact and not rounding:
         limit_abs = 0.0  # bit for bit (a Python float, NaN or infinity: no rounding allowance)
@@ -425,6 +433,26 @@ def _judge_path(
         exact=exact,
         rounding_unit=_relative(rounding, scale) if rounding > effective else 0.0,
     )
+
+
+def _remember_elements(measured: list[_Measured], memory: NoiseMemory) -> None:
+    """Per component, the largest RMS element magnitude of its tensors so far.
+
+    A tensor born of cancellation (a bias gradient that sums to almost zero
+    over the batch) carries rounding errors of the size of the terms it summed,
+    not of its own tiny norm; its component's typical element is their scale.
+    """
+    totals: dict[str, list[float]] = {}
+    for entry in measured:
+        if entry.is_tensor and not entry.nonfinite and entry.scale > 0 and entry.numel > 0:
+            found = totals.setdefault(component_of(entry.path), [0.0, 0.0])
+            found[0] += entry.scale**2
+            found[1] += entry.numel
+    for component, (squares, count) in totals.items():
+        element = math.sqrt(squares / count)
+        memory.component_element[component] = max(
+            memory.component_element.get(component, 0.0), element
+        )
 
 
 def _remember(
