@@ -104,8 +104,12 @@ def decide_noise(
     return execution.result(
         fields,
         Outcome.PASS,
-        f"all {judged} variant{'s' if judged != 1 else ''} stay inside the noise of "
-        f"{noise_text} up to step {execution.case.total_step}{approach}",
+        (
+            f"all {judged} variants stay inside the noise of "
+            if judged != 1
+            else "the variant stays inside the noise of "
+        )
+        + f"{noise_text} up to step {execution.case.total_step}{approach}",
         variant_comparisons=tuple(comparisons),
         **envelope_fields,
     )
