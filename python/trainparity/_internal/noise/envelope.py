@@ -63,6 +63,9 @@ class PathEnvelope:
     # The noise rounding alone allows at a noisy step (one unit of the dtype at the path's
     # largest norm so far, relative to its norm now), where it exceeds every measured noise.
     rounding_unit: float = 0.0
+    # The samples' largest norm the relative numbers are taken against (not in reports): a
+    # component's row weighs its paths by it (noise/walk.py, StepRow.of).
+    scale: float = field(default=0.0, compare=False)
 
     @property
     def ratio(self) -> float | None:
@@ -432,6 +435,7 @@ def _judge_path(
         nearest=entry.nearest,
         exact=exact,
         rounding_unit=_relative(rounding, scale) if rounding > effective else 0.0,
+        scale=scale if math.isfinite(scale) else 0.0,
     )
 
 

@@ -108,14 +108,29 @@ class StepRow:
 
     @classmethod
     def of(cls, step: int, rank: int, phase: str | None, paths: Iterable[PathEnvelope]) -> StepRow:
-        """The row of one judged step's paths: per component the largest of each number."""
+        """The row of one judged step's paths: per component the largest of each number.
+
+        Each number is a path's absolute value relative to its component's norm
+        (all its judged paths as one vector), so a path of near-zero norm, whose
+        own relative numbers are huge, weighs as little as it holds. A component
+        whose norms were not read keeps its paths' own relative numbers.
+        """
         row = cls(step, rank, phase)
-        for entry in paths:
+        entries = list(paths)
+        squares: dict[str, float] = {}
+        for entry in entries:
             component = component_of(entry.path)
-            row.noise[component] = max(row.noise.get(component, 0.0), entry.noise)
-            row.limit[component] = max(row.limit.get(component, 0.0), entry.limit)
+            squares[component] = squares.get(component, 0.0) + entry.scale**2
+        for entry in entries:
+            component = component_of(entry.path)
+            norm = math.sqrt(squares[component])
+            weight = entry.scale / norm if norm > 0 and entry.scale > 0 else 1.0
+            row.noise[component] = max(row.noise.get(component, 0.0), entry.noise * weight)
+            row.limit[component] = max(row.limit.get(component, 0.0), entry.limit * weight)
             if entry.excursion is not None:
-                row.excursion[component] = max(row.excursion.get(component, 0.0), entry.excursion)
+                row.excursion[component] = max(
+                    row.excursion.get(component, 0.0), entry.excursion * weight
+                )
         return row
 
     def to_dict(self, ranks: int) -> dict[str, Any]:
@@ -322,8 +337,9 @@ def sensitivity_line(rows: Sequence[StepRow], step: int | None) -> str | None:
             "there): any change would have been seen"
         )
     return (
-        f"a fault that changes {', or '.join(measured)} (relative L2) at step {step} would "
-        "have been seen; every other path was judged bit for bit"
+        f"a fault that changes a tensor of {', or of '.join(measured)} (L2, relative to the "
+        f"component's norm) at step {step} would have been seen; every other path was judged "
+        "bit for bit"
     )
 
 
