@@ -202,6 +202,18 @@ class TestJudgeStep:
         assert not judge_step(NoiseComparison(), noisy, with_loss(1.0 + 5e-7)).differences
         assert judge_step(NoiseComparison(), noisy, with_loss(1.01)).differences
 
+    def test_a_logged_float_is_not_judged_on_the_spread_of_three_samples_alone(self):
+        """Three samples of one number can lie close by chance (a Cauchy-like tail): a clean
+        fourth 20x their spread away passes; one 1 % off still fails."""
+
+        def logged(loss: float):
+            return freeze({"log": {"loss": loss, "epoch": 1.0}})
+
+        close = [logged(2.0), logged(2.0 * (1 + 1e-7)), logged(2.0 * (1 - 1e-7))]
+        assert not judge_step(NoiseComparison(), close, logged(2.0 * (1 + 4e-6))).differences
+        far = judge_step(NoiseComparison(), close, logged(2.02))
+        assert [d.path for d in far.differences] == ["log.loss"]
+
     def test_nan_is_only_equal_to_the_same_bytes(self):
         def with_nan(value: float):
             weight = WEIGHT.clone()

@@ -390,11 +390,14 @@ def _judge_path(
     scale = entry.scale
     noise_abs = entry.noise_abs
     finite = math.isfinite(noise_abs)
-    carried = 0.0
+    carried_own = 0.0
     if finite:
-        carried = max(memory.path_noise.get(entry.path, 0.0), memory.relative(entry.path) * scale)
+        carried_own = max(
+            memory.path_noise.get(entry.path, 0.0), memory.relative(entry.path) * scale
+        )
+    carried = 0.0
     largest = max(scale, memory.path_scale.get(entry.path, 0.0))
-    if finite and noisy and not entry.nonfinite and (entry.is_tensor or noise_abs or carried):
+    if finite and noisy and not entry.nonfinite and (entry.is_tensor or noise_abs or carried_own):
         # Once a step is noisy, a tensor (or a Python float that is noisy itself) has at least
         # its component's noise, times its largest norm so far: a value passing through zero
         # still carries the drift of its earlier terms. A float the samples agree on (a
@@ -407,9 +410,10 @@ def _judge_path(
         unit = _EPSILON.get(
             info_for_text(entry.samples[0].dtype).name, 2.0**-2
         )  # float8 formats: a quarter is their rounding scale
-    elif finite and (noise_abs > 0 or carried > 0):
+    elif finite and (noise_abs > 0 or carried_own > 0):
         unit = _EPSILON["float64"]  # a noisy Python float
-    effective = max(noise_abs, carried)
+    own = max(noise_abs, carried_own) * _few_elements_widening(entry, policy.factor)
+    effective = max(own, carried)
     floor_abs = policy.floor_rtol * scale + policy.floor_atol
     # Judged with the exact comparison's reason: a Python float nobody's noise moved (a
     # learning rate), and a tensor before any noise showed.
@@ -437,6 +441,27 @@ def _judge_path(
         rounding_unit=_relative(rounding, scale) if rounding > effective else 0.0,
         scale=scale if math.isfinite(scale) else 0.0,
     )
+
+
+# The ratio excursion / noise that a clean candidate exceeds with probability 5e-6 per step,
+# for a leaf of n elements (n independent directions at most) and k samples, under the
+# model of docs/resume.md ("The envelope's statistical model": k + 1 independent Gaussian
+# draws; 4M draws per cell). A leaf of more elements, or more samples, needs no widening
+# at the default factor 8.
+_EXIT_RATIO = {
+    (1, 2): 101_609.0, (2, 2): 439.0, (3, 2): 58.5,
+    (1, 3): 217.0, (2, 3): 17.2, (3, 3): 7.6,
+    (1, 4): 39.9, (2, 4): 6.7, (3, 4): 3.9,
+    (1, 5): 14.5, (2, 5): 4.3, (3, 5): 2.8,
+}  # fmt: skip
+
+
+def _few_elements_widening(entry: _Measured, factor: float) -> float:
+    """How much a leaf of 1–3 elements widens its own noise: a spread of k samples of one
+    number is a poor estimate of the next one's distance (a Cauchy-like tail)."""
+    samples = min(len(entry.samples), 5)
+    ratio = _EXIT_RATIO.get((entry.numel, samples))
+    return max(1.0, ratio / factor) if ratio is not None else 1.0
 
 
 def _remember_elements(measured: list[_Measured], memory: NoiseMemory) -> None:
