@@ -23,8 +23,9 @@ from trainparity.api import Difference, ProcessResumeResult
 
 CLOSEST_PATH = 'optimizer.state["1"].exp_avg_sq'
 SENSITIVITY = (
-    "a fault that changes model.* by more than 2.5e-07, or optimizer.* by more than 1.6e-06 "
-    "(relative L2) at step 3 would have been seen; every other path was judged bit for bit"
+    "a fault that changes a tensor of model.* by more than 2.5e-07, or of optimizer.* by more "
+    "than 1.6e-06 (L2, relative to the norm of the component) at step 3 would have been seen; every "
+    "other path was judged bit for bit"
 )
 
 

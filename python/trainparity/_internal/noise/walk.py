@@ -338,8 +338,8 @@ def sensitivity_line(rows: Sequence[StepRow], step: int | None) -> str | None:
         )
     return (
         f"a fault that changes a tensor of {', or of '.join(measured)} (L2, relative to the "
-        f"component's norm) at step {step} would have been seen; every other path was judged "
-        "bit for bit"
+        f"norm of the component) at step {step} would have been seen; every other path was "
+        "judged bit for bit"
     )
 
 
