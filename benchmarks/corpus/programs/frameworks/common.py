@@ -129,3 +129,47 @@ def runs_entry(
 def script_command(script: str, arguments: list[str]) -> list[str]:
     """`python <programs>/<script> ...`: the interpreter running the check, the script by path."""
     return [PYTHON, str(PROGRAMS / script), *arguments]
+
+
+class TwoRankDcpCase:
+    """A torchrun job on 2 ranks that saves a DCP directory with the scheduler and each rank's
+    RNG file beside it (ddp_train.py, fsdp2_train.py): set `script` and the steps."""
+
+    name = "two_ranks"
+    script = ""
+    split_step = 2
+    total_step = 4
+    ranks = 2
+    arguments: tuple[str, ...] = ()
+    pass_total_steps = False  # the script takes --total-steps (its schedule's length)
+
+    def command(self, plan) -> list[str]:
+        from trainparity.distributed import torchrun_command
+
+        script = [
+            str(PROGRAMS / self.script),
+            "--checkpoint",
+            str(self.checkpoint_path(plan.run_dir)),
+            "--end-step",
+            str(plan.end_step),
+            *(["--total-steps", str(self.total_step)] if self.pass_total_steps else []),
+            *self.arguments,
+        ]
+        if plan.resume_from is not None:
+            script += ["--resume", str(plan.resume_from)]
+        return torchrun_command(script, nproc_per_node=self.ranks, log_dir=plan.run_dir / "ranks")
+
+    def checkpoint_path(self, run_dir: Path) -> Path:
+        return run_dir / "checkpoint"  # a DCP directory
+
+    def observe_checkpoint(self, path: Path) -> Mapping[str, object]:
+        import torch
+        from trainparity.checkpoints import load_dcp
+
+        state = load_dcp(path)  # model, optim, train: read from the directory, no process group
+        state["scheduler"] = torch.load(path / "scheduler.pt", weights_only=False)
+        state["rng"] = {
+            f"rank{rank}": torch.load(path / f"rng-rank{rank}.pt", weights_only=True)
+            for rank in range(self.ranks)
+        }
+        return state

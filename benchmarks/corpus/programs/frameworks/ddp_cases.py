@@ -11,50 +11,16 @@ each rank trained on (`record_ids`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
-
-from benchmarks.corpus.programs.frameworks.common import PROGRAMS, resume_entry
+from benchmarks.corpus.programs.frameworks.common import TwoRankDcpCase, resume_entry
 
 MODULE = "benchmarks.corpus.programs.frameworks.ddp_cases"
-RANKS = 2
 
 
-class _DdpCase:
+class _DdpCase(TwoRankDcpCase):
     name = "ddp"
+    script = "ddp_train.py"
     split_step = 3
     total_step = 4
-    arguments: tuple[str, ...] = ()
-
-    def command(self, plan) -> list[str]:
-        from trainparity.distributed import torchrun_command
-
-        script = [
-            str(PROGRAMS / "ddp_train.py"),
-            "--checkpoint",
-            str(self.checkpoint_path(plan.run_dir)),
-            "--end-step",
-            str(plan.end_step),
-            *self.arguments,
-        ]
-        if plan.resume_from is not None:
-            script += ["--resume", str(plan.resume_from)]
-        return torchrun_command(script, nproc_per_node=RANKS, log_dir=plan.run_dir / "ranks")
-
-    def checkpoint_path(self, run_dir: Path) -> Path:
-        return run_dir / "checkpoint"  # a DCP directory
-
-    def observe_checkpoint(self, path: Path) -> Mapping[str, object]:
-        import torch
-        from trainparity.checkpoints import load_dcp
-
-        state = load_dcp(path)  # model, optim, train: read from the directory, no process group
-        state["scheduler"] = torch.load(path / "scheduler.pt", weights_only=False)
-        state["rng"] = {
-            f"rank{rank}": torch.load(path / f"rng-rank{rank}.pt", weights_only=True)
-            for rank in range(RANKS)
-        }
-        return state
 
 
 class SgdResume(_DdpCase):
