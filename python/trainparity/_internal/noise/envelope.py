@@ -410,8 +410,10 @@ def _judge_path(
         unit = _EPSILON.get(
             info_for_text(entry.samples[0].dtype).name, 2.0**-2
         )  # float8 formats: a quarter is their rounding scale
-    elif finite and (noise_abs > 0 or carried_own > 0):
-        unit = _EPSILON["float64"]  # a noisy Python float
+    elif finite and noisy:
+        # A Python float at a noisy step: one computed from float32 tensors (a loss's .item(), a
+        # plateau scheduler's best loss) carries their rounding even where the samples agree.
+        unit = _EPSILON["float32"]
     own = max(noise_abs, carried_own) * _few_elements_widening(entry, policy.factor)
     effective = max(own, carried)
     floor_abs = policy.floor_rtol * scale + policy.floor_atol
