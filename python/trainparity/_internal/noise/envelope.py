@@ -129,7 +129,8 @@ class NoiseMemory:
     """What the steps judged so far of one trajectory leave to the next (see judge_step).
 
     Per path the largest absolute noise and the largest samples' norm seen; per
-    component the largest pooled relative noise; and whether any step was noisy.
+    component the largest pooled relative noise and RMS element; and whether
+    any step was noisy.
     """
 
     def __init__(self) -> None:
@@ -156,10 +157,12 @@ def judge_step(
     `noise_so_far` carries the envelope across the steps of one trajectory
     (docs/resume.md, "The envelope's statistical model"): drift from reordered
     sums does not shrink, so a path's noise is at least the largest absolute
-    noise measured on it before; and once a step is noisy, every tensor's noise
-    is at least its component's pooled relative noise (so far) times the
-    tensor's largest norm, and one rounding unit of its dtype. It is updated
-    with this step's measurements.
+    noise measured on it before; once a step is noisy, every tensor's noise is
+    at least its component's pooled relative noise (so far) times the tensor's
+    largest norm. Every tensor is allowed one rounding unit of its dtype at
+    that norm (or per element of its component's typical size), and a Python
+    float one float32 unit at a noisy step. It is updated with this step's
+    measurements.
     """
     if not samples:
         raise ValueError("judge_step needs at least one sample")
