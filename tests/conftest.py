@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import temp_guard
+from tests import temp_guard, time_budget
 from tests.slurm_cluster import SlurmCluster, slurm_cluster
 from tests.system_packages import require_packages
 
@@ -83,6 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PYTHONHASHSEED"] = "0"
         os.environ[_OWN_HASH_SEED] = "1"
     temp_guard.start(config)
+    time_budget.register(config)  # on where TRAINPARITY_TEST_BUDGET_SECONDS is set (CI)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
