@@ -221,7 +221,7 @@ def test_each_exception_names_a_test_or_fixture_that_exists_and_says_why(key):
     functions = {
         node.name
         for node in ast.walk(ast.parse(source.read_text(encoding="utf-8")))
-        if isinstance(node, ast.FunctionDef)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
     }
     assert name in functions, f"{key}: {path} defines no test or fixture {name!r}"
     assert len(EXCEPTIONS[key].split()) >= 10, f"{key}: say why it cannot shrink"

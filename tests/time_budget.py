@@ -79,11 +79,14 @@ class TimeBudget:
         # and, per fixture setup in progress, the time of fixtures set up inside it.
         self._phase_fixtures: list[tuple[str, str, float]] = []
         self._nested: list[float] = []
+        self._keys: dict[pytest.FixtureDef, str] = {}
+        self._root = config.rootpath.resolve()
         # Judging: each test's own seconds (its phases less its fixtures'), the overruns,
         # and the longest time seen per key (to tell which exceptions are no longer needed).
         self._own: dict[str, float] = {}
         self._overruns: list[Overrun] = []
         self._longest: dict[str, float] = {}
+        self._tests_judged = False
 
     # Measuring.
 
@@ -91,7 +94,9 @@ class TimeBudget:
     def pytest_fixture_setup(
         self, fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest
     ) -> Generator[None, object, object]:
-        key = _fixture_key(fixturedef, self.config.rootpath)
+        key = self._keys.get(fixturedef)
+        if key is None:
+            key = self._keys[fixturedef] = _fixture_key(fixturedef, self._root)
         teardown_started: list[float] = []
         # Finalizers run last-registered first. This one, registered before the fixture's
         # own code runs, ends after the fixture's teardown; the one registered after its
@@ -139,13 +144,20 @@ class TimeBudget:
         if seconds > self.budget:
             self._overruns.append(Overrun(key, description, seconds))
 
+    def _judge_tests(self) -> None:
+        """Once every phase is in: each test's own time against the budget."""
+        if not self._tests_judged:
+            self._tests_judged = True
+            for nodeid, seconds in self._own.items():
+                self._measured(nodeid, f"test {nodeid} (setup, call and teardown)", seconds)
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if not self.judges:
             return
-        for nodeid, seconds in self._own.items():
-            self._measured(nodeid, f"test {nodeid} (setup, call and teardown)", seconds)
-        if self._unlisted():
+        self._judge_tests()
+        # Only a session that would otherwise pass: an interrupted one keeps its status.
+        if self._unlisted() and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _listed(self, key: str) -> str | None:
@@ -161,6 +173,7 @@ class TimeBudget:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if not self.judges:
             return
+        self._judge_tests()
         write: Callable[[str], None] = terminalreporter.write_line
         unlisted = self._unlisted()
         terminalreporter.section(f"time budget: {self.budget:g} s", red=bool(unlisted))
