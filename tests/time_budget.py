@@ -92,7 +92,7 @@ class TimeBudget:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(
-        self, fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest
+        self, fixturedef: pytest.FixtureDef
     ) -> Generator[None, object, object]:
         key = self._keys.get(fixturedef)
         if key is None:
