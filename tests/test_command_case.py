@@ -88,7 +88,7 @@ def test_the_template_fills_every_placeholder_and_drops_an_absent_resume_with_it
         ({"checkpoint": "{run_dir}"}, "outside {run_dir}"),
         ({"checkpoint": "{run_dir}/{phase}.pt"}, "may use {run_dir} only"),
         ({"template": ["t.py", "--end-step", "{end_step}"]}, "never says where to save"),
-        ({"template": ["t.py", "{checkpoint}", "{end_step}"]}, "needs {resume_from?}"),
+        ({"template": ["t.py", "{checkpoint}", "{resume_from?}"]}, "needs {end_step}"),
         ({"observe": "no_colon"}, "'module:function'"),
     ],
 )

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import json
 import shlex
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -53,10 +54,12 @@ __all__ = [
     "CommandCase",
     "case_names",
     "children_case_spec",
+    "clear_checkpoint",
     "command_report_fields",
     "observe_default",
     "reported_case",
     "resolved_case",
+    "resumes_by_itself",
 ]
 
 COMMAND_CASE_PREFIX = "command-case:"
@@ -71,7 +74,10 @@ class CommandCase:
     {end_step}, {phase}, {cwd}, {resume_from?}); a first word `python` or
     `python3` runs the interpreter running the check (sys.executable), a
     path runs as given. `checkpoint`: where a phase's checkpoint is, under
-    `{run_dir}`. `split_step` is needed by check_resume only. `observe`:
+    `{run_dir}`. `split_step` is needed by check_resume only, whose template
+    needs {end_step}; without {resume_from?} the job resumes by itself from
+    what it finds at `checkpoint`, where the check stages the checkpoint to
+    resume from (`resumes_by_itself`). `observe`:
     "module:function" called with the checkpoint path (imported from the
     check's cwd), None for the default observer. `cwd`: None, each phase runs
     in the check's cwd; "{run_dir}", each in its own run directory (for
@@ -108,16 +114,14 @@ class CommandCase:
                 "(cwd='{run_dir}', --cd-run-dir)",
                 field="command",
             )
-        if self.split_step is not None:
-            for needed, why in (
-                ("end_step", "where each phase stops"),
-                (OPTIONAL_RESUME, "what the resumed phase loads"),
-            ):
-                if not self.parsed.uses(needed):
-                    raise CaseSetupError(
-                        f"a resume check's command needs {{{needed}}}: it says {why}",
-                        field="command",
-                    )
+        # Without {resume_from?} the job resumes by itself from what it finds at its checkpoint
+        # path (resumes_by_itself); without {end_step} nothing tells a phase where to stop.
+        if self.split_step is not None and not self.parsed.uses("end_step"):
+            raise CaseSetupError(
+                "a resume check's command needs {end_step}: it says where each phase stops, "
+                "e.g. --end-step {end_step}",
+                field="command",
+            )
         if self.observe is not None:
             module, separator, function = self.observe.partition(":")
             if not separator or not module or not function:
@@ -126,6 +130,13 @@ class CommandCase:
                 )
         if not isinstance(self.name, str) or not self.name:
             raise CaseSetupTypeError("name must be a non-empty str", field="name")
+
+    @property
+    def resumes_by_itself(self) -> bool:
+        """Whether the job finds what to resume from by itself: the template has no
+        {resume_from?}, so a resumed phase runs the same command, and the check stages the
+        checkpoint of the phase before it at its own checkpoint path (`resume_from` None)."""
+        return not self.parsed.uses(OPTIONAL_RESUME)
 
     # The case protocol ---------------------------------------------------------------
 
@@ -210,6 +221,32 @@ class CommandCase:
                 "script resolved from the check's cwd, which is first on PYTHONPATH"
             )
         return "{cwd}: the check's cwd"
+
+
+def resumes_by_itself(case: object) -> bool:
+    """Whether `case` is a CommandCase whose job resumes by itself (no {resume_from?}).
+
+    Its resumed phases get `resume_from` None and the staged checkpoint at
+    their own checkpoint path; every phase starts with nothing left at that
+    path, since whatever is there is what the job resumes from.
+    """
+    return isinstance(case, CommandCase) and case.resumes_by_itself
+
+
+def clear_checkpoint(case: object, run_dir: Path) -> None:
+    """Remove what a self-resuming CommandCase's job would find at its checkpoint path in
+    `run_dir` (a kept work_dir's last check); nothing for any other case.
+
+    Only a CommandCase's path is sure to lie inside the run directory
+    (`_check_checkpoint`), so nothing outside it is ever removed.
+    """
+    if not resumes_by_itself(case):
+        return
+    path = case.checkpoint_path(run_dir)  # type: ignore[attr-defined]
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def resolved_case(case: str | CommandCase, load: Callable[[str], Any]) -> tuple[Any, str | None]:

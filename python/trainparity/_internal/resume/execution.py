@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainparity._internal.cases.command_case import clear_checkpoint, resumes_by_itself
 from trainparity._internal.comparison.noise_policy import NoiseComparison
 from trainparity._internal.comparison.policies import (
     Difference,
@@ -139,6 +140,7 @@ class ResumeExecution:
     def run(self, fields: dict[str, Any], started: float) -> ProcessResumeResult:
         with self.children.running():
             try:
+                self._clear_checkpoints()
                 if self.settings.parallel:
                     self.children.start_concurrently((*self.baselines, self.chain[0].name))
                 if isinstance(self.policy, NoiseComparison):
@@ -326,7 +328,10 @@ class ResumeExecution:
         in a fresh process; the final resumed state."""
         checkpoint = self.children.trained(self.chain[0].name)
         for phase in self.chain[1:]:
-            self.children.phases[phase.name].resume_from = self._stage(checkpoint, phase.name)
+            staged = self._stage(checkpoint, phase.name)
+            # A job that resumes by itself is told nothing: it finds the staged checkpoint.
+            resumed = None if resumes_by_itself(self.case) else staged
+            self.children.phases[phase.name].resume_from = resumed
             checkpoint = self.children.trained(phase.name)
         pids = [self.children.phases[phase.name].result.pid for phase in self.chain]
         if len(set(pids)) != len(pids):
@@ -440,6 +445,22 @@ class ResumeExecution:
         )
 
     # Phases ---------------------------------------------------------------------------
+
+    def _clear_checkpoints(self) -> None:
+        """Before any phase starts: nothing at the checkpoint path of a job that resumes by
+        itself, which would resume from a kept work_dir's last check instead of step 0 (or,
+        resumed, instead of the staged checkpoint)."""
+        if not resumes_by_itself(self.case) or getattr(self.children.launcher, "replays", False):
+            return  # replayed phases ran elsewhere: their checkpoints are the evidence
+        for phase in self.children.phases.values():
+            try:
+                clear_checkpoint(self.case, phase.run_dir)
+            except OSError as error:
+                raise PhaseError(
+                    Outcome.ERROR,
+                    f"{phase.name}: cannot remove the last check's checkpoint from its run "
+                    f"directory {self.children.shown(phase.run_dir)}: {error}",
+                ) from None
 
     def _stage(self, split_checkpoint: Path, phase: str) -> Path:
         """Copy a saved checkpoint to where the resuming phase's location contract says it lives."""

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.cases.command_case import CommandCase, case_names
+from trainparity._internal.cases.command_case import CommandCase, case_names, resumes_by_itself
 from trainparity._internal.comparison.policies import ComparisonPolicy, ToleranceComparison
 from trainparity._internal.executors.replay import PHASE_RESULT_FILE
 from trainparity._internal.processes.child_environment import phase_cwd
@@ -68,7 +68,9 @@ def write_plan(
     for name, end_step, world_size, layout in resume_phases(loaded, chain):
         run_dir = root / name
         before = loads_from.get(name)
-        resume_from = loaded.checkpoint_path(run_dir) if before else None
+        staged = loaded.checkpoint_path(run_dir) if before else None
+        # A job that resumes by itself is told nothing: it finds the staged checkpoint.
+        resume_from = None if resumes_by_itself(loaded) else staged
         plan = ProcessExecutionPlan(name, cwd, run_dir, end_step, resume_from, world_size, layout)
         argv = validated_command(loaded.command(plan))
         variables = {
@@ -87,11 +89,11 @@ def write_plan(
             "after": [before] if before else [],
             "script": f"{name}.sh",
         }
-        staging = (
-            (loaded.checkpoint_path(root / before), resume_from) if before and resume_from else None
-        )
+        staging = (loaded.checkpoint_path(root / before), staged) if before and staged else None
+        # A job that resumes by itself would resume from whatever is at its checkpoint path.
+        cleared = resumes_by_itself(loaded) and staging is None
         script = root / phase["script"]
-        script.write_text(_script(phase, cwd, staging), encoding="utf-8")
+        script.write_text(_script(phase, cwd, staging, cleared=cleared), encoding="utf-8")
         script.chmod(0o755)
         phases.append(phase)
     plan = {
@@ -122,7 +124,9 @@ def _tolerance(comparison: ComparisonPolicy | None) -> dict[str, Any] | None:
     return {"atol": comparison.atol, "equal_nan": comparison.equal_nan, "rtol": comparison.rtol}
 
 
-def _script(phase: dict[str, Any], cwd: Path, staging: tuple[Path, Path] | None) -> str:
+def _script(
+    phase: dict[str, Any], cwd: Path, staging: tuple[Path, Path] | None, *, cleared: bool
+) -> str:
     quote = shlex.quote
     run_dir, result = quote(phase["run_dir"]), quote(phase["result"])
     environment = quote(str(Path(phase["run_dir"]) / PHASE_ENVIRONMENT_FILE))
@@ -138,6 +142,11 @@ def _script(phase: dict[str, Any], cwd: Path, staging: tuple[Path, Path] | None)
         lines += [
             f"cd {quote(phase['cwd'])} || exit 1",
             f'export PYTHONPATH={quote(str(cwd))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        ]
+    if cleared:
+        lines += [
+            "# The job resumes by itself from what it finds here: it starts from nothing.",
+            f"rm -rf {quote(phase['checkpoint'])} || exit 1",
         ]
     if staging is not None:
         source, target = (quote(str(path)) for path in staging)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainparity._internal.cases.command_case import resumes_by_itself
 from trainparity._internal.processes.check_runner import RunSettings
 from trainparity._internal.processes.children import PhaseChildren, TrainingPhase
 from trainparity._internal.recording.phase_recordings import (
@@ -106,7 +107,10 @@ class Reruns:
             for name, side, _, _ in batch:
                 if side.resumes_from_split:
                     checkpoint = children.trained(f"{name}-split")
-                    children.phases[name].resume_from = self._staged(children, name, checkpoint)
+                    staged = self._staged(children, name, checkpoint)
+                    # As the check ran it: a job that resumes by itself finds it there.
+                    resumed = None if resumes_by_itself(self.case) else staged
+                    children.phases[name].resume_from = resumed
                     if self.settings.parallel:
                         children.start(name)
             for name in phases:
