@@ -285,7 +285,7 @@ def add_case_options(parser: argparse.ArgumentParser, *, resume: bool) -> None:
     group = parser.add_argument_group(
         "command template (instead of CASE; python is this check's interpreter): "
         "-- python train.py --ckpt {checkpoint} "
-        "--end-step {end_step}" + (" --resume {resume_from?}" if resume else "")
+        "--end-step {end_step}" + (" [--resume {resume_from?}]" if resume else "")
     )
     if resume:
         group.add_argument(
@@ -295,7 +295,12 @@ def add_case_options(parser: argparse.ArgumentParser, *, resume: bool) -> None:
     group.add_argument(
         "--checkpoint",
         metavar="TEMPLATE",
-        help="where a phase's checkpoint is, inside its run directory: '{run_dir}/ck.pt'",
+        help="where a phase's checkpoint is, inside its run directory: '{run_dir}/ck.pt'"
+        + (
+            "; without {resume_from?}, where the resumed job finds the staged checkpoint by itself"
+            if resume
+            else ""
+        ),
     )
     group.add_argument(
         "--observe",

@@ -11,6 +11,7 @@ from trainparity._internal.cli import common
 EXAMPLE = """\
 trainparity resume trainparity.quickstarts.resume:FaultyCase --report resume.html
 trainparity resume --split-step 2 --total-step 4 --checkpoint '{run_dir}/ck.pt' -- python train.py --ckpt {checkpoint} --end-step {end_step} --resume {resume_from?}
+trainparity resume --split-step 2 --total-step 4 --checkpoint '{run_dir}/ckpts' --observe train:newest -- python train.py --out-dir {checkpoint} --stop-after {end_step}
 trainparity resume my_project.cases:Resume --split-steps 2,4 --world-sizes 2,1,3 --rtol 1e-4 --atol 1e-6
 """
 
