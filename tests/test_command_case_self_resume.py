@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from trainparity import CommandCase, Outcome, check_resume
+from trainparity._internal.cases.command_case import clear_checkpoint
 from trainparity._internal.cli.main import main
 from trainparity._internal.resume.plan import write_plan
 
@@ -62,6 +63,31 @@ def test_a_template_without_resume_from_resumes_by_itself_but_still_needs_end_st
     err = capsys.readouterr().err
     assert code == 4
     assert "needs {end_step}" in err and "{resume_from?}" not in err
+
+
+def test_only_a_self_resuming_cases_checkpoint_is_cleared_file_or_directory(tmp_path):
+    file_case = CommandCase(
+        template=["python", SCRIPT, "--resume-from-if-any", "{checkpoint}", "{end_step}"],
+        checkpoint="{run_dir}/last.pt",
+        split_step=2,
+        total_step=4,
+    )
+    flagged = CommandCase(
+        template=[*TEMPLATE, "--resume", "{resume_from?}"],
+        checkpoint=CHECKPOINT,
+        split_step=2,
+        total_step=4,
+    )
+    (tmp_path / "ckpts").mkdir()
+    (tmp_path / "ckpts" / "step_4.pt").write_bytes(b"left by the last check")
+    (tmp_path / "last.pt").write_bytes(b"left by the last check")
+    clear_checkpoint(flagged, tmp_path)  # told what to load: what lies there is its output
+    clear_checkpoint("package.module:Case", tmp_path)  # a case class's path may lie anywhere
+    assert (tmp_path / "ckpts" / "step_4.pt").exists()
+    clear_checkpoint(file_case, tmp_path)
+    clear_checkpoint(_case(), tmp_path)
+    assert sorted(tmp_path.iterdir()) == []
+    clear_checkpoint(_case(), tmp_path)  # nothing there: nothing to do
 
 
 def test_a_job_that_resumes_by_itself_passes_over_a_kept_work_dirs_leftovers(tmp_path):

@@ -240,9 +240,9 @@ def clear_checkpoint(case: object, run_dir: Path) -> None:
     Only a CommandCase's path is sure to lie inside the run directory
     (`_check_checkpoint`), so nothing outside it is ever removed.
     """
-    if not resumes_by_itself(case):
+    if not isinstance(case, CommandCase) or not case.resumes_by_itself:
         return
-    path = case.checkpoint_path(run_dir)  # type: ignore[attr-defined]
+    path = case.checkpoint_path(run_dir)
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
     else:
