@@ -65,6 +65,7 @@ LAYERS = {
     "why.environment_leads": FOUNDATION,
     "accumulation": CHECKS,
     "coverage": CHECKS,
+    "crashes": CHECKS,
     "processes": PROCESSES,
     "distributed": PROCESSES,
     "recording": PROCESSES,

@@ -45,6 +45,8 @@ if TYPE_CHECKING:  # the names for type checkers; at run time __getattr__ loads 
     from trainparity._internal.coverage.audit import audit_rank_iterables as audit_rank_iterables
     from trainparity._internal.coverage.audit import audit_sample_coverage as audit_sample_coverage
     from trainparity._internal.coverage.global_order import SameGlobalOrder as SameGlobalOrder
+    from trainparity._internal.crashes.check import check_crashes as check_crashes
+    from trainparity._internal.crashes.result import CrashResult as CrashResult
     from trainparity._internal.environment import environment_fingerprint as environment_fingerprint
     from trainparity._internal.outcomes import Outcome as Outcome
     from trainparity._internal.processes.progress import ProgressEvent as ProgressEvent
@@ -116,6 +118,8 @@ _DEFINED_IN = {
     "audit_rank_iterables": "trainparity._internal.coverage.audit",
     "audit_sample_coverage": "trainparity._internal.coverage.audit",
     "SameGlobalOrder": "trainparity._internal.coverage.global_order",
+    "check_crashes": "trainparity._internal.crashes.check",
+    "CrashResult": "trainparity._internal.crashes.result",
     "environment_fingerprint": "trainparity._internal.environment",
     "TraceDiff": "trainparity._internal.why.forensics.trace_diff",
     "diff_traces": "trainparity._internal.why.forensics.trace_diff",

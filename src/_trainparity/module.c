@@ -22,6 +22,8 @@ static int trainparity_exec(PyObject *module)
         return -1;
     if (add_part(module, tp_distance_methods, tp_distance_init) < 0)
         return -1;
+    if (add_part(module, tp_trace_methods, tp_trace_init) < 0)
+        return -1;
     return 0;
 }
 
@@ -33,7 +35,7 @@ static PyModuleDef_Slot trainparity_slots[] = {
 static struct PyModuleDef trainparity_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "_trainparity",
-    .m_doc = "trainparity native core: compare, digest, spawn, coverage, summary, distance.",
+    .m_doc = "trainparity native core: compare, digest, spawn, coverage, summary, distance, trace.",
     .m_size = 0,
     .m_slots = trainparity_slots,
 };

@@ -5,7 +5,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-/* Each part (compare.c, digest.c, spawn.c, coverage.c, summary.c, distance.c) defines its functions
+/* Each part (compare.c, digest.c, spawn.c, coverage.c, summary.c, distance.c,
+ * trace.c) defines its functions
  * in a NULL-terminated table and an init hook that may add types or constants
  * to the module; the hook returns 0 on success and -1 with an exception set. */
 extern PyMethodDef tp_compare_methods[];
@@ -14,6 +15,7 @@ extern PyMethodDef tp_spawn_methods[];
 extern PyMethodDef tp_coverage_methods[];
 extern PyMethodDef tp_summary_methods[];
 extern PyMethodDef tp_distance_methods[];
+extern PyMethodDef tp_trace_methods[];
 
 int tp_compare_init(PyObject *module);
 int tp_digest_init(PyObject *module);
@@ -21,5 +23,6 @@ int tp_spawn_init(PyObject *module);
 int tp_coverage_init(PyObject *module);
 int tp_summary_init(PyObject *module);
 int tp_distance_init(PyObject *module);
+int tp_trace_init(PyObject *module);
 
 #endif

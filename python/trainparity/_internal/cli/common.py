@@ -260,7 +260,7 @@ def add_run_options(parser: argparse.ArgumentParser, *, kept: str) -> None:
 
 # Command templates (`trainparity resume ... -- python train.py ...`) ----------------------
 
-TEMPLATE_COMMANDS = ("resume", "runs")
+TEMPLATE_COMMANDS = ("resume", "runs", "crashes")
 
 
 def split_template(argv: list[str]) -> tuple[list[str], list[str] | None]:

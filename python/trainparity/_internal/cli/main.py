@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from trainparity._internal.cli import accumulation as cli_accumulation
 from trainparity._internal.cli import coverage as cli_coverage
+from trainparity._internal.cli import crashes as cli_crashes
 from trainparity._internal.cli import diff as cli_diff
 from trainparity._internal.cli import env as cli_env
 from trainparity._internal.cli import explain as cli_explain
@@ -88,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     for module in (
         cli_resume,
         cli_runs,
+        cli_crashes,
         cli_judge,
         cli_accumulation,
         cli_coverage,

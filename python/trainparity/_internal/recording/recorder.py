@@ -18,6 +18,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from trainparity._internal.recording.crash_hook import (
+    CRASH_AFTER_STEP_VARIABLE,
+    STEP_LOG_VARIABLE,
+    after_record,
+)
 from trainparity._internal.recording.variables import (
     ALSO_VARIABLE,
     EVERY_VARIABLE,
@@ -67,6 +72,8 @@ def record(step: int, state: Mapping[str, object]) -> None:
     if isinstance(step, bool) or not isinstance(step, int):
         raise TypeError(f"record() step must be an int, got {type(step).__name__}")
     active.record(step, state)
+    if STEP_LOG_VARIABLE in os.environ or CRASH_AFTER_STEP_VARIABLE in os.environ:
+        after_record(step, current_rank())  # the crash check's runs (recording/crash_hook.py)
 
 
 def recording_active() -> bool:

@@ -20,6 +20,7 @@ from trainparity._internal.reports.sections.coverage import (
     epochs_section,
     first_violation_section,
 )
+from trainparity._internal.reports.sections.crashes import crash_points_section
 from trainparity._internal.reports.sections.differences import (
     differences_section,
     drift_section,
@@ -64,6 +65,14 @@ _CONTEXT_KEYS = (
     ("median_relative_rms_error", "median relative RMS error"),
     ("max_relative_rms_error", "max relative RMS error"),
     ("evidence_path", "evidence file"),
+    ("checkpoint_location", "checkpoint location"),
+    ("first_failing_point", "first failing crash point"),
+    ("points_found", "crash points found"),
+    ("points_run", "crash points run"),
+    ("crash_runs", "runs killed at a point"),
+    ("distinct_images", "distinct disk images"),
+    ("restarts", "restarts"),
+    ("max_steps_redone", "most steps redone"),
 )
 
 
@@ -77,6 +86,7 @@ def report_sections(
         first_op_section,
         leads_section,
         first_divergence_section,
+        crash_points_section,
         differences_section,
         first_divergent_op_section,
         epochs_section,
