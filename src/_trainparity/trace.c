@@ -504,8 +504,8 @@ static const char *below_root(const char *path, const char *root, size_t root_le
     return NULL;
 }
 
-/* The file position of a descriptor, from /proc/TID/fdinfo; -1 if unknown. */
-static long long fd_position(pid_t tid, long long fd)
+/* One field ("pos", "flags") of a descriptor's /proc/TID/fdinfo, in `base`; -1 if unknown. */
+static long long fdinfo_field(pid_t tid, long long fd, const char *field, int base)
 {
     char name[64];
     snprintf(name, sizeof name, "/proc/%d/fdinfo/%lld", (int)tid, fd);
@@ -518,10 +518,30 @@ static long long fd_position(pid_t tid, long long fd)
     if (got <= 0)
         return -1;
     text[got] = '\0';
-    long long position = -1;
-    if (sscanf(text, "pos: %lld", &position) != 1)
-        return -1;
-    return position;
+    size_t length = strlen(field);
+    for (const char *line = text; line != NULL && *line != '\0';) {
+        if (strncmp(line, field, length) == 0 && line[length] == ':') {
+            char *end = NULL;
+            long long value = strtoll(line + length + 1, &end, base);
+            return end == line + length + 1 ? -1 : value;
+        }
+        line = strchr(line, '\n');
+        if (line != NULL)
+            line++;
+    }
+    return -1;
+}
+
+static long long fd_position(pid_t tid, long long fd)
+{
+    return fdinfo_field(tid, fd, "pos", 10);
+}
+
+/* Whether a descriptor was opened for writing (a close of a read-only one changes nothing). */
+static int fd_writable(pid_t tid, long long fd)
+{
+    long long flags = fdinfo_field(tid, fd, "flags", 8);
+    return flags < 0 || (flags & O_ACCMODE) != O_RDONLY;
 }
 
 static long long iovec_bytes(pid_t tid, unsigned long long address, unsigned long long count)
@@ -627,6 +647,9 @@ static void handle_stop(pid_t tid, struct trace_plan *plan, struct event_list *e
         fd = (long long)(int)call.arg[traced->shape == SHAPE_FD ? 0 : 2];
         if (fd_path(tid, fd, path, sizeof path) < 0 || path[0] != '/')
             return; /* a pipe, socket or closed descriptor */
+        if (op == OP_CLOSE && below_root(path, plan->root, plan->root_length) != NULL &&
+            !fd_writable(tid, fd))
+            return;
         break;
     case SHAPE_PATH:
         if (tracee_path(tid, AT_FDCWD, call.arg[0], path, sizeof path) < 0)
