@@ -1,0 +1,153 @@
+"""check_crashes' surface: what it refuses, ERROR and ABSTAIN, the report, the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import trainparity
+from trainparity import CommandCase, check_crashes
+from trainparity._internal.processes.traced_job import tracing_available
+from trainparity._internal.reports.text_views import text_report
+
+pytestmark = pytest.mark.skipif(not tracing_available(), reason="needs Linux x86-64/AArch64")
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def test_it_is_exported_and_refuses_what_cannot_be_a_crash_check(tmp_path: Path) -> None:
+    assert trainparity.check_crashes is check_crashes
+    with_resume = CommandCase(
+        template=[
+            "python",
+            "t.py",
+            "--ckpt",
+            "{checkpoint}",
+            "--end",
+            "{end_step}",
+            "--resume",
+            "{resume_from?}",
+        ],
+        checkpoint="{run_dir}/ck",
+        total_step=4,
+    )
+    refused = check_crashes(with_resume, cwd=tmp_path)
+    assert refused.outcome == "ERROR" and "must not take {resume_from?}" in refused.message
+    assert refused.usage_error is not None
+    plain = CommandCase(
+        template=["python", "t.py", "{checkpoint}"], checkpoint="{run_dir}/ck", total_step=4
+    )
+    for keywords, said in (
+        ({"points": ("steps", "kills")}, "points must name"),
+        ({"max_points": 0}, "max_points must be"),
+        ({"max_lost_steps": -1}, "max_lost_steps must be"),
+    ):
+        found = check_crashes(plain, cwd=tmp_path, **keywords)
+        assert found.outcome == "ERROR" and said in found.message, found.message
+    by_spec = check_crashes("trainparity.quickstarts.resume:FaultyCase", cwd=tmp_path)
+    assert by_spec.outcome == "ERROR" and "needs a CommandCase" in by_spec.message
+
+
+def test_a_job_that_records_nothing_is_an_error_that_says_what_to_do(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text(
+        "import os, sys\nos.makedirs(sys.argv[1], exist_ok=True)\n"
+        "open(os.path.join(sys.argv[1], 'state.json'), 'w').write('{}')\n"
+    )
+    case = CommandCase(
+        template=["python", "t.py", "{checkpoint}"], checkpoint="{run_dir}/ck", total_step=4
+    )
+    result = check_crashes(case, cwd=tmp_path)
+    assert result.outcome == "ERROR"
+    assert "records nothing" in result.message and "trainparity.record" in result.message
+
+
+def test_a_job_whose_uninterrupted_runs_differ_abstains(tmp_path: Path) -> None:
+    (tmp_path / "t.py").write_text(
+        textwrap.dedent(
+            """
+            import os, sys, trainparity
+            os.makedirs(sys.argv[1], exist_ok=True)
+            for step in range(3):
+                trainparity.record(step, {"seed": int.from_bytes(os.urandom(4), "little")})
+            """
+        )
+    )
+    case = CommandCase(
+        template=["python", "t.py", "{checkpoint}"], checkpoint="{run_dir}/ck", total_step=2
+    )
+    result = check_crashes(case, cwd=tmp_path, environment={"OMP_NUM_THREADS": "1"})
+    assert result.outcome == "ABSTAIN", result.message
+    assert "two uninterrupted runs differ at step 0 (seed)" in result.message
+
+
+def test_the_command_line_names_the_first_breaking_point_and_exits_1(tmp_path: Path) -> None:
+    report = tmp_path / "crashes.json"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainparity",
+            "crashes",
+            "--points",
+            "saves",
+            "--max-points",
+            "2",
+            "--total-step",
+            "4",
+            "--checkpoint",
+            "{run_dir}/ckpts",
+            "--report",
+            str(report),
+            "--no-progress",
+            "--env",
+            "OMP_NUM_THREADS=1",
+            "--",
+            "python",
+            "tests/fixtures/crash_jobs/plain_job.py",
+            "--ckpt-dir",
+            "{checkpoint}",
+            "--total-steps",
+            "{end_step}",
+            "--save-every",
+            "2",
+            "--save",
+            "direct",
+        ],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 1, completed.stderr + completed.stdout
+    found = json.loads(report.read_text())
+    assert found["outcome"] == "FAIL" and found["first_failing_point"].startswith("save #")
+    assert found["points_run"] < found["points_found"]
+    text = text_report(found)
+    assert "Crash points (" in text and "the restart cannot start" in text
+    # Every row names the files its restart opened in the checkpoint location.
+    failing = [row for row in found["crash_points"] if row["verdict"] == "FAIL"]
+    assert failing and all(row["loaded"] for row in failing)
+
+
+def test_the_command_line_refuses_a_job_without_its_location() -> None:
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainparity",
+            "crashes",
+            "--total-step",
+            "4",
+            "--",
+            "python",
+            "t.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 4 and "needs --checkpoint" in completed.stderr

@@ -1,0 +1,110 @@
+"""The crash check's fault table (issue 51): real torch.save, DCP and files, real SIGKILLs.
+
+Each row is tests/fixtures/crash_jobs/plain_job.py with one `--save` mode: a
+way users really save and auto-resume, each faulty one beside its clean
+counterpart. The job runs 4 steps and saves every 2; `max_points` keeps each
+check to a few crash points (each save's first and last write, its renames
+and fsyncs are always among them), so a row costs about 20 runs of a tiny
+job. The real trainers' rows are in test_crash_trainers.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from trainparity import CommandCase, check_crashes
+from trainparity._internal.processes.traced_job import tracing_available
+
+pytestmark = pytest.mark.skipif(not tracing_available(), reason="needs Linux x86-64/AArch64")
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+JOB = "tests/fixtures/crash_jobs/plain_job.py"
+
+
+def _check(mode: str, *, power_loss: bool = False, max_points: int = 8, points=("steps", "saves")):
+    extra = ["--accum", "3"] if mode.startswith("accum") else []
+    case = CommandCase(
+        template=[
+            "python",
+            JOB,
+            "--ckpt-dir",
+            "{checkpoint}",
+            "--total-steps",
+            "{end_step}",
+            "--save-every",
+            "2",
+            "--save",
+            mode,
+            *extra,
+        ],
+        checkpoint="{run_dir}/ckpts",
+        total_step=4,
+    )
+    return check_crashes(
+        case,
+        points=points,
+        power_loss=power_loss,
+        max_points=max_points,
+        cwd=REPOSITORY,
+        environment={"OMP_NUM_THREADS": "1"},
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("direct", "the restart cannot start"),
+        ("latest_first", "No such file or directory"),
+        ("dir_no_marker", "the restart cannot start"),
+        ("dcp_no_metadata", "the restart cannot start"),
+        ("dcp_async_unawaited", "the restart"),
+    ],
+)
+def test_a_save_that_a_crash_tears_fails_at_its_first_breaking_point(mode: str, said: str) -> None:
+    result = _check(mode)
+    assert result.outcome == "FAIL", result.message
+    failing = [row for row in result.crash_points if row["verdict"] == "FAIL"]
+    first = failing[0]
+    assert result.first_failing_point == first["point"]
+    assert first["kind"] == "save" and said in first["detail"]
+    assert result.message.startswith(f"crash point {first['point']}")
+    # The rows before the first failing one restarted cleanly, in time order.
+    before = result.crash_points[: result.crash_points.index(first)]
+    assert all(row["verdict"] == "PASS" for row in before)
+
+
+@pytest.mark.parametrize(
+    "mode", ["replace", "durable", "latest_after", "dir_marker", "dcp_checked", "dcp_async_awaited"]
+)
+def test_its_clean_counterpart_passes_at_every_point(mode: str) -> None:
+    result = _check(mode)
+    assert result.outcome == "PASS", result.message
+    rows = result.crash_points
+    assert rows and all(row["verdict"] == "PASS" for row in rows)
+    assert {row["kind"] for row in rows} == {"step", "save"}
+    assert result.restarts == result.distinct_images <= result.crash_runs
+    assert result.max_steps_redone is not None and result.max_steps_redone <= 2
+
+
+def test_a_checkpoint_saved_inside_an_accumulation_window_fails_and_its_fix_passes() -> None:
+    broken = _check("accum_midwindow", points=("steps",), max_points=4)
+    assert broken.outcome == "FAIL", broken.message
+    assert "differs" in broken.message or "ended at step" in broken.message
+    fixed = _check("accum_boundary", points=("steps",), max_points=4)
+    assert fixed.outcome == "PASS", fixed.message
+
+
+def test_power_loss_breaks_a_rename_without_fsync_but_not_a_durable_save() -> None:
+    careless = _check("replace", power_loss=True, max_points=6, points=("saves",))
+    assert careless.outcome == "FAIL", careless.message
+    first = next(row for row in careless.crash_points if row["verdict"] == "FAIL")
+    assert first["loss"] == "data" and "power loss (data)" in careless.message
+    # The same points without power loss restart cleanly.
+    assert all(
+        row["verdict"] == "PASS" for row in careless.crash_points if row["loss"] == "process"
+    )
+    durable = _check("durable", power_loss=True, max_points=6, points=("saves",))
+    assert durable.outcome == "PASS", durable.message
+    assert {row["loss"] for row in durable.crash_points} == {"process", "data", "names"}
