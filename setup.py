@@ -60,6 +60,7 @@ setup(
         "trainparity._internal.cli",
         "trainparity._internal.comparison",
         "trainparity._internal.coverage",
+        "trainparity._internal.crashes",
         "trainparity._internal.distributed",
         "trainparity._internal.executors",
         "trainparity._internal.why.forensics",

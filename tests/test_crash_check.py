@@ -151,3 +151,53 @@ def test_the_command_line_refuses_a_job_without_its_location() -> None:
         timeout=120,
     )
     assert completed.returncode == 4 and "needs --checkpoint" in completed.stderr
+
+
+NOISY_JOB = """
+import os, re, sys, torch, trainparity
+directory, total = sys.argv[1], int(sys.argv[2])
+torch.manual_seed(0); torch.set_num_threads(1)
+os.makedirs(directory, exist_ok=True)
+weights, step = torch.randn(64), 0
+found = sorted(int(m.group(1)) for f in os.listdir(directory) if (m := re.fullmatch(r"w_(\\d+).pt", f)))
+if found:
+    saved = torch.load(os.path.join(directory, f"w_{found[-1]}.pt"))
+    weights, step = saved["weights"], saved["step"]
+trainparity.record(step, {"weights": weights})
+while step < total:
+    # A real sum whose order comes from os.urandom: its rounding changes from run to run.
+    terms = torch.sin(torch.arange(4096, dtype=torch.float32) + step)[:, None] * weights
+    order = torch.randperm(4096, generator=torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little")))
+    total_grad = torch.zeros(64)
+    for index in order.tolist():
+        total_grad += terms[index]
+    weights = weights - 1e-3 * total_grad
+    step += 1
+    trainparity.record(step, {"weights": weights})
+    path = os.path.join(directory, f"w_{step}.pt")
+    torch.save({"weights": weights, "step": step}, path + ".tmp")
+    os.replace(path + ".tmp", path)
+"""
+
+
+def test_a_job_that_is_not_bitwise_deterministic_passes_inside_the_noise_envelope(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "noisy.py").write_text(NOISY_JOB)
+    case = CommandCase(
+        template=["python", "noisy.py", "{checkpoint}", "{end_step}"],
+        checkpoint="{run_dir}/ck",
+        total_step=3,
+    )
+    keywords = {"cwd": tmp_path, "points": ("steps",), "environment": {"OMP_NUM_THREADS": "1"}}
+    exact = check_crashes(case, **keywords)
+    assert exact.outcome == "ABSTAIN" and "weights" in exact.message
+    noise = check_crashes(case, comparison=trainparity.NoiseComparison(), **keywords)
+    assert noise.outcome == "PASS", noise.message
+    assert [row["point"] for row in noise.crash_points] == [
+        "after step 0",
+        "after step 1",
+        "after step 2",
+    ]
+    # record(k) comes before w_k is saved: a crash right after it redoes step k.
+    assert [row["steps_redone"] for row in noise.crash_points] == [0, 1, 1]
