@@ -63,7 +63,7 @@ def _check(mode: str, *, power_loss: bool = False, max_points: int = 8, points=(
     ],
 )
 def test_a_save_that_a_crash_tears_fails_at_its_first_breaking_point(mode: str, said: str) -> None:
-    result = _check(mode)
+    result = _check(mode, points=("saves",), max_points=4)
     assert result.outcome == "FAIL", result.message
     failing = [row for row in result.crash_points if row["verdict"] == "FAIL"]
     first = failing[0]
@@ -79,7 +79,7 @@ def test_a_save_that_a_crash_tears_fails_at_its_first_breaking_point(mode: str, 
     "mode", ["replace", "durable", "latest_after", "dir_marker", "dcp_checked", "dcp_async_awaited"]
 )
 def test_its_clean_counterpart_passes_at_every_point(mode: str) -> None:
-    result = _check(mode)
+    result = _check(mode, max_points=6)
     assert result.outcome == "PASS", result.message
     rows = result.crash_points
     assert rows and all(row["verdict"] == "PASS" for row in rows)
@@ -108,3 +108,39 @@ def test_power_loss_breaks_a_rename_without_fsync_but_not_a_durable_save() -> No
     durable = _check("durable", power_loss=True, max_points=6, points=("saves",))
     assert durable.outcome == "PASS", durable.message
     assert {row["loss"] for row in durable.crash_points} == {"process", "data", "names"}
+
+
+@pytest.mark.parametrize(("mode", "outcome"), [("direct", "FAIL"), ("replace", "PASS")])
+def test_under_torchrun_one_rank_dies_and_the_restart_relaunches_the_job(
+    mode: str, outcome: str
+) -> None:
+    """tests/fixtures/crash_jobs/ddp_job.py on 2 gloo ranks: rank 0 saves; the kill hits the rank
+    that makes the call, torchrun stops the other, and the restart is the whole torchrun command."""
+    case = CommandCase(
+        template=[
+            "torchrun",
+            "--nproc-per-node",
+            "2",
+            "tests/fixtures/crash_jobs/ddp_job.py",
+            "--ckpt-dir",
+            "{checkpoint}",
+            "--total-steps",
+            "{end_step}",
+            "--save",
+            mode,
+        ],
+        checkpoint="{run_dir}/ckpts",
+        total_step=2,
+    )
+    result = check_crashes(
+        case,
+        points=("saves",),
+        max_points=2,
+        cwd=REPOSITORY,
+        environment={"OMP_NUM_THREADS": "1"},
+        timeout=120,
+    )
+    assert result.outcome == outcome, result.message
+    if outcome == "FAIL":
+        # The failing rank is named, not torchrun's own ChildFailedError.
+        assert "rank 0 exited with code 1" in result.message

@@ -10,6 +10,7 @@ same command in the same run directory.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
@@ -29,6 +30,8 @@ from trainparity._internal.crashes.power_loss import (
     PowerLossModel,
     apply_power_loss,
 )
+from trainparity._internal.distributed.phases import rank_failure
+from trainparity._internal.distributed.torchrun_argv import own_port
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.check_runner import RunSettings
 from trainparity._internal.processes.child_environment import phase_cwd, phase_environment
@@ -98,6 +101,7 @@ class CrashExecution:
         self.root = settings.run_root
         self.timings: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._alone = threading.Lock()  # runs whose launcher binds a port the user fixed
         self._restarts: dict[str, Future[_Restart]] = {}
         self._crash_runs = 0
         self._restart_count = 0
@@ -140,6 +144,29 @@ class CrashExecution:
         )
         if crash_step is not None:
             environment[CRASH_AFTER_STEP_VARIABLE] = str(crash_step)
+        # torchrun's static rendezvous binds a fixed port: each run gets its own, or (a port the
+        # user wrote) the runs go one at a time.
+        remedy = own_port(argv, environment)
+        if remedy is not None:
+            argv = list(remedy.argv)
+            environment.update(remedy.environment)
+        with self._alone if remedy is not None and remedy.alone else contextlib.nullcontext():
+            return self._traced(
+                argv, environment, cwd, home, run_dir, attempt, kill_at, copy_dir, observe_opens
+            )
+
+    def _traced(
+        self,
+        argv: list[str],
+        environment: dict[str, str],
+        cwd: Path,
+        home: Path,
+        run_dir: Path,
+        attempt: int,
+        kill_at: int | None,
+        copy_dir: Path | None,
+        observe_opens: bool,
+    ) -> TracedRun:
         return run_traced(
             argv,
             env=environment,
@@ -166,7 +193,9 @@ class CrashExecution:
             text = f"was killed by signal {run.signal}"
         else:
             text = f"exited with status {run.returncode}"
-        reason = exception_line(log_tail(self.root / name / f"stderr-{attempt}.log", 60))
+        stderr = self.root / name / f"stderr-{attempt}.log"
+        # Under torchrun the agent's own exception says only that a rank failed: name the rank.
+        reason = rank_failure(stderr, self._run_dir(name)) or exception_line(log_tail(stderr, 60))
         if reason:
             text += f": {reason}"
         return text.replace(str(self._run_dir(name)), "{run_dir}")
