@@ -5,8 +5,9 @@ loaded) and after every step it redoes (docs/crashes.md). Each of those
 records is compared with the uninterrupted run's record of the same step,
 under the declared comparison: exactly, with a tolerance, or inside the
 noise envelope of the uninterrupted runs (NoiseComparison). The first record
-is what the restart loaded: a difference there is a torn or mixed
-checkpoint; a difference later is a divergence after loading.
+is what the restart loaded: a difference there is a state the uninterrupted
+run never had (a torn or mixed checkpoint, or one saved between steps); a
+difference later is a divergence after loading.
 """
 
 from __future__ import annotations
@@ -133,8 +134,9 @@ class BaselineSteps:
                     difference = self._named(rank, found[0])
                     if on_load:
                         words = (
-                            f"the restart loaded a torn or mixed checkpoint: its state at step "
-                            f"{record.step} differs at {difference.path}"
+                            f"the restart loaded a state the uninterrupted run never had: at "
+                            f"step {record.step} it differs at {difference.path} (a torn or "
+                            f"mixed checkpoint, or one saved between steps)"
                         )
                     else:
                         words = (
