@@ -22,6 +22,7 @@ __all__ = [
     "ALLOWED_VARIABLES",
     "FINGERPRINT_VERSION",
     "environment_fingerprint",
+    "machine_fingerprint",
     "recorded_variables",
     "usable_cores",
 ]
@@ -155,6 +156,10 @@ def _cpuinfo_fields() -> dict[str, str]:
 
 
 def _cpu() -> dict[str, Any]:
+    return {**_cpu_hardware(), "torch_capability": _torch_cpu_capability()}
+
+
+def _cpu_hardware() -> dict[str, Any]:
     fields = _cpuinfo_fields()
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
     if "pni" in flags:  # Linux names SSE3 "pni" (Prescott New Instructions)
@@ -164,8 +169,22 @@ def _cpu() -> dict[str, Any]:
         "model": model,
         "logical_cores": os.cpu_count(),
         "simd": [flag for flag in _SIMD_FLAGS if flag in flags] if flags else None,
-        "torch_capability": _torch_cpu_capability(),
     }
+
+
+def machine_fingerprint() -> dict[str, Any]:
+    """The fingerprint's fields that identify the machine (platform, CPU, GPUs, driver).
+
+    Read without importing torch: the baseline cache keys on it before any child runs.
+    """
+    return _sorted(
+        {
+            "platform": _platform(),
+            "cpu": _cpu_hardware(),
+            "gpus": _nvidia_proc_gpu_names(),
+            "nvidia_driver_version": _nvidia_driver_version(),
+        }
+    )
 
 
 def _torch_cpu_capability() -> str | None:

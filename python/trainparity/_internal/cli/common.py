@@ -258,6 +258,21 @@ def add_run_options(parser: argparse.ArgumentParser, *, kept: str) -> None:
     )
 
 
+def add_reuse_baselines_option(parser: argparse.ArgumentParser, *, baselines: str) -> None:
+    """--reuse-baselines [DIR] of `resume` and `runs`; `baselines`: which phases it keeps."""
+    parser.add_argument(
+        "--reuse-baselines",
+        nargs="?",
+        type=Path,
+        const=True,
+        default=False,
+        metavar="DIR",
+        help=f"keep {baselines} between checks and restore them, verified, while nothing "
+        "they depend on changed (default DIR: $XDG_CACHE_HOME/trainparity/baselines); the "
+        "report's baselines_reused says which ran",
+    )
+
+
 # Command templates (`trainparity resume ... -- python train.py ...`) ----------------------
 
 TEMPLATE_COMMANDS = ("resume", "runs", "crashes")

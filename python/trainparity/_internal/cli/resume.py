@@ -57,6 +57,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
     )
     common.add_noise_options(parser)
     common.add_executor_option(parser)
+    common.add_reuse_baselines_option(parser, baselines="the uninterrupted baselines")
     parser.add_argument(
         "--plan-only",
         type=Path,
@@ -81,6 +82,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
         report_path=report_path,
         executor=common.executor_from(arguments),
         explain=arguments.explain,
+        reuse_baselines=arguments.reuse_baselines,
         **chain,
         **common.run_keywords(arguments),
     )

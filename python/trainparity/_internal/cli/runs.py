@@ -56,6 +56,7 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         "default with --noise-factor: the reference's two runs",
     )
     common.add_executor_option(parser)
+    common.add_reuse_baselines_option(parser, baselines="the reference variant's two runs")
     common.add_run_options(parser, kept="every run's logs, checkpoints and snapshot files")
 
 
@@ -97,6 +98,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
         report_path=report_path,
         executor=common.executor_from(arguments),
         explain=arguments.explain,
+        reuse_baselines=arguments.reuse_baselines,
         **common.run_keywords(arguments),
     )
     return common.result_output(result, report_written=report_path is not None)

@@ -111,6 +111,11 @@ class PhaseCheckResult(CheckResult):
     # The case the check was given (a spec, a class, a CommandCase), for explain(result) to
     # rerun: a class sent by value has no name to load it by. Not a report key.
     case_argument: Any = field(default=None, compare=False, metadata={"reported": False})
+    # Only with reuse_baselines (processes/baseline_cache.py): per baseline phase, "reused",
+    # "ran" (no entry for its key), or "ran: <why its key or entry was not trusted>".
+    baselines_reused: dict[str, str] | None = field(
+        default=None, metadata={"omitted_when_none": True}
+    )
     # Only with explain=True on a FAIL or ABSTAIN that names a recorded step: the
     # Explanation's report (why/explanation.py): the first op and the leads tested.
     explanation: dict[str, Any] | None = field(default=None, metadata={"omitted_when_none": True})

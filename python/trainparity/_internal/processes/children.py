@@ -31,6 +31,7 @@ from trainparity._internal.distributed.rank_watcher import RankEvent, RankSample
 from trainparity._internal.distributed.torchrun_argv import local_ranks
 from trainparity._internal.error_text import error_text
 from trainparity._internal.outcomes import Outcome
+from trainparity._internal.processes.baseline_cache import BaselineCache
 from trainparity._internal.processes.check_result import (
     ExternalProcessEvidence,
     NodeProcessEvidence,
@@ -104,6 +105,17 @@ class TrainingPhase:
     rank_exits: Mapping[int, MeasuredExit] = field(default_factory=dict)  # read once, at its end
     result: ChildResult | None = None
     error: PhaseError | None = None
+    # A baseline restored from the cache (processes/baseline_cache.py): the evidence of the
+    # process that produced it; or, for one that ran, the key its outputs are stored under.
+    cached_evidence: ExternalProcessEvidence | None = None
+    cache_key: str | None = None
+
+    def outputs(self) -> dict[str, Path]:
+        """The directories a cached phase's entry holds: its run directory and `emptied`."""
+        return {
+            "run_dir": self.run_dir,
+            **{f"output{index}": path for index, path in enumerate(self.emptied)},
+        }
 
 
 class PhaseChildren:
@@ -123,8 +135,10 @@ class PhaseChildren:
         timings: dict[str, float],
         timing_keys: Mapping[str, str] | None = None,
         case_kind: str = "resume",
+        baseline_cache: BaselineCache | None = None,
     ) -> None:
         self.case = case
+        self.baseline_cache = baseline_cache
         self.settings = settings
         self.phases = dict(phases)
         self.timings = timings
@@ -207,7 +221,12 @@ class PhaseChildren:
             self._account(phase)
         if phase.error is not None:
             raise phase.error
-        return self._checkpoint_after(phase)
+        checkpoint = self._checkpoint_after(phase)
+        if phase.cache_key is not None and self.baseline_cache is not None:
+            evidence = next(item for item in self.processes if item.phase == name)
+            self.baseline_cache.store(phase.cache_key, phase.outputs(), evidence)
+            phase.cache_key = None  # stored once, whoever asks for the phase again
+        return checkpoint
 
     def start(self, name: str) -> None:
         """Launch a phase's child; a failure is kept on the phase and raised when it is awaited."""
@@ -237,18 +256,15 @@ class PhaseChildren:
         remedy = (
             multirank.own_port(argv, self.settings.environment) if self.settings.parallel else None
         )
+        keyed_argv = tuple(argv)  # the port a remedy picks is per launch: not in a cache key
         if remedy is not None:
             argv = remedy.argv
-            if remedy.alone:
-                self._wait_for_the_others(phase.name)
         phase.ranks = local_ranks(argv, {**self.settings.environment, **phase.extra_env})
         variables = self.settings.threads.environment(
             phase_environment(self.settings.environment, cwd=cwd, check_cwd=plan.cwd),
             ranks=phase.ranks,
             own=phase.extra_env,
         )
-        if remedy is not None:
-            variables = {**variables, **remedy.environment}
         # One TMPDIR for every phase of the check (each torchrun agent makes its own directory
         # in it), removed with the run directory.
         try:
@@ -266,6 +282,12 @@ class PhaseChildren:
                 Outcome.ERROR, f"{phase.name} child launch failed: {error_text(error)}"
             )
             return
+        if self._restored(phase, keyed_argv, cwd, environment):
+            return
+        if remedy is not None:
+            environment = {**environment, **remedy.environment}
+            if remedy.alone:
+                self._wait_for_the_others(phase.name)
         self.rank_watcher.watch(phase.name, phase.tag, argv)  # only torchrun phases are watched
         exits_file = environment.get(multirank.RANK_EXITS_FILE_VARIABLE)
         phase.exits_file = Path(exits_file) if exits_file else None
@@ -285,6 +307,52 @@ class PhaseChildren:
             phase.error = PhaseError(
                 Outcome.ERROR, f"{phase.name} child launch failed: {error_text(error)}"
             )
+
+    def _restored(
+        self,
+        phase: TrainingPhase,
+        argv: tuple[str, ...],
+        cwd: Path,
+        environment: Mapping[str, str],
+    ) -> bool:
+        """Whether a baseline's outputs came from the cache (then it is finished, not started).
+
+        Otherwise a phase the cache covers runs, and `outcomes` says why when its
+        key could not be trusted or its entry was damaged.
+        """
+        cache = self.baseline_cache
+        if cache is None or not cache.covers(phase.name):
+            return False
+        key, untrusted = cache.key(phase.name, argv, cwd, environment)
+        if key is None:
+            cache.outcomes[phase.name] = f"ran: {untrusted}"
+            return False
+        evidence, damaged = cache.restore(key, phase.outputs())
+        if evidence is None:
+            cache.outcomes[phase.name] = f"ran: {damaged}" if damaged else "ran"
+            phase.cache_key = key
+            phase.run_dir.mkdir(parents=True, exist_ok=True)  # a damaged entry's copy is gone
+            return False
+        cache.outcomes[phase.name] = "reused"
+        phase.tag = None  # no process was started to carry it
+        phase.cached_evidence = evidence
+        phase.result = ChildResult(
+            name=phase.name,
+            pid=evidence.pid,
+            exit_code=0,
+            signal=None,
+            timed_out=False,
+            wall_seconds=evidence.elapsed_seconds,
+            user_seconds=evidence.user_seconds,
+            sys_seconds=evidence.system_seconds,
+            peak_rss_bytes=evidence.peak_rss_bytes,
+        )
+        self.settings.progress.event(
+            phase.name,
+            "state",
+            detail=f"reused from the baseline cache (it ran in {evidence.elapsed_seconds:.2f} s)",
+        )
+        return True
 
     def _wait_for_the_others(self, name: str) -> None:
         """Let every other started phase finish first (each is still awaited as before)."""
@@ -380,6 +448,10 @@ class PhaseChildren:
         """
         result = phase.result
         name = phase.name
+        if phase.cached_evidence is not None:
+            self.processes.append(phase.cached_evidence)
+            self.timings[self.timing_keys.get(name, name)] = result.wall_seconds
+            return
         if result.job_state not in (None, "COMPLETED"):
             message = f"{name}'s job {result.job_id} ended {result.job_state}"
             phase.error = PhaseError(Outcome.ERROR, self.explained(phase, message))

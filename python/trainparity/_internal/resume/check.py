@@ -37,6 +37,10 @@ from trainparity._internal.comparison.policies import (
 )
 from trainparity._internal.environment import environment_fingerprint
 from trainparity._internal.outcomes import Outcome
+from trainparity._internal.processes.baseline_cache import (
+    cache_directory,
+    checked_reuse_baselines,
+)
 from trainparity._internal.processes.check_runner import CheckRunner
 from trainparity._internal.processes.child_environment import child_environment
 from trainparity._internal.processes.executor import PhaseExecutor
@@ -69,6 +73,7 @@ def check_resume(
     layouts: Sequence[str] | None = None,
     start: str | None = None,
     explain: bool = False,
+    reuse_baselines: bool | Path = False,
 ) -> ProcessResumeResult:
     """Check that save → exit → fresh-process load → continue reproduces uninterrupted training.
 
@@ -99,7 +104,13 @@ def check_resume(
     `explain=True` reruns the two phases of a FAIL or ABSTAIN that names a
     recorded step, to say why they part (trainparity.explain): the result's
     `explanation`.
+    `reuse_baselines=True` keeps the baselines' outputs in
+    $XDG_CACHE_HOME/trainparity/baselines (a Path: there) and restores them,
+    verified, in the next check whose baselines would run the same way
+    (docs/resume.md, "Reusing baselines"); the report's `baselines_reused`
+    says, per baseline, whether it was reused or ran, and why.
     """
+    baseline_cache = cache_directory(checked_reuse_baselines(reuse_baselines))
     runner = ProcessResumeRunner(
         comparison=comparison,
         timeout=timeout,
@@ -118,6 +129,7 @@ def check_resume(
         split_steps=split_steps,
         world_sizes=world_sizes,
         layouts=layouts,
+        baseline_cache=baseline_cache,
     )
     if not explain:
         return result
@@ -148,7 +160,9 @@ class ProcessResumeRunner(CheckRunner):
         split_steps: Sequence[int] | None = None,
         world_sizes: Sequence[int] | None = None,
         layouts: Sequence[str] | None = None,
+        baseline_cache: Path | None = None,
     ) -> ProcessResumeResult:
+        """`baseline_cache`: where the baselines are kept between checks (None: not kept)."""
         started = time.perf_counter()
         command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
         propagated = tuple(sorted(environment)) if environment is not None else ()
@@ -191,6 +205,7 @@ class ProcessResumeRunner(CheckRunner):
                 settings=settings,
                 staged_checkpoint_hook=staged_checkpoint_hook,
                 chain=chain,
+                baseline_cache=baseline_cache,
             )
             result = execution.run(fields, started)
         return self.finished(result, report_path)

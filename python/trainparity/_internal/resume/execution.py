@@ -21,6 +21,7 @@ from trainparity._internal.comparison.windows import ValueWindow, differences_wi
 from trainparity._internal.distributed.phases import ids_path
 from trainparity._internal.noise.walk import final_state_envelope
 from trainparity._internal.outcomes import Outcome
+from trainparity._internal.processes.baseline_cache import baseline_cache_of, reuse_outcomes
 from trainparity._internal.processes.check_runner import RunSettings
 from trainparity._internal.processes.children import (
     PhaseChildren,
@@ -101,6 +102,7 @@ class ResumeExecution:
         settings: RunSettings,
         staged_checkpoint_hook: Callable[[Path], None] | None,
         chain: tuple[CandidatePhase, ...],
+        baseline_cache: Path | None = None,
     ) -> None:
         self.case_spec = case_spec
         self.case = case
@@ -115,6 +117,24 @@ class ResumeExecution:
         phases = resume_phases(case, chain, self.baselines)
         split_steps = [phase.from_step for phase in chain[1:]]
         self.timings: dict[str, float] = {}
+        self.baseline_cache = (
+            None
+            if baseline_cache is None
+            else baseline_cache_of(
+                baseline_cache,
+                settings,
+                case_spec,
+                {
+                    name: {
+                        "end_step": case.total_step,
+                        "world_size": chain[0].world_size,
+                        "layout": chain[0].layout,
+                        "baselines": len(self.baselines),
+                    }
+                    for name in self.baselines
+                },
+            )
+        )
         self.children = PhaseChildren(
             case_spec=case_spec,
             case=case,
@@ -133,6 +153,7 @@ class ResumeExecution:
             },
             timings=self.timings,
             timing_keys=_TIMING_KEYS,
+            baseline_cache=self.baseline_cache,
         )
 
     # The decision sequence ----------------------------------------------------------
@@ -161,6 +182,7 @@ class ResumeExecution:
             timing_seconds=timing,
             processes=processes,
             fresh_resume_processes_distinct=self._distinct_pids(processes),
+            baselines_reused=reuse_outcomes(self.baseline_cache),
         )
 
     def _hints(self, *phases: str) -> tuple[str, ...]:

@@ -39,6 +39,10 @@ from trainparity._internal.comparison.policies import (
 )
 from trainparity._internal.environment import environment_fingerprint
 from trainparity._internal.outcomes import Outcome
+from trainparity._internal.processes.baseline_cache import (
+    cache_directory,
+    checked_reuse_baselines,
+)
 from trainparity._internal.processes.check_runner import CheckRunner
 from trainparity._internal.processes.child_environment import child_environment
 from trainparity._internal.processes.executor import PhaseExecutor
@@ -70,6 +74,7 @@ def check_runs(
     executor: PhaseExecutor | None = None,
     start: str | None = None,
     explain: bool = False,
+    reuse_baselines: bool | Path = False,
 ) -> RunsResult:
     """Check that every variant of the case's run ends in the same observed state.
 
@@ -91,7 +96,11 @@ def check_runs(
     `start="warm"` forks each `python script.py`/`python -m` child from a
     server that imported torch once (docs/limitations.md says what differs);
     None takes $TRAINPARITY_START, else "fresh": a new interpreter per child.
+    `reuse_baselines=True` keeps the reference variant's two runs between
+    checks, as check_resume keeps its baselines (docs/runs.md, "Reusing
+    baselines"); the report's `baselines_reused` says what each did.
     """
+    baseline_cache = cache_directory(checked_reuse_baselines(reuse_baselines))
     runner = _RunsRunner(
         comparison=comparison,
         timeout=timeout,
@@ -109,6 +118,7 @@ def check_runs(
         work_dir=work_dir,
         report_path=report_path,
         environment=environment,
+        baseline_cache=baseline_cache,
     )
     if not explain:
         return result
@@ -138,6 +148,7 @@ class _RunsRunner(CheckRunner):
         work_dir: Path | None,
         report_path: Path | None,
         environment: Mapping[str, str] | None,
+        baseline_cache: Path | None = None,
     ) -> RunsResult:
         started = time.perf_counter()
         command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()
@@ -189,6 +200,7 @@ class _RunsRunner(CheckRunner):
                 policy=self.policy,
                 settings=settings,
                 noise_pair=noise_pair,
+                baseline_cache=baseline_cache,
             )
             result = execution.run(fields, started)
         return self.finished(result, report_path)

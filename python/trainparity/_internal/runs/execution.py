@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 from typing import Any
 
 from trainparity._internal.comparison.noise_policy import NoiseComparison
@@ -23,6 +24,7 @@ from trainparity._internal.comparison.policies import (
 )
 from trainparity._internal.comparison.windows import ValueWindow, differences_with_windows
 from trainparity._internal.outcomes import Outcome
+from trainparity._internal.processes.baseline_cache import baseline_cache_of, reuse_outcomes
 from trainparity._internal.processes.check_runner import RunSettings
 from trainparity._internal.processes.children import (
     PhaseChildren,
@@ -62,6 +64,7 @@ class RunsExecution:
         policy: ExactComparison | ToleranceComparison | NoiseComparison,
         settings: RunSettings,
         noise_pair: tuple[str, str] | None = None,
+        baseline_cache: Path | None = None,
     ) -> None:
         self.case = case
         self.noise_pair = noise_pair
@@ -70,6 +73,26 @@ class RunsExecution:
         self.settings = settings
         root = settings.run_root
         self.timings: dict[str, float] = {}
+        # The reference variant's runs are the baselines every other variant is judged against.
+        reference = next(iter(variants))
+        self.baseline_cache = (
+            None
+            if baseline_cache is None
+            else baseline_cache_of(
+                baseline_cache,
+                settings,
+                case_spec,
+                {
+                    f"{reference}_{repeat}": {
+                        "end_step": case.total_step,
+                        "world_size": None,
+                        "layout": None,
+                        "baselines": len(REPEATS),
+                    }
+                    for repeat in REPEATS
+                },
+            )
+        )
         self.children = PhaseChildren(
             case_spec=case_spec,
             case=case,
@@ -91,6 +114,7 @@ class RunsExecution:
             },
             timings=self.timings,
             case_kind="runs",
+            baseline_cache=self.baseline_cache,
         )
         self.trajectories = RunsTrajectories(root, policy)  # type: ignore[arg-type]
 
@@ -113,7 +137,10 @@ class RunsExecution:
             if timing["longest_run"] > 0:
                 timing["end_to_end_multiplier"] = timing["total_wall"] / timing["longest_run"]
         return dataclasses.replace(
-            result, timing_seconds=timing, processes=self.children.ordered_processes()
+            result,
+            timing_seconds=timing,
+            processes=self.children.ordered_processes(),
+            baselines_reused=reuse_outcomes(self.baseline_cache),
         )
 
     # Decisions ------------------------------------------------------------------------
