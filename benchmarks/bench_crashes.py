@@ -84,6 +84,7 @@ def _timed(script: Path, work: Path, megabytes: int, traced: bool) -> dict[str, 
     root.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, str(script), str(root), str(megabytes)]
     out, err = work / "out.log", work / "err.log"
+    work.mkdir(parents=True, exist_ok=True)
     if traced:
         run = run_traced(argv, env=_environment(), cwd=work, stdout_path=out, stderr_path=err, root=root)
         assert run.returncode == 0, err.read_text()
@@ -99,9 +100,10 @@ def tracing_overhead(work: Path, repeats: int, megabytes: int) -> None:
     script = work / "timed_job.py"
     script.write_text(textwrap.dedent(TIMED_JOB))
     found: dict[bool, list[dict[str, float]]] = {False: [], True: []}
-    for _ in range(repeats):
-        for traced in (False, True):  # interleaved: drift in the machine's load hits both
-            found[traced].append(_timed(script, work / f"t{int(traced)}", megabytes, traced))
+    for repeat in range(repeats):
+        # Interleaved, each order in turn: drift in the machine's load hits both alike.
+        for traced in (False, True) if repeat % 2 == 0 else (True, False):
+            found[traced].append(_timed(script, work / f"t{repeat}{int(traced)}", megabytes, traced))
     for key, target in (("save", 1.5), ("step", 1.05)):
         plain = statistics.median(entry[key] for entry in found[False])
         traced = statistics.median(entry[key] for entry in found[True])

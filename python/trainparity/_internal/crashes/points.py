@@ -75,7 +75,10 @@ def crash_points(
     changing_times = [event.time_ns for event in mutations if event.changes_image()]
     points: list[CrashPoint] = []
     if STEPS in wanted:
+        first_records: dict[int, int] = {}
         for step, when in steps[:-1]:
+            first_records.setdefault(step, when)  # the job dies at the first record() of a step
+        for step, when in first_records.items():
             done = sum(1 for time in changing_times if time < when)
             points.append(CrashPoint("step", when, step, done))
     if SAVES in wanted:
