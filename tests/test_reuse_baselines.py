@@ -1,13 +1,14 @@
 """reuse_baselines: baselines kept between checks, rerun whenever their key changes or cannot be trusted.
 
-Each check runs a real training script from the test's own directory. The
-script appends its phase's name to `phases.log` in that directory on every
+Each check runs a real training script (fixtures/fault_table_train.py) from
+the test's own directory. The script appends its phase's name to `phases.log` in that directory on every
 run (outside the cache), so a test counts which phases really ran.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,67 +18,8 @@ from trainparity._internal.cases.command_case import CommandCase
 from trainparity._internal.cli.main import main
 from trainparity._internal.processes.baseline_cache import cache_directory
 
-SCRIPT = '''\
-"""A tiny training script; `--resume-without-*` are resumes that forget part of the state."""
-
-import argparse
-import pathlib
-
-import torch
-import trainparity
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--checkpoint", required=True)
-parser.add_argument("--end-step", type=int, required=True)
-parser.add_argument("--phase", required=True)
-parser.add_argument("--resume-from")
-parser.add_argument("--resume-without-scheduler")
-parser.add_argument("--resume-without-momentum")
-parser.add_argument("--scale", type=float, default=1.0)
-parser.add_argument("--notes")  # a file the run names (and might read)
-args = parser.parse_args()
-with open("phases.log", "a", encoding="utf-8") as log:
-    log.write(args.phase + "\\n")
-
-torch.manual_seed(0)
-model = torch.nn.Linear(3, 2)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
-step = 0
-resume = args.resume_from or args.resume_without_scheduler or args.resume_without_momentum
-if resume:
-    saved = torch.load(resume, weights_only=True)
-    model.load_state_dict(saved["model"])
-    if args.resume_without_momentum:
-        for state in saved["optimizer"]["state"].values():
-            state["momentum_buffer"] = None
-    optimizer.load_state_dict(saved["optimizer"])
-    if not args.resume_without_scheduler:
-        scheduler.load_state_dict(saved["scheduler"])
-    step = saved["step"]
-
-
-def state():
-    return {
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "step": step,
-    }
-
-
-trainparity.record(step, state())
-while step < args.end_step:
-    generator = torch.Generator().manual_seed(step)
-    features = torch.randn(4, 3, generator=generator) * args.scale
-    optimizer.zero_grad()
-    model(features).square().mean().backward()
-    optimizer.step()
-    scheduler.step()
-    step += 1
-    trainparity.record(step, state())
-torch.save(state(), args.checkpoint)
-'''
+# A tiny training script whose `--resume-without-*` resumes forget part of the state.
+SCRIPT = Path(__file__).parent / "fixtures" / "fault_table_train.py"
 FAULTS = {
     "clean": "--resume-from",
     "scheduler": "--resume-without-scheduler",
@@ -91,7 +33,7 @@ NOT_COMPARED = ("timing_seconds", "processes", "baselines_reused")
 
 def _project(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "train.py").write_text(SCRIPT, encoding="utf-8")
+    shutil.copy(SCRIPT, directory / "train.py")
     return directory
 
 

@@ -58,7 +58,7 @@ KEY_VERSION = 1
 RUN_DIR_PLACEHOLDER = "{run_root}"
 # Variables a check gives each launch anew, which cannot change what a phase computes:
 # the sweep tag (a fresh uuid per launch, only how the check finds the phase's processes
-# to kill), and the free port a torchrun/deepspeed launcher is moved to beside other
+# to kill), and the free port a rank launcher is moved to beside other
 # phases (PortRemedy: chosen per launch; the argv and environment before it are keyed).
 # Every other variable the child gets is keyed, the run directory's paths (recordings,
 # IDs, TMPDIR, rank exits) with the run root replaced by RUN_DIR_PLACEHOLDER.
