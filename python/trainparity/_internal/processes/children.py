@@ -223,10 +223,22 @@ class PhaseChildren:
             raise phase.error
         checkpoint = self._checkpoint_after(phase)
         if phase.cache_key is not None and self.baseline_cache is not None:
-            evidence = next(item for item in self.processes if item.phase == name)
-            self.baseline_cache.store(phase.cache_key, phase.outputs(), evidence)
+            self._store(phase, checkpoint, phase.cache_key, self.baseline_cache)
             phase.cache_key = None  # stored once, whoever asks for the phase again
         return checkpoint
+
+    def _store(
+        self, phase: TrainingPhase, checkpoint: Path, key: str, cache: BaselineCache
+    ) -> None:
+        """Keep a baseline that ran, unless its checkpoint lies where an entry would not hold it."""
+        if not checkpoint.resolve().is_relative_to(phase.run_dir.resolve()):
+            cache.outcomes[phase.name] = (
+                f"ran: its checkpoint {checkpoint} is outside its run directory, which is "
+                "what the cache keeps"
+            )
+            return
+        evidence = next(item for item in self.processes if item.phase == phase.name)
+        cache.store(key, phase.outputs(), evidence)
 
     def start(self, name: str) -> None:
         """Launch a phase's child; a failure is kept on the phase and raised when it is awaited."""
@@ -270,8 +282,10 @@ class PhaseChildren:
         try:
             # A kept work_dir's last check's records: record_ids appends to a phase's files
             # (the old IDs would be consumed again: a false sample_repeated), and record()
-            # refuses to write over a recording.
-            for directory in (multirank.ids_path(phase.run_dir), *phase.emptied):
+            # refuses to write over a recording. A replay (`trainparity judge`) launches
+            # nothing: those records are the phase's own, which it is about to read.
+            replays = getattr(self.launcher, "replays", False)
+            for directory in () if replays else (multirank.ids_path(phase.run_dir), *phase.emptied):
                 with contextlib.suppress(FileNotFoundError):
                     shutil.rmtree(directory)
             environment, phase.tag = multirank.phase_environment(

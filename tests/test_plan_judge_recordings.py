@@ -1,0 +1,45 @@
+"""`trainparity judge` reads what each planned phase recorded (record()), not only its checkpoint.
+
+A phase run by its plan script leaves its recordings under DIR/recordings/<phase>;
+judge must compare them step by step as a check that ran the phases does. Before,
+judge emptied each phase's recording and ID directories as if about to launch it
+(what a kept work_dir's stale records need), so a recorded fault was judged on its
+final checkpoints alone: FAIL at the last step, no trajectory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from trainparity._internal.cli.main import main
+
+SCRIPT = Path(__file__).resolve().parent / "fixtures" / "cosine_schedule_train.py"
+PHASES = ("baseline_a", "baseline_b", "candidate_split", "candidate_resume")
+ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def test_a_recorded_plan_is_judged_at_the_step_where_the_resumed_phase_parts(capsys, tmp_path):
+    plan = tmp_path / "plan"
+    options = ["--split-step", "4", "--total-step", "8", "--checkpoint", "{run_dir}/ck.pt"]
+    template = [sys.executable, str(SCRIPT), "--checkpoint", "{checkpoint}"]
+    template += ["--end-step", "{end_step}", "--resume-from", "{resume_from?}"]
+    # The schedule fixed (--t-max 8); the momentum forgotten on resume: only tensors differ.
+    template += ["--t-max", "8", "--forget-momentum", "--record"]
+    assert main(["resume", "--plan-only", str(plan), *options, "--", *template]) == 0
+    capsys.readouterr()
+    for phase in PHASES:  # one after another: candidate_resume needs candidate_split's output
+        subprocess.run(["sh", str(plan / f"{phase}.sh")], env=ONE_THREAD, check=True, timeout=120)
+    assert sorted(path.name for path in (plan / "recordings").iterdir()) == sorted(PHASES)
+
+    code = main(["judge", str(plan), "--json", "--no-progress"])
+    report = json.loads(capsys.readouterr().out)
+    assert (code, report["outcome"]) == (1, "FAIL"), report["message"]
+    # Right after loading, the momentum buffers are missing: the recorded step 4, not the end.
+    assert report["first_divergent_step"] == 4, report["message"]
+    assert report["trajectory"]["recorded_steps"]["candidate_resume"] == [4, 5, 6, 7, 8]
+    # What the phases recorded is still there after judging: judge can run again.
+    assert sorted(path.name for path in (plan / "recordings" / "baseline_a").iterdir())
