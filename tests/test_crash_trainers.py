@@ -1,0 +1,82 @@
+"""The crash check on real trainers as shipped (issue 51, deliverable 6): findings, not tuning.
+
+Each job in tests/fixtures/crash_jobs/ uses its library's own save and
+auto-resume exactly as the library documents them (the README there says
+how); the versions are the ones .ci/integrations-constraints.txt pins. A
+FAIL here is a true finding about the trainer, named with its crash point in
+docs/crashes.md ("Real trainers"); a test asserts what the check finds, so a
+library release that changes it shows up. Each check runs 2 steps with one
+save (the last), crashed at a few points inside it (its first and last write,
+its renames and fsyncs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from trainparity import CommandCase, check_crashes
+from trainparity._internal.processes.traced_job import tracing_available
+
+pytestmark = pytest.mark.skipif(not tracing_available(), reason="needs Linux x86-64/AArch64")
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def _check(job: str, **environment: str):
+    case = CommandCase(
+        template=[
+            "python",
+            f"tests/fixtures/crash_jobs/{job}_job.py",
+            "--ckpt-dir",
+            "{checkpoint}",
+            "--total-steps",
+            "{end_step}",
+            "--save-every",
+            "2",
+        ],
+        checkpoint="{run_dir}/ckpts",
+        total_step=2,
+    )
+    return check_crashes(
+        case,
+        points=("saves",),
+        max_points=3,
+        cwd=REPOSITORY,
+        environment={"OMP_NUM_THREADS": "1", **environment},
+        timeout=240,
+    )
+
+
+def _first_failing(result):
+    return next(row for row in result.crash_points if row["verdict"] == "FAIL")
+
+
+def test_the_hugging_face_trainer_resumes_from_a_checkpoint_it_had_not_finished() -> None:
+    pytest.importorskip("transformers")
+    result = _check("hf_trainer")
+    assert result.outcome == "FAIL", result.message
+    first = _first_failing(result)
+    assert "checkpoint-2" in first["point"] and "the restart cannot start" in first["detail"]
+
+
+def test_accelerate_loads_the_newest_state_folder_even_when_it_is_partial() -> None:
+    pytest.importorskip("accelerate")
+    result = _check("accelerate")
+    assert result.outcome == "FAIL", result.message
+    first = _first_failing(result)
+    assert "checkpoint_" in first["point"] and "the restart cannot start" in first["detail"]
+
+
+def test_deepspeed_trusts_a_latest_file_it_writes_in_place() -> None:
+    pytest.importorskip("deepspeed")
+    result = _check("deepspeed", DS_ACCELERATOR="cpu")
+    assert result.outcome == "FAIL", result.message
+    first = _first_failing(result)
+    assert "latest" in first["point"] and "the restart cannot start" in first["detail"]
+
+
+def test_lightning_moves_each_checkpoint_into_place_and_restarts_cleanly() -> None:
+    pytest.importorskip("lightning")
+    result = _check("lightning")
+    assert result.outcome == "PASS", result.message
