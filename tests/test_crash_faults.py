@@ -83,7 +83,7 @@ def test_its_clean_counterpart_passes_at_every_point(mode: str) -> None:
     assert result.outcome == "PASS", result.message
     rows = result.crash_points
     assert rows and all(row["verdict"] == "PASS" for row in rows)
-    assert {row["kind"] for row in rows} == {"step", "save"}
+    assert {"step", "save"} <= {row["kind"] for row in rows}
     assert result.restarts == result.distinct_images <= result.crash_runs
     assert result.max_steps_redone is not None and result.max_steps_redone <= 2
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not tracing_available(), reason="needs Linux x86
 REPOSITORY = Path(__file__).resolve().parents[1]
 
 
-def _check(job: str, **environment: str):
+def _check(job: str, points: tuple[str, ...] = ("saves",), **environment: str):
     case = CommandCase(
         template=[
             "python",
@@ -40,7 +40,7 @@ def _check(job: str, **environment: str):
     )
     return check_crashes(
         case,
-        points=("saves",),
+        points=points,
         max_points=3,
         cwd=REPOSITORY,
         environment={"OMP_NUM_THREADS": "1", **environment},
@@ -58,6 +58,17 @@ def test_the_hugging_face_trainer_resumes_from_a_checkpoint_it_had_not_finished(
     assert result.outcome == "FAIL", result.message
     first = _first_failing(result)
     assert "checkpoint-2" in first["point"] and "the restart cannot start" in first["detail"]
+
+
+def test_a_finished_hugging_face_job_restarted_trains_past_its_last_step() -> None:
+    """Killed after its last save, before it exits (or simply run again), the Trainer loads
+    checkpoint-2 and trains a step more than max_steps."""
+    pytest.importorskip("transformers")
+    result = _check("hf_trainer", points=("steps",))
+    assert result.outcome == "FAIL", result.message
+    end = result.crash_points[-1]
+    assert end["kind"] == "end" and end["verdict"] == "FAIL"
+    assert "went on to step 3, past the uninterrupted run's last step 2" in end["detail"]
 
 
 def test_accelerate_loads_the_newest_state_folder_even_when_it_is_partial() -> None:

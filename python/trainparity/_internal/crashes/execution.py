@@ -338,7 +338,8 @@ class CrashExecution:
         )
         with self._lock:
             self._crash_runs += 1
-        died = run.killed or run.signal == 9
+        # The end point's run is not killed: it finishes, and is restarted as a finished job.
+        died = run.killed or run.signal == 9 or (point.kind == "end" and run.returncode == 0)
         if not died:
             variant = {"loss": PROCESS_CRASH, "reached": False}
             if run.returncode != 0:

@@ -23,7 +23,7 @@ from trainparity._internal.recording.reader import RecordedStep, Recording
 from trainparity._internal.recording.trajectory import compare_records
 from trainparity._internal.state.paths import path_under
 
-__all__ = ["BaselineSteps", "RestartJudgement", "judge_restart"]
+__all__ = ["BaselineSteps", "RestartJudgement"]
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,17 @@ class BaselineSteps:
                 if found:
                     on_load = index == 0
                     difference = self._named(rank, found[0])
-                    if on_load:
+                    final = self.last_step()
+                    if difference.reason == "missing_baseline" and final is not None:
+                        past = record.step > final
+                        words = (
+                            f"the restart went on to step {record.step}, past the uninterrupted "
+                            f"run's last step {final}"
+                            if past
+                            else f"the restart recorded step {record.step}, which the "
+                            f"uninterrupted run never recorded"
+                        )
+                    elif on_load:
                         words = (
                             f"the restart loaded a state the uninterrupted run never had: at "
                             f"step {record.step} it differs at {difference.path} (a torn or "
@@ -171,10 +181,6 @@ class BaselineSteps:
             ]
             return judge_step(self.policy, samples, record.snapshot(), memory).differences
         return compare_records(self.policy, baseline, record).differences
-
-
-def judge_restart(baselines: BaselineSteps, restart: Mapping[int, Recording]) -> RestartJudgement:
-    return baselines.judge(restart)
 
 
 def _first_per_step(steps: Sequence[RecordedStep]) -> dict[int, RecordedStep]:

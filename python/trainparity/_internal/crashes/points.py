@@ -27,7 +27,7 @@ STEPS, SAVES = "steps", "saves"
 class CrashPoint:
     """One place the job is killed. `after_step`: the last step recorded before it (None: none yet)."""
 
-    kind: str  # "step" | "save"
+    kind: str  # "step" | "save" | "end"
     time_ns: int
     after_step: int | None
     image_class: int  # image-changing mutations that ran before it
@@ -40,6 +40,8 @@ class CrashPoint:
     @property
     def name(self) -> str:
         """`after step 3`; `save #12 write ckpts/step_4.pt @0+4096 (after step 4)`."""
+        if self.kind == "end":
+            return f"after the end (step {self.after_step}, every save done)"
         if self.event is None:
             return f"after step {self.after_step}"
         where = (
@@ -67,8 +69,9 @@ def crash_points(
 ) -> list[CrashPoint]:
     """Every crash point of the asked kinds, in time order.
 
-    Step points: after each record() but the last (after the last one the job
-    has nothing left to redo). Save points: before each traced mutation.
+    Step points: after each step's first record() but the last step's, and
+    the end: every call made, the job about to exit. Save points: before each
+    traced mutation.
     """
     wanted = set(kinds)
     mutations = sorted((event for event in events if event.seq >= 0), key=lambda e: e.seq)
@@ -88,6 +91,11 @@ def crash_points(
                 CrashPoint("save", event.time_ns, _step_before(steps, event.time_ns), done, event)
             )
             done += event.changes_image()
+    if STEPS in wanted and steps:
+        # Killed after its last save, before it exits (or restarted once finished): the
+        # restart must see that nothing is left to do.
+        last = max([when for _, when in steps] + [event.time_ns for event in mutations])
+        points.append(CrashPoint("end", last + 1, steps[-1][0], len(changing_times)))
     points.sort(key=lambda point: (point.time_ns, point.kind != "step"))
     return points
 
