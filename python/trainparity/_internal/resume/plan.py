@@ -23,10 +23,12 @@ from typing import Any
 
 from trainparity._internal.cases.command_case import CommandCase, case_names, resumes_by_itself
 from trainparity._internal.comparison.policies import ComparisonPolicy, ToleranceComparison
+from trainparity._internal.distributed.phases import ids_path
 from trainparity._internal.executors.replay import PHASE_RESULT_FILE
 from trainparity._internal.processes.child_environment import phase_cwd
 from trainparity._internal.processes.children import validated_command
 from trainparity._internal.protocols import ProcessExecutionPlan
+from trainparity._internal.recording.record_ids import IDS_DIR_VARIABLE
 from trainparity._internal.resume.check import resume_case_setup
 from trainparity._internal.resume.execution import resume_phases
 from trainparity._internal.resume.recordings import phase_recording_environment
@@ -76,6 +78,8 @@ def write_plan(
         variables = {
             **dict(environment or {}),
             **phase_recording_environment(root, name, split_steps),
+            # Where record_ids writes, as a check's own launch sets it: judge reads the IDs.
+            IDS_DIR_VARIABLE: str(ids_path(run_dir)),
         }
         phase = {
             "name": name,
