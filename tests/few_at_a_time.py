@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 Command = list[str] | Callable[[], list[str]]
@@ -23,21 +23,30 @@ def run_a_few_at_a_time(
     env: Mapping[str, str],
     at_once: int = 2,
     limit_s: float = 1800,
+    after: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, tuple[int, str, str]]:
     """Each command's (returncode, stdout, stderr), at most `at_once` running at a time.
 
-    A callable command is built when it starts (a free port taken then, not
-    minutes before). Output goes to files under cwd's parent's `output/NAME`,
-    so a command that writes much never waits on a pipe nobody reads.
+    Commands start in order, except that one named in `after` (name to the names
+    of other commands) waits until those have ended: the next ready command
+    starts in its place. A callable command is built when it starts (a free port
+    taken then, not minutes before; what the command it waited for left, read then).
+    Output goes to files under cwd's parent's `output/NAME`, so a command that
+    writes much never waits on a pipe nobody reads.
     """
+    after = dict(after or {})
+    unknown = {name: firsts for name, firsts in after.items() if set(firsts) - set(commands)}
+    assert not unknown, f"commands waiting for commands that do not exist: {unknown}"
     waiting = list(commands.items())
     running: dict[str, tuple[subprocess.Popen, Path]] = {}
     done: dict[str, tuple[int, str, str]] = {}
     deadline = time.monotonic() + limit_s
     try:
         while waiting or running:
-            while waiting and len(running) < at_once:
-                name, command = waiting.pop(0)
+            ready = [item for item in waiting if set(after.get(item[0], ())) <= set(done)]
+            while ready and len(running) < at_once:
+                name, command = ready.pop(0)
+                waiting.remove((name, command))
                 argv = command() if callable(command) else command
                 output = cwd.parent / "output" / name
                 output.mkdir(parents=True)
