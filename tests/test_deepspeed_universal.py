@@ -3,13 +3,18 @@
 `trainparity resume deepspeed_universal_case:... --world-sizes 2,N` runs
 tests/fixtures/deepspeed_universal_train.py: the resumed phase converts the split's
 checkpoint with DeepSpeed's `ds_to_universal` and loads it with `load_universal`.
-Four checks in one module fixture, two at a time: the clean resume on 1 rank and
+Four checks in one module fixture: the clean resume on 1 rank and
 on 3 (PASS under the tolerance), the optimizer's states skipped at the new world
 size (FAIL right after loading, AdamW's step count among what is missing), and a
-converted directory without its step files (ERROR: the resumed run stops). The
-script records the engine's state (`engine_state`) after loading and after every
-step, so each step is compared on names reassembled from the ranks' fragments. The universal directory each resumed phase wrote
-is then read by name (`load_checkpoint_directory`) and compared with the 2-rank
+converted directory without its step files (ERROR: the resumed run stops). Every
+check runs its uninterrupted runs and its run to the split on 2 ranks, the same
+commands (the rank count and the faults act only on the resumed phase): the clean
+check on 1 rank runs all four phases, and the three others only their resumed
+phase on its phases, each planned (`--plan-only`) and judged by `trainparity
+judge` (tests/shared_baselines.py). The script records the engine's state
+(`engine_state`) after loading and after every step, so each step is compared on
+names reassembled from the ranks' fragments. The universal directory each resumed
+phase wrote is then read by name (`load_checkpoint_directory`) and compared with the 2-rank
 checkpoint it came from. DeepSpeed's shm comm op is built once per test session
 (tests/deepspeed_ops.py).
 """
@@ -38,6 +43,7 @@ from tests.few_at_a_time import (  # noqa: E402
     report_of,
     run_a_few_at_a_time,
 )
+from tests.shared_baselines import shared_baseline_checks  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SPLIT_STEP, TOTAL_STEP = 2, 4
@@ -54,30 +60,47 @@ CHECKS = {
 PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
 REASSEMBLED = "global tensors, reassembled from every rank's shards"
 CONCURRENT_CHECKS = 2  # each check runs its phases side by side already
+# The check whose uninterrupted runs and run to the split (2 ranks) the others share.
+SHARED = "clean_on_1"
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict:
+def prepared(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
+    """The module's directory, the project and the environment, the shm op built first."""
     root = tmp_path_factory.mktemp("deepspeed_universal")
     project = root / "project"
     project.mkdir()
     shutil.copy(FIXTURES / "deepspeed_universal_train.py", project / "train.py")
     shutil.copy(FIXTURES / "deepspeed_universal_case.py", project)
-    environment = deepspeed_environment(tmp_path_factory, root)
-    commands = {
+    return root, project, deepspeed_environment(tmp_path_factory, root)
+
+
+@pytest.fixture(scope="module")
+def runs(prepared) -> dict:
+    root, project, environment = prepared
+    checks = {
         name: [
             *(sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress"),
             f"deepspeed_universal_case:{case}",
             *("--world-sizes", world_sizes, "--rtol", str(RTOL), "--atol", str(ATOL)),
-            *("--work-dir", str(root / name)),
         ]
         for name, (case, world_sizes) in CHECKS.items()
     }
+    clean = checks.pop(SHARED)
+    commands, after = shared_baseline_checks(SHARED, clean, checks, root)
     done: dict = {"root": root}
     done.update(
-        run_a_few_at_a_time(commands, cwd=project, env=environment, at_once=CONCURRENT_CHECKS)
+        run_a_few_at_a_time(
+            commands, cwd=project, env=environment, at_once=CONCURRENT_CHECKS, after=after
+        )
     )
     return done
+
+
+def _resumed_ranks(report: dict) -> list[int]:
+    """The ranks of the resumed phase: those that recorded its steps."""
+    recorded = report["trajectory"]["recorded_steps"]["candidate_resume"]
+    return sorted(int(rank.removeprefix("rank")) for rank in recorded)
 
 
 def _resumed_phase_ranks(report: dict) -> list[int]:
@@ -98,7 +121,9 @@ def test_a_clean_resume_at_another_world_size_passes_under_the_tolerance(runs, n
         ("candidate_split", 2),
         ("candidate_resume", ranks),
     ]
-    assert _resumed_phase_ranks(report) == list(range(ranks))
+    assert _resumed_ranks(report) == list(range(ranks))
+    if name == SHARED:  # a judged check's rows name its scripts, not torchrun's ranks
+        assert _resumed_phase_ranks(report) == list(range(ranks))
     # Every step's record, 2 (right after loading) to 4, compared on reassembled names.
     trajectory = report["trajectory"]
     assert trajectory["compared_on"] == {"candidate_resume": REASSEMBLED}
@@ -135,7 +160,7 @@ def test_optimizer_states_skipped_at_the_new_world_size_fail_at_the_step_count(r
         path for path in final if path.startswith(("global_", "lr_scheduler", "client_state"))
     ]
     assert report["trajectory"]["compared_on"] == {"candidate_resume": REASSEMBLED}
-    assert _resumed_phase_ranks(report) == [0]
+    assert _resumed_ranks(report) == [0]
 
 
 def test_a_converted_directory_without_its_step_files_stops_the_resumed_run(runs):
