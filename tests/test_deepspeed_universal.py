@@ -7,8 +7,9 @@ Four checks in one module fixture: the clean resume on 1 rank and
 on 3 (PASS under the tolerance), the optimizer's states skipped at the new world
 size (FAIL right after loading, AdamW's step count among what is missing), and a
 converted directory without its step files (ERROR: the resumed run stops). Every
-check runs its uninterrupted runs and its run to the split on 2 ranks, the same
-commands (the rank count and the faults act only on the resumed phase): the clean
+check runs its uninterrupted runs and its run to the split on 2 ranks, with the
+same command but for a fault's flag, which the script reads only when it resumes
+(the rank count, too, is the resumed phase's alone): the clean
 check on 1 rank runs all four phases, and the three others only their resumed
 phase on its phases, each planned (`--plan-only`) and judged by `trainparity
 judge` (tests/shared_baselines.py). The script records the engine's state
