@@ -2,7 +2,7 @@
 
 The plan holds what a scheduler needs: each phase's argv, working
 directory, the variables the check would add to its environment (the
-caller's `environment`, and where `record()` writes), its expected
+caller's `environment`, and where `record()` and `record_ids` write), its expected
 checkpoint, and the phase it waits for (candidate_resume stages
 candidate_split's checkpoint first, as the check does). Every run directory
 is under DIR, so the phases' outputs land where `trainparity judge DIR`
