@@ -202,3 +202,46 @@ def test_a_job_that_is_not_bitwise_deterministic_passes_inside_the_noise_envelop
     ]
     # record(k) comes before w_k is saved: a crash right after it redoes step k.
     assert [row["steps_redone"] for row in noise.crash_points] == [0, 1, 1, 0]
+
+
+def test_points_come_in_time_order_and_a_budget_keeps_the_telling_ones() -> None:
+    from trainparity._internal.crashes.points import crash_points, spread
+    from trainparity._internal.processes.traced_job import FsEvent
+
+    def event(seq: int, when: int, op: str, path: str, length: int = -1) -> FsEvent:
+        return FsEvent(seq, when, 1, op, path, None, 0, length, False, False)
+
+    # record(0) at t=5, record(1) at t=50 and again at 51; a save of step 1, then the end.
+    events = [
+        event(0, 60, "create", "ck/a.tmp"),
+        event(1, 61, "write", "ck/a.tmp", 10),
+        event(2, 62, "write", "ck/a.tmp", 0),
+        event(3, 63, "write", "ck/a.tmp", 5),
+        event(4, 64, "fsync", "ck/a.tmp"),
+        event(5, 65, "close", "ck/a.tmp"),
+        event(6, 66, "rename", "ck/a.tmp"),
+    ]
+    points = crash_points(("steps", "saves"), events, [(0, 5), (1, 50), (1, 51)])
+    assert [point.name.split(" (")[0] for point in points] == [
+        "after step 0",
+        "after step 1",
+        "save #0 create ck/a.tmp",
+        "save #1 write ck/a.tmp @0+10",
+        "save #2 write ck/a.tmp @0+0",
+        "save #3 write ck/a.tmp @0+5",
+        "save #4 fsync ck/a.tmp",
+        "save #5 close ck/a.tmp",
+        "save #6 rename ck/a.tmp",
+        "after the end",
+    ]
+    # A zero-length write, a fsync and a close change no byte: they share the image before.
+    assert [point.image_class for point in points] == [0, 0, 0, 1, 2, 2, 3, 3, 3, 4]
+    kept = [point.name.split(" (")[0] for point in spread(points, 5)]
+    assert kept == [
+        "save #1 write ck/a.tmp @0+10",
+        "save #3 write ck/a.tmp @0+5",
+        "save #4 fsync ck/a.tmp",
+        "save #6 rename ck/a.tmp",
+        "after the end",
+    ]
+    assert len(spread(points, 7)) == 7 and spread(points, None) == points

@@ -20,6 +20,14 @@ pytestmark = pytest.mark.skipif(not tracing_available(), reason="needs Linux x86
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 JOB = "tests/fixtures/crash_jobs/plain_job.py"
+# Each faulty mode, and what the first failing row says.
+SAID = {
+    "direct": "the restart cannot start",
+    "latest_first": "No such file or directory",
+    "dir_no_marker": "the restart cannot start",
+    "dcp_no_metadata": "the restart cannot start",
+    "dcp_async_unawaited": "the restart",
+}
 
 
 def _check(mode: str, *, power_loss: bool = False, max_points: int = 8, points=("steps", "saves")):
@@ -52,17 +60,9 @@ def _check(mode: str, *, power_loss: bool = False, max_points: int = 8, points=(
     )
 
 
-@pytest.mark.parametrize(
-    ("mode", "said"),
-    [
-        ("direct", "the restart cannot start"),
-        ("latest_first", "No such file or directory"),
-        ("dir_no_marker", "the restart cannot start"),
-        ("dcp_no_metadata", "the restart cannot start"),
-        ("dcp_async_unawaited", "the restart"),
-    ],
-)
-def test_a_save_that_a_crash_tears_fails_at_its_first_breaking_point(mode: str, said: str) -> None:
+@pytest.mark.parametrize("mode", sorted(SAID))
+def test_a_save_that_a_crash_tears_fails_at_its_first_breaking_point(mode: str) -> None:
+    said = SAID[mode]
     result = _check(mode, points=("saves",), max_points=4)
     assert result.outcome == "FAIL", result.message
     failing = [row for row in result.crash_points if row["verdict"] == "FAIL"]
@@ -83,7 +83,8 @@ def test_its_clean_counterpart_passes_at_every_point(mode: str) -> None:
     assert result.outcome == "PASS", result.message
     rows = result.crash_points
     assert rows and all(row["verdict"] == "PASS" for row in rows)
-    assert {"step", "save"} <= {row["kind"] for row in rows}
+    # Both saves (after steps 2 and 4) were crashed inside, at their kept points at least.
+    assert {row["after_step"] for row in rows if row["kind"] == "save"} >= {2, 4}
     assert result.restarts == result.distinct_images <= result.crash_runs
     assert result.max_steps_redone is not None and result.max_steps_redone <= 2
 
@@ -96,7 +97,7 @@ def test_a_checkpoint_saved_inside_an_accumulation_window_fails_and_its_fix_pass
     assert fixed.outcome == "PASS", fixed.message
 
 
-def test_power_loss_breaks_a_rename_without_fsync_but_not_a_durable_save() -> None:
+def test_power_loss_breaks_a_rename_without_fsync() -> None:
     careless = _check("replace", power_loss=True, max_points=6, points=("saves",))
     assert careless.outcome == "FAIL", careless.message
     first = next(row for row in careless.crash_points if row["verdict"] == "FAIL")
@@ -105,6 +106,9 @@ def test_power_loss_breaks_a_rename_without_fsync_but_not_a_durable_save() -> No
     assert all(
         row["verdict"] == "PASS" for row in careless.crash_points if row["loss"] == "process"
     )
+
+
+def test_power_loss_spares_a_save_that_fsyncs_the_file_and_its_directory() -> None:
     durable = _check("durable", power_loss=True, max_points=6, points=("saves",))
     assert durable.outcome == "PASS", durable.message
     assert {row["loss"] for row in durable.crash_points} == {"process", "data", "names"}

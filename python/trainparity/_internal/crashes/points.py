@@ -102,7 +102,8 @@ def crash_points(
 
 def spread(points: Sequence[CrashPoint], max_points: int | None) -> list[CrashPoint]:
     """At most `max_points` points, spread evenly over time; always kept: each save's first
-    and last write, each rename and each fsync (a save being the calls between two steps).
+    and last write, each rename and each fsync (a save being the calls between two steps),
+    and the end.
 
     When the kept ones alone exceed the budget they are all run (the report says so).
     """
@@ -121,6 +122,8 @@ def _always_kept(points: Sequence[CrashPoint]) -> list[int]:
     kept: list[int] = []
     by_save: dict[int | None, list[int]] = {}
     for index, point in enumerate(points):
+        if point.kind == "end":
+            kept.append(index)  # a finished job restarted: one point, often a finding
         if point.event is None:
             continue
         if point.event.op in ("rename", "fsync", "fdatasync"):
