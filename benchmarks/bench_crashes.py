@@ -86,13 +86,17 @@ def _timed(script: Path, work: Path, megabytes: int, traced: bool) -> dict[str, 
     out, err = work / "out.log", work / "err.log"
     work.mkdir(parents=True, exist_ok=True)
     if traced:
-        run = run_traced(argv, env=_environment(), cwd=work, stdout_path=out, stderr_path=err, root=root)
+        run = run_traced(
+            argv, env=_environment(), cwd=work, stdout_path=out, stderr_path=err, root=root
+        )
         assert run.returncode == 0, err.read_text()
     else:
         import subprocess
 
         with open(out, "w") as stdout, open(err, "w") as stderr:
-            subprocess.run(argv, env=_environment(), cwd=work, stdout=stdout, stderr=stderr, check=True)
+            subprocess.run(
+                argv, env=_environment(), cwd=work, stdout=stdout, stderr=stderr, check=True
+            )
     return json.loads(out.read_text().strip().splitlines()[-1])
 
 
@@ -103,7 +107,9 @@ def tracing_overhead(work: Path, repeats: int, megabytes: int) -> None:
     for repeat in range(repeats):
         # Interleaved, each order in turn: drift in the machine's load hits both alike.
         for traced in (False, True) if repeat % 2 == 0 else (True, False):
-            found[traced].append(_timed(script, work / f"t{repeat}{int(traced)}", megabytes, traced))
+            found[traced].append(
+                _timed(script, work / f"t{repeat}{int(traced)}", megabytes, traced)
+            )
     for key, target in (("save", 1.5), ("step", 1.05)):
         plain = statistics.median(entry[key] for entry in found[False])
         traced = statistics.median(entry[key] for entry in found[True])
@@ -140,8 +146,16 @@ def points_per_format(work: Path) -> None:
 def exploration_cost(work: Path) -> None:
     case = CommandCase(
         template=[
-            "python", "tests/fixtures/crash_jobs/plain_job.py", "--ckpt-dir", "{checkpoint}",
-            "--total-steps", "{end_step}", "--save-every", "2", "--save", "durable",
+            "python",
+            "tests/fixtures/crash_jobs/plain_job.py",
+            "--ckpt-dir",
+            "{checkpoint}",
+            "--total-steps",
+            "{end_step}",
+            "--save-every",
+            "2",
+            "--save",
+            "durable",
         ],
         checkpoint="{run_dir}/ckpts",
         total_step=4,
@@ -151,9 +165,7 @@ def exploration_cost(work: Path) -> None:
         case, cwd=REPOSITORY, environment={"OMP_NUM_THREADS": "1"}, temporary_root=work, timeout=300
     )
     total = time.perf_counter() - began
-    one_run = statistics.median(
-        result.timing_seconds[key] for key in ("baseline_a", "baseline_b")
-    )
+    one_run = statistics.median(result.timing_seconds[key] for key in ("baseline_a", "baseline_b"))
     budget = result.distinct_images * one_run
     print(
         f"exploring plain_job --save durable: {result.outcome}, {result.points_found} points, "

@@ -10,16 +10,13 @@ job. The real trainers' rows are in test_crash_trainers.py.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from trainparity import CommandCase, check_crashes
 from trainparity._internal.processes.traced_job import tracing_available
+
+from tests.crash_jobs import crashes, job_case
 
 pytestmark = pytest.mark.skipif(not tracing_available(), reason="needs Linux x86-64/AArch64")
 
-REPOSITORY = Path(__file__).resolve().parents[1]
-JOB = "tests/fixtures/crash_jobs/plain_job.py"
 # Each faulty mode, and what the first failing row says.
 SAID = {
     "direct": "the restart cannot start",
@@ -31,33 +28,9 @@ SAID = {
 
 
 def _check(mode: str, *, power_loss: bool = False, max_points: int = 8, points=("steps", "saves")):
-    extra = ["--accum", "3"] if mode.startswith("accum") else []
-    case = CommandCase(
-        template=[
-            "python",
-            JOB,
-            "--ckpt-dir",
-            "{checkpoint}",
-            "--total-steps",
-            "{end_step}",
-            "--save-every",
-            "2",
-            "--save",
-            mode,
-            *extra,
-        ],
-        checkpoint="{run_dir}/ckpts",
-        total_step=4,
-    )
-    return check_crashes(
-        case,
-        points=points,
-        power_loss=power_loss,
-        max_points=max_points,
-        cwd=REPOSITORY,
-        environment={"OMP_NUM_THREADS": "1"},
-        timeout=120,
-    )
+    extra = ("--accum", "3") if mode.startswith("accum") else ()
+    case = job_case("plain_job.py", "--save", mode, *extra, total_step=4)
+    return crashes(case, points=points, power_loss=power_loss, max_points=max_points)
 
 
 @pytest.mark.parametrize("mode", sorted(SAID))
@@ -120,30 +93,10 @@ def test_under_torchrun_one_rank_dies_and_the_restart_relaunches_the_job(
 ) -> None:
     """tests/fixtures/crash_jobs/ddp_job.py on 2 gloo ranks: rank 0 saves; the kill hits the rank
     that makes the call, torchrun stops the other, and the restart is the whole torchrun command."""
-    case = CommandCase(
-        template=[
-            "torchrun",
-            "--nproc-per-node",
-            "2",
-            "tests/fixtures/crash_jobs/ddp_job.py",
-            "--ckpt-dir",
-            "{checkpoint}",
-            "--total-steps",
-            "{end_step}",
-            "--save",
-            mode,
-        ],
-        checkpoint="{run_dir}/ckpts",
-        total_step=2,
+    case = job_case(
+        "ddp_job.py", "--save", mode, total_step=2, launcher=("torchrun", "--nproc-per-node", "2")
     )
-    result = check_crashes(
-        case,
-        points=("saves",),
-        max_points=2,
-        cwd=REPOSITORY,
-        environment={"OMP_NUM_THREADS": "1"},
-        timeout=120,
-    )
+    result = crashes(case, points=("saves",), max_points=2)
     assert result.outcome == outcome, result.message
     if outcome == "FAIL":
         # The failing rank is named, not torchrun's own ChildFailedError.

@@ -12,40 +12,17 @@ its renames and fsyncs).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from trainparity import CommandCase, check_crashes
 from trainparity._internal.processes.traced_job import tracing_available
+
+from tests.crash_jobs import crashes, job_case
 
 pytestmark = pytest.mark.skipif(not tracing_available(), reason="needs Linux x86-64/AArch64")
 
-REPOSITORY = Path(__file__).resolve().parents[1]
-
 
 def _check(job: str, points: tuple[str, ...] = ("saves",), max_points: int = 3, **environment: str):
-    case = CommandCase(
-        template=[
-            "python",
-            f"tests/fixtures/crash_jobs/{job}_job.py",
-            "--ckpt-dir",
-            "{checkpoint}",
-            "--total-steps",
-            "{end_step}",
-            "--save-every",
-            "2",
-        ],
-        checkpoint="{run_dir}/ckpts",
-        total_step=2,
-    )
-    return check_crashes(
-        case,
-        points=points,
-        max_points=max_points,
-        cwd=REPOSITORY,
-        environment={"OMP_NUM_THREADS": "1", **environment},
-        timeout=240,
-    )
+    case = job_case(f"{job}_job.py", total_step=2)
+    return crashes(case, points=points, max_points=max_points, environment=environment)
 
 
 def _first_failing(result):
