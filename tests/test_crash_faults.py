@@ -56,10 +56,15 @@ def test_its_clean_counterpart_passes_at_every_point(mode: str) -> None:
     assert result.outcome == "PASS", result.message
     rows = result.crash_points
     assert rows and all(row["verdict"] == "PASS" for row in rows)
-    # Both saves (after steps 2 and 4) were crashed inside, at their kept points at least.
-    assert {row["after_step"] for row in rows if row["kind"] == "save"} >= {2, 4}
+    # Both saves (of steps 2 and 4) were crashed inside, at their kept points at least (an
+    # async save writes later: its calls come after a later step's record).
+    paths = " ".join(row["path"] for row in rows if row["kind"] == "save")
+    assert "step_2" in paths and "step_4" in paths
     assert result.restarts == result.distinct_images <= result.crash_runs
-    assert result.max_steps_redone is not None and result.max_steps_redone <= 2
+    # Progress lost is at most a save's interval, or two for an async save, which completes
+    # only when the next save awaits it.
+    limit = 4 if mode.startswith("dcp_async") else 2
+    assert result.max_steps_redone is not None and result.max_steps_redone <= limit
 
 
 def test_a_checkpoint_saved_inside_an_accumulation_window_fails_and_its_fix_passes() -> None:
