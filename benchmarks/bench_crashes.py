@@ -139,7 +139,7 @@ def points_per_format(work: Path) -> None:
         ops = sorted({event.op for event in run.mutations})
         print(
             f"crash points of one {kind} save (8 tensors, 2 MiB): {len(points)} points, "
-            f"{images} distinct disk images; calls: {', '.join(ops)}"
+            f"{images} distinct disk images (the finished save's among them); calls: {', '.join(ops)}"
         )
 
 
