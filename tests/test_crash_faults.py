@@ -10,6 +10,8 @@ job. The real trainers' rows are in test_crash_trainers.py.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from trainparity._internal.processes.traced_job import tracing_available
 
@@ -48,9 +50,9 @@ def test_a_save_that_a_crash_tears_fails_at_its_first_breaking_point(mode: str) 
     assert all(row["verdict"] == "PASS" for row in before)
 
 
-@pytest.mark.parametrize(
-    "mode", ["replace", "durable", "latest_after", "dir_marker", "dcp_checked", "dcp_async_awaited"]
-)
+# `replace` and `durable`, the clean counterparts of `direct`, are checked with their process
+# crash points by the power-loss tests below (every process row PASSes there).
+@pytest.mark.parametrize("mode", ["latest_after", "dir_marker", "dcp_checked", "dcp_async_awaited"])
 def test_its_clean_counterpart_passes_at_every_point(mode: str) -> None:
     result = _check(mode, max_points=6)
     assert result.outcome == "PASS", result.message
@@ -80,7 +82,7 @@ def test_power_loss_breaks_a_rename_without_fsync() -> None:
     assert careless.outcome == "FAIL", careless.message
     first = next(row for row in careless.crash_points if row["verdict"] == "FAIL")
     assert first["loss"] == "data" and "power loss (data)" in careless.message
-    # The same points without power loss restart cleanly.
+    # The same points without power loss restart cleanly (the clean counterpart of `direct`).
     assert all(
         row["verdict"] == "PASS" for row in careless.crash_points if row["loss"] == "process"
     )
@@ -88,7 +90,7 @@ def test_power_loss_breaks_a_rename_without_fsync() -> None:
 
 def test_power_loss_spares_a_save_that_fsyncs_the_file_and_its_directory() -> None:
     durable = _check("durable", power_loss=True, max_points=6, points=("saves",))
-    assert durable.outcome == "PASS", durable.message
+    assert durable.outcome == "PASS", durable.message  # process crash rows included
     assert {row["loss"] for row in durable.crash_points} == {"process", "data", "names"}
 
 
@@ -104,5 +106,6 @@ def test_under_torchrun_one_rank_dies_and_the_restart_relaunches_the_job(
     result = crashes(case, points=("saves",), max_points=2)
     assert result.outcome == outcome, result.message
     if outcome == "FAIL":
-        # The failing rank is named, not torchrun's own ChildFailedError.
-        assert "rank 0 exited with code 1" in result.message
+        # The failing rank is named (either may fail first on the torn file), not torchrun's
+        # own ChildFailedError.
+        assert re.search(r"rank [01] exited with code 1; its last stderr line: \w+", result.message)

@@ -56,9 +56,19 @@ def test_accelerate_loads_the_newest_state_folder_even_when_it_is_partial() -> N
     assert "checkpoint_" in first["point"] and "the restart cannot start" in first["detail"]
 
 
-def test_deepspeed_trusts_a_latest_file_it_writes_in_place() -> None:
+@pytest.fixture(scope="module")
+def deepspeed_ops(tmp_path_factory) -> dict[str, str]:
+    """DeepSpeed's shm op, built once for the session (tests/deepspeed_ops.py): its first
+    build takes most of a minute, which is no part of a crash check."""
     pytest.importorskip("deepspeed")
-    result = _check("deepspeed", DS_ACCELERATOR="cpu")
+    from tests.deepspeed_ops import deepspeed_environment
+
+    environment = deepspeed_environment(tmp_path_factory, tmp_path_factory.mktemp("ds"))
+    return {key: environment[key] for key in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")}
+
+
+def test_deepspeed_trusts_a_latest_file_it_writes_in_place(deepspeed_ops: dict[str, str]) -> None:
+    result = _check("deepspeed", **deepspeed_ops)
     assert result.outcome == "FAIL", result.message
     first = _first_failing(result)
     assert "latest" in first["point"] and "the restart cannot start" in first["detail"]
