@@ -78,14 +78,18 @@ class BaselineSteps:
         self, rank: int, left: RecordedStep, right: RecordedStep
     ) -> tuple[Difference, ...]:
         if isinstance(self.policy, NoiseComparison):
-            samples = [
-                by_rank[rank][left.step].snapshot()
-                for by_rank in self.by_step
-                if left.step in by_rank.get(rank, {})
-            ]
+            samples = self._samples(rank, left.step)
             judged = judge_step(self.policy, samples, None, self._memory(rank, left.step))
             return tuple(difference for _, difference in judged.sample_differences)
         return compare_records(self.policy, left, right).differences
+
+    def _samples(self, rank: int, step: int) -> list[object]:
+        """Each uninterrupted run's record of `step` on `rank`, as snapshots (the envelope's samples)."""
+        return [
+            by_rank[rank][step].snapshot()
+            for by_rank in self.by_step
+            if step in by_rank.get(rank, {})
+        ]
 
     def _memory(self, rank: int, step: int) -> NoiseMemory:
         """A copy of the envelope's memory before `step` (built once along the baselines)."""
@@ -96,11 +100,7 @@ class BaselineSteps:
                 if recorded.step in before:
                     continue
                 before[recorded.step] = copy.deepcopy(memory)
-                samples = [
-                    by_rank[rank][recorded.step].snapshot()
-                    for by_rank in self.by_step
-                    if recorded.step in by_rank.get(rank, {})
-                ]
+                samples = self._samples(rank, recorded.step)
                 judge_step(self.policy, samples, None, memory)  # type: ignore[arg-type]
             self.memory_before[rank] = before
         found = self.memory_before[rank].get(step)
@@ -174,11 +174,7 @@ class BaselineSteps:
                 ),
             )
         if isinstance(self.policy, NoiseComparison):
-            samples = [
-                by_rank[rank][record.step].snapshot()
-                for by_rank in self.by_step
-                if record.step in by_rank.get(rank, {})
-            ]
+            samples = self._samples(rank, record.step)
             return judge_step(self.policy, samples, record.snapshot(), memory).differences
         return compare_records(self.policy, baseline, record).differences
 
