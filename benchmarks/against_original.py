@@ -160,3 +160,20 @@ def report(samples: dict[str, list[Run]], *, wall_target: float, cpu_target: flo
     )
     print_load(samples)
     return wall_met and cpu_met
+
+
+def report_children(samples: dict[str, list[Run]], one_at_a_time: str, target: float) -> bool:
+    """Print the children's CPU, ours by default against `one_at_a_time`; True when within target.
+
+    The runs' records carry `children_cpu` (the driver's RUSAGE_CHILDREN: the check's
+    children only, not the driver's own imports and comparison).
+    """
+    at_once = statistics.median(run.record["children_cpu"] for run in samples[OURS])
+    serial = statistics.median(run.record["children_cpu"] for run in samples[one_at_a_time])
+    ratio = at_once / serial
+    met = ratio <= target
+    print(
+        f"children's CPU, {OURS} / {one_at_a_time}: {at_once:.2f} s / {serial:.2f} s = "
+        f"{ratio:.2f}x (target <= {target}: {'met' if met else 'NOT met'})"
+    )
+    return met

@@ -149,6 +149,8 @@ _LEFT_GROUPS: list[object] = []
 
 def release_left_groups() -> None:
     """Drop the groups close() kept, once the rank's models (and DDP's Reducer) are gone."""
+    if not _LEFT_GROUPS:
+        return  # a single-rank child: a full collection of torch's heap would find nothing
     gc.collect()  # a model in a reference cycle would otherwise outlive the group
     _LEFT_GROUPS.clear()
 

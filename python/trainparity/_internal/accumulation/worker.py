@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import random
-import sys
 import traceback
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from trainparity._internal.cases.loading import CaseImportError, load_accumulati
 from trainparity._internal.error_text import error_text
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.observer.snapshot_service import write_result
+from trainparity._internal.processes.worker_exit import exit_worker
 from trainparity._internal.protocols import TrainingState
 
 __all__ = ["execute", "main", "seed_everything"]
@@ -189,4 +189,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_worker(main())

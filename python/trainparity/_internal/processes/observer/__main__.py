@@ -1,7 +1,6 @@
 """`python -m trainparity._internal.processes.observer`: the observer worker (snapshot_service.py)."""
 
-import sys
-
 from trainparity._internal.processes.observer.snapshot_service import main
+from trainparity._internal.processes.worker_exit import exit_worker
 
-sys.exit(main())
+exit_worker(main())
