@@ -47,6 +47,8 @@ BOTH_MODES_MARKER = "both_start_modes"
 PRELOAD_DYNAMO_MODULES = frozenset(
     {
         "test_resume_faults",
+        "test_noise_checks",
+        "test_explain",
         "test_resume_trajectories",
         "test_resume_chain",
         "test_resume_guide",
