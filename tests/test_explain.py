@@ -9,6 +9,7 @@ unseeded generator (NOISY_ORDER=unseeded).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,15 +17,18 @@ from pathlib import Path
 import pytest
 import trainparity
 from trainparity import Outcome
+from trainparity._internal.cli.main import main
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CASES = "tests.fixtures.noisy_training"
+# ThreadRuns to step 2: its variants part at step 1, the later steps only add compute.
+THREAD_RUNS = "tests.fixtures.short_noisy_runs:ShortThreadRuns"
 THREADS = {"NOISY_ORDER": "threads"}
 
 
 def runs(tmp_path: Path, variants: dict, **options):
     return trainparity.check_runs(
-        f"{CASES}:ThreadRuns",
+        THREAD_RUNS,
         variants,
         cwd=REPO_ROOT,
         temporary_root=tmp_path,
@@ -37,9 +41,26 @@ def leads(explanation) -> dict[str, str]:
     return {lead.knob: lead.status for lead in explanation.leads}
 
 
-def test_one_against_two_threads_is_confirmed_and_an_unread_variable_ruled_out(tmp_path):
-    result = runs(tmp_path / "check", None)  # the case's variants: 1 and 2 threads
-    assert result.outcome is Outcome.FAIL, result.message
+@pytest.fixture(scope="module")
+def thread_runs_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    """`trainparity runs` of the case's own variants (1 and 2 threads): its exit code and report.
+
+    Run once for the two tests that explain it, through the API and through the CLI.
+    """
+    report = tmp_path_factory.mktemp("thread-runs") / "runs.json"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(REPO_ROOT)  # the case imports from there, as from a user's shell
+        code = main(["runs", THREAD_RUNS, "--report", str(report), "--start", "warm"])
+    return code, report
+
+
+def test_one_against_two_threads_is_confirmed_and_an_unread_variable_ruled_out(
+    tmp_path, thread_runs_report
+):
+    code, report = thread_runs_report
+    assert code == 1  # FAIL
+    result = json.loads(report.read_text(encoding="utf-8"))
+    assert result["outcome"] == "FAIL", result["message"]
     explanation = trainparity.explain(result, cwd=REPO_ROOT, temporary_root=tmp_path)
     assert explanation.outcome is Outcome.PASS, explanation.message
     # No fingerprint keeps UNREAD_SETTING: that it took is not shown, so it is not "ruled out".
@@ -48,6 +69,26 @@ def test_one_against_two_threads_is_confirmed_and_an_unread_variable_ruled_out(t
     assert explanation.first_op["op"] == "aten::sum"
     assert explanation.first_op["origin"] == "born"
     assert explanation.sides == ("one_a", "two_a") and explanation.step == 1
+
+
+# Next to the test above: its reruns borrow the warm servers of the same environments.
+def test_max_reruns_leaves_leads_untested_and_the_cli_explains_a_report(
+    tmp_path, thread_runs_report, capsys, monkeypatch
+):
+    code, report = thread_runs_report
+    assert code == 1, report
+    monkeypatch.chdir(REPO_ROOT)  # the report's case imports from there, as from a user's shell
+    capsys.readouterr()
+    explained = main(["explain", str(report), "--max-reruns", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert explained == 0, err
+    found = json.loads(out)
+    assert [lead["status"] for lead in found["leads"]] == ["confirmed", "not tested"]
+    bad = subprocess.run(
+        [sys.executable, "-m", "trainparity", "explain", str(tmp_path / "missing.json")],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 4
 
 
 def test_an_older_hosts_dispatch_is_confirmed(tmp_path):
@@ -191,77 +232,60 @@ def test_without_records_explain_says_what_it_needs():
         trainparity.explain({"case": "x:Y", "outcome": "FAIL", "trajectory": None})
 
 
-def test_max_reruns_leaves_leads_untested_and_the_cli_explains_a_report(tmp_path):
-    report = tmp_path / "runs.json"
-    completed = subprocess.run(
-        [sys.executable, "-m", "trainparity", "runs", f"{CASES}:ThreadRuns", "--report",
-         str(report), "--start", "warm"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert completed.returncode == 1, completed.stderr
-    explained = subprocess.run(
-        [sys.executable, "-m", "trainparity", "explain", str(report), "--max-reruns", "1",
-         "--json"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert explained.returncode == 0, explained.stderr
-    found = json.loads(explained.stdout)
-    assert [lead["status"] for lead in found["leads"]] == ["confirmed", "not tested"]
-    bad = subprocess.run(
-        [sys.executable, "-m", "trainparity", "explain", str(tmp_path / "missing.json")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert bad.returncode == 4
+# Two machines as environments: A's (one thread, this machine's dispatch) and two Bs, each
+# apart from A by one knob (B on an older host runs torch's default, non-vectorised kernels).
+MACHINE_A = {**THREADS, "OMP_NUM_THREADS": "1"}
+MACHINES_B = {
+    "OMP_NUM_THREADS": {**MACHINE_A, "OMP_NUM_THREADS": "2"},
+    "ATEN_CPU_CAPABILITY": {**MACHINE_A, "ATEN_CPU_CAPABILITY": "default"},
+}
 
 
-def _record(directory: Path, env: dict[str, str]) -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", CASES, "--run-dir", str(directory / "run"), "--end-step", "3",
-         "--record"],
-        cwd=REPO_ROOT,
-        env={**__import__("os").environ, **env, "TRAINPARITY_RECORD": str(directory / "rec")},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert completed.returncode == 0, completed.stderr
+def _recording_command(run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", CASES, "--run-dir", str(run_dir), "--end-step", "3", "--record"]
 
 
-@pytest.mark.parametrize(
-    ("a_env", "b_env", "knob", "value"),
-    [
-        ({"OMP_NUM_THREADS": "1"}, {"OMP_NUM_THREADS": "2"}, "OMP_NUM_THREADS", "2"),
-        (  # B simulates an older host: torch's default (non-vectorised) kernels
-            {"OMP_NUM_THREADS": "1"},
-            {"OMP_NUM_THREADS": "1", "ATEN_CPU_CAPABILITY": "default"},
-            "ATEN_CPU_CAPABILITY",
-            "default",
-        ),
-    ],
-)
+@pytest.fixture(scope="module")
+def machine_recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A's recording and each B's ("a", then the knob B differs by), recorded side by side."""
+    root = tmp_path_factory.mktemp("machines")
+    machines = {"a": MACHINE_A, **MACHINES_B}
+    processes = {}
+    for name, env in machines.items():
+        directory = root / name
+        processes[name] = subprocess.Popen(
+            _recording_command(directory / "run"),
+            cwd=REPO_ROOT,
+            env={**os.environ, **env, "TRAINPARITY_RECORD": str(directory / "rec")},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    for name, process in processes.items():
+        _, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, f"{name}: {stderr}"
+    return {name: root / name / "rec" for name in machines}
+
+
+@pytest.mark.parametrize("knob", MACHINES_B)
 def test_two_recordings_from_two_machines_rerun_a_under_bs_knobs(
-    tmp_path, a_env, b_env, knob, value
+    tmp_path, machine_recordings, monkeypatch, knob
 ):
     from trainparity._internal.why.recordings import explain_recordings
 
-    for side, env in (("a", a_env), ("b", b_env)):
-        _record(tmp_path / side, {**THREADS, **env})
-    command = [sys.executable, "-m", CASES, "--run-dir", str(tmp_path / "rerun"), "--end-step",
-               "3", "--record"]  # fmt: skip
-    import os
-
-    saved = dict(os.environ)
-    os.environ.update({**THREADS, **a_env})  # this machine is A's
-    try:
-        explanation = explain_recordings(
-            tmp_path / "a" / "rec", tmp_path / "b" / "rec", command, cwd=REPO_ROOT,
-            temporary_root=tmp_path,
-        )  # fmt: skip
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    for name, setting in MACHINE_A.items():
+        monkeypatch.setenv(name, setting)  # this machine is A's
+    explanation = explain_recordings(
+        machine_recordings["a"],
+        machine_recordings[knob],
+        _recording_command(tmp_path / "rerun"),
+        cwd=REPO_ROOT,
+        temporary_root=tmp_path,
+    )
     statuses = {lead.knob: lead.status for lead in explanation.leads}
     assert statuses[knob] == "confirmed", explanation.leads
     assert explanation.outcome is Outcome.PASS
-    assert f"{knob}={value}" in explanation.message
+    assert f"{knob}={MACHINES_B[knob][knob]}" in explanation.message
 
 
 def test_two_ranks_under_ddp_the_rank_that_parts_first_is_named(tmp_path):
