@@ -60,6 +60,9 @@ PRELOAD_DYNAMO_MODULES = frozenset(
         "test_accelerate",
         "test_two_rank_trainers",
         "test_id_columns",
+        "test_crash_check",
+        "test_crash_faults",
+        "test_crash_trainers",
     }
 )
 _PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"

@@ -245,3 +245,20 @@ def test_points_come_in_time_order_and_a_budget_keeps_the_telling_ones() -> None
         "after the end",
     ]
     assert len(spread(points, 7)) == 7 and spread(points, None) == points
+
+
+def test_warm_and_fresh_checks_find_the_same_points_images_and_verdicts() -> None:
+    """start="warm" forks every run from a server (torch imported once) and traces it there:
+    the rows, their disk images and what each restart loaded are the fresh check's."""
+    from tests.crash_jobs import crashes, job_case
+
+    case = job_case("plain_job.py", "--save", "direct", total_step=4)
+    found = {
+        start: crashes(case, points=("steps", "saves"), max_points=4, start=start)
+        for start in ("fresh", "warm")
+    }
+    assert found["fresh"].outcome == found["warm"].outcome == "FAIL", found["warm"].message
+    assert found["warm"].crash_points == found["fresh"].crash_points
+    assert found["warm"].message == found["fresh"].message
+    child_start = found["warm"].environment["child_start"]
+    assert "baseline_a-0" in child_start["warm"] and not child_start["fresh"], child_start

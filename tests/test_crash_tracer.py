@@ -239,3 +239,55 @@ def test_power_loss_drops_unsynced_data_and_names_not_made_durable(tmp_path: Pat
     assert images["careless", NAME_LOSS] == {"old": b""}
     assert images["careful", DATA_LOSS] == {"new": b"new bytes", "old": b""}
     assert images["careful", NAME_LOSS] == {"new": b"new bytes", "old": b""}
+
+
+def _warm_run(tmp_path: Path, starter, name: str, body: str, **options: object) -> TracedRun:
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(body))
+    root = tmp_path / name
+    root.mkdir()
+    return run_traced(
+        [sys.executable, str(script), str(root)],
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONHASHSEED": "0"},
+        cwd=tmp_path,
+        stdout_path=tmp_path / f"{name}.out",
+        stderr_path=tmp_path / f"{name}.err",
+        root=root,
+        timeout=60.0,
+        starter=starter,
+        name=name,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def _calls(run: TracedRun) -> list[tuple]:
+    return [(e.seq, e.op, e.path, e.target, e.offset, e.length, e.killed) for e in run.events]
+
+
+def test_a_job_forked_from_a_warm_server_is_traced_as_a_fresh_one(tmp_path: Path) -> None:
+    """trace_pid: the server's fork waits for its tracer, installs the filter, and is seen
+    call by call as trace_job's fresh child is; a kill lands before the same call. The
+    server is started from a thread that ends before the next job (its parent-death signal
+    follows the thread that started it): the next job still forks from it."""
+    from trainparity._internal.processes.warm.starter import ChildStarter
+
+    for place in ("fresh", "fresh_killed"):
+        (tmp_path / place).mkdir()
+    fresh = _run(tmp_path / "fresh", SAVE)
+    fresh_killed = _run(tmp_path / "fresh_killed", SAVE, kill_at=3)
+    starter = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=60.0)
+    try:
+        found: dict[str, TracedRun] = {}
+        first = threading.Thread(
+            target=lambda: found.update(warm=_warm_run(tmp_path, starter, "warm", SAVE))
+        )
+        first.start()
+        first.join()
+        killed = _warm_run(tmp_path, starter, "warm_killed", SAVE, kill_at=3)
+        assert starter.report["warm"] == ["warm", "warm_killed"], starter.report
+    finally:
+        starter.close()
+    assert found["warm"].returncode == 0 and killed.signal == 9 and killed.killed
+    assert _calls(found["warm"]) == _calls(fresh)
+    assert _calls(killed) == _calls(fresh_killed)
+    assert (tmp_path / "warm_killed" / "ck" / "a.tmp").read_bytes() == b"0123456789"

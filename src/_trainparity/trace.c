@@ -11,7 +11,12 @@
  * earlier mutation done and this one not started. The filter traps only the
  * calls below, so every other system call runs at full speed.
  *
- * The tracer is the thread that calls trace_job: ptrace requests must come
+ * The job is either a child the tracer forks and execs (trace_job), or a
+ * process made elsewhere that waits to be seized (trace_pid): a warm server's
+ * fork, which has imported torch already, installs the filter itself once
+ * its tracer is there (processes/warm/child.py), from trace_filter()'s bytes.
+ *
+ * The tracer is the thread that calls trace_job or trace_pid: ptrace requests must come
  * from the thread that became the tracer, so the whole run is one C call made
  * without the GIL. Every wait passes __WNOTHREAD: several threads may trace
  * jobs at once, and a wait must never collect another tracer's stop. A
@@ -853,6 +858,14 @@ struct loop_result {
     const char *setup_step;
 };
 
+#define TRACE_OPTIONS                                                                      \
+    (PTRACE_O_EXITKILL | PTRACE_O_TRACESECCOMP | PTRACE_O_TRACECLONE | PTRACE_O_TRACEFORK |   \
+     PTRACE_O_TRACEVFORK | PTRACE_O_TRACEEXEC)
+
+static void trace_events(struct trace_state *state, struct trace_plan *plan,
+                         struct event_list *events, struct loop_result *result);
+
+/* The job our own fork made: stopped at its raise(SIGSTOP) before the filter and exec. */
 static void trace_loop(struct trace_state *state, struct trace_plan *plan,
                        struct event_list *events, struct loop_result *result)
 {
@@ -871,9 +884,7 @@ static void trace_loop(struct trace_state *state, struct trace_plan *plan,
         }
         return;
     }
-    long options = PTRACE_O_EXITKILL | PTRACE_O_TRACESECCOMP | PTRACE_O_TRACECLONE |
-                   PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_TRACEEXEC;
-    if (ptrace(PTRACE_SETOPTIONS, top, NULL, (void *)options) < 0) {
+    if (ptrace(PTRACE_SETOPTIONS, top, NULL, (void *)(long)TRACE_OPTIONS) < 0) {
         result->setup_errno = errno;
         result->setup_step = "ptrace(PTRACE_SETOPTIONS)";
         (void)kill(top, SIGKILL);
@@ -887,7 +898,43 @@ static void trace_loop(struct trace_state *state, struct trace_plan *plan,
     }
     (void)pthread_mutex_unlock(&state->lock);
     (void)ptrace(PTRACE_CONT, top, NULL, NULL);
+    trace_events(state, plan, events, result);
+}
+
+/* A job made elsewhere (a warm server's fork), our own child, waiting to be traced: seized
+ * running, it sees the tracer in /proc/self/status and installs the filter itself. */
+static void trace_seized(struct trace_state *state, struct trace_plan *plan,
+                         struct event_list *events, struct loop_result *result)
+{
+    pid_t top = state->top;
+    if (ptrace(PTRACE_SEIZE, top, NULL, (void *)(long)TRACE_OPTIONS) < 0) {
+        result->setup_errno = errno;
+        result->setup_step = "ptrace(PTRACE_SEIZE)";
+        return; /* not ours to kill: the caller kills and reaps its child */
+    }
+    if (pthread_mutex_lock(&state->lock) != 0 || tracee_add(state, top, 0) == NULL) {
+        result->setup_errno = ENOMEM;
+        result->setup_step = "registering the child";
+        (void)kill(top, SIGKILL);
+        return;
+    }
+    (void)pthread_mutex_unlock(&state->lock);
+    trace_events(state, plan, events, result);
+}
+
+/* Every stop and exit of the job's threads and processes until the job is gone. */
+static void trace_events(struct trace_state *state, struct trace_plan *plan,
+                         struct event_list *events, struct loop_result *result)
+{
+    pid_t top = state->top;
+    int status;
     for (;;) {
+        if (result->top_done && pthread_mutex_lock(&state->lock) == 0) {
+            size_t left = state->count;
+            (void)pthread_mutex_unlock(&state->lock);
+            if (left == 0)
+                break; /* the job and all it left behind are gone */
+        }
         pid_t tid = waitpid(-1, &status, __WALL | __WNOTHREAD);
         if (tid < 0) {
             if (errno == EINTR)
@@ -910,6 +957,21 @@ static void trace_loop(struct trace_state *state, struct trace_plan *plan,
             continue;
         int sig = WSTOPSIG(status);
         unsigned event = (unsigned)status >> 16;
+        if (event == PTRACE_EVENT_STOP) {
+            /* Seized tracees only: one auto-attached (its first stop), or a group-stop. */
+            if (pthread_mutex_lock(&state->lock) == 0) {
+                struct tracee *known = tracee_find(state, tid);
+                if (known == NULL)
+                    known = tracee_add(state, tid, 0);
+                if (known == NULL)
+                    plan->failed_errno = ENOMEM;
+                else
+                    known->awaiting_first_stop = 0;
+                (void)pthread_mutex_unlock(&state->lock);
+            }
+            (void)ptrace(PTRACE_CONT, tid, NULL, NULL);
+            continue;
+        }
         if (sig == SIGTRAP && event == PTRACE_EVENT_SECCOMP) {
             handle_stop(tid, plan, events);
             (void)ptrace(PTRACE_CONT, tid, NULL, NULL);
@@ -998,38 +1060,207 @@ static PyObject *event_tuple(const struct event *event)
     return tuple;
 }
 
+/* What trace_job and trace_pid share: the plan's options, and the run's answer. */
+struct trace_request {
+    const char *root;
+    long kill_at;
+    PyObject *copy_dir;
+    int observe_opens;
+    double timeout;
+};
+
+static int trace_plan_from(const char *caller, const struct trace_request *request,
+                           struct trace_plan *plan)
+{
+    if (!(request->timeout > 0)) {
+        PyErr_Format(PyExc_ValueError, "%s(): timeout must be positive", caller);
+        return -1;
+    }
+    const char *copy_dir = NULL;
+    if (request->copy_dir != Py_None) {
+        if (!PyBytes_Check(request->copy_dir)) {
+            PyErr_Format(PyExc_TypeError, "%s(): copy_dir must be bytes or None", caller);
+            return -1;
+        }
+        copy_dir = PyBytes_AS_STRING(request->copy_dir);
+    }
+    memset(plan, 0, sizeof *plan);
+    plan->root = request->root;
+    plan->root_length = strlen(request->root);
+    plan->copy_dir = copy_dir;
+    plan->kill_at = request->kill_at;
+    plan->observe_opens = request->observe_opens;
+    while (plan->root_length > 1 && request->root[plan->root_length - 1] == '/')
+        plan->root_length--;
+    return 0;
+}
+
+/* The dict both return, or NULL with an exception set. Frees nothing. */
+static PyObject *trace_answer(const char *caller, struct trace_state *state,
+                              struct trace_plan *plan, struct event_list *events,
+                              struct loop_result *result, double wall)
+{
+    if (result->setup_step != NULL && !result->top_done) {
+        PyErr_Format(PyExc_OSError, "%s(): %s failed: %s (ptrace may be forbidden here)", caller,
+                     result->setup_step, strerror(result->setup_errno));
+        return NULL;
+    }
+    if (events->out_of_memory) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    PyObject *list = PyList_New((Py_ssize_t)events->count);
+    if (list == NULL)
+        return NULL;
+    for (size_t i = 0; i < events->count; i++) {
+        PyObject *item = event_tuple(&events->items[i]);
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    PyObject *returncode = Py_None, *signal_number = Py_None;
+    if (result->top_done && WIFEXITED(result->status))
+        returncode = PyLong_FromLong(WEXITSTATUS(result->status));
+    else if (result->top_done && WIFSIGNALED(result->status))
+        signal_number = PyLong_FromLong(WTERMSIG(result->status));
+    if (returncode == NULL || signal_number == NULL) {
+        Py_XDECREF(returncode == Py_None ? NULL : returncode);
+        Py_XDECREF(signal_number == Py_None ? NULL : signal_number);
+        Py_DECREF(list);
+        return NULL;
+    }
+    if (returncode == Py_None)
+        Py_INCREF(Py_None);
+    if (signal_number == Py_None)
+        Py_INCREF(Py_None);
+    return Py_BuildValue("{s:N,s:N,s:O,s:O,s:d,s:N,s:i}", "returncode", returncode, "signal",
+                         signal_number, "timed_out", state->timed_out ? Py_True : Py_False,
+                         "killed", plan->killed ? Py_True : Py_False, "wall_seconds", wall,
+                         "events", list, "copy_errno", plan->failed_errno);
+}
+
+/* The watchdog around `loop` (already started: state->top is the job), then the reaping of
+ * anything left. Runs without the GIL. Returns 0, or 3 when the watchdog cannot start. */
+static int trace_watched(struct trace_state *state, struct trace_plan *plan,
+                         struct event_list *events, struct loop_result *result,
+                         void (*loop)(struct trace_state *, struct trace_plan *,
+                                      struct event_list *, struct loop_result *))
+{
+    pthread_t watchdog_thread;
+    if (pthread_create(&watchdog_thread, NULL, watchdog, state) != 0) {
+        (void)kill(state->top, SIGKILL);
+        return 3;
+    }
+    loop(state, plan, events, result);
+    if (pthread_mutex_lock(&state->lock) == 0) {
+        state->finished = 1;
+        (void)pthread_cond_signal(&state->wake);
+        (void)pthread_mutex_unlock(&state->lock);
+    }
+    (void)pthread_join(watchdog_thread, NULL);
+    /* Anything still not reaped (a tracer-side failure): reap it. */
+    while (waitpid(-1, NULL, __WALL | __WNOTHREAD | WNOHANG) > 0) {
+    }
+    return 0;
+}
+
+/* One run of the tracer, in a thread of its own: ptrace requests must come from one thread,
+ * and that thread's waits must see the job's processes only. A thread of the caller's may
+ * have children of its own (a warm server it started), which a wait for any child would
+ * reap or wait on forever; a new thread has none but the job. */
+struct tracer_run {
+    struct trace_state *state;
+    struct trace_plan *plan;
+    struct event_list *events;
+    struct loop_result *result;
+    const struct child_plan *child; /* fork and exec this; NULL: seize state->top */
+    int error;                      /* 2: fork failed (fork_errno), 3: no watchdog */
+    int fork_errno;
+};
+
+static void *tracer_thread(void *argument)
+{
+    struct tracer_run *run = argument;
+    if (run->child == NULL) {
+        run->error = trace_watched(run->state, run->plan, run->events, run->result, trace_seized);
+        return NULL;
+    }
+    sigset_t all, saved;
+    int masked = sigfillset(&all) == 0 ? pthread_sigmask(SIG_SETMASK, &all, &saved) : -1;
+    pid_t pid = fork();
+    if (pid == 0)
+        child_run(run->child);
+    run->fork_errno = errno;
+    if (masked == 0)
+        (void)pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    if (pid < 0) {
+        run->error = 2;
+        return NULL;
+    }
+    (void)setpgid(pid, pid); /* EACCES/ESRCH: the child has done it itself */
+    run->state->top = pid;
+    run->error = trace_watched(run->state, run->plan, run->events, run->result, trace_loop);
+    return NULL;
+}
+
+/* The run in its own thread, joined. Without the GIL. 0, or 1: no lock, 4: no thread,
+ * else the thread's error. */
+static int run_tracer(struct tracer_run *run)
+{
+    struct trace_state *state = run->state;
+    if (pthread_mutex_init(&state->lock, NULL) != 0)
+        return 1;
+    if (pthread_cond_init(&state->wake, NULL) != 0) {
+        (void)pthread_mutex_destroy(&state->lock);
+        return 1;
+    }
+    pthread_t thread;
+    int error = 4;
+    if (pthread_create(&thread, NULL, tracer_thread, run) == 0) {
+        (void)pthread_join(thread, NULL);
+        error = run->error;
+    }
+    (void)pthread_cond_destroy(&state->wake);
+    (void)pthread_mutex_destroy(&state->lock);
+    return error;
+}
+
+static PyObject *tracer_error(const char *caller, int error, int fork_errno)
+{
+    if (error == 2) {
+        errno = fork_errno;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    const char *what = error == 1   ? "cannot create the tracer's lock"
+                       : error == 3 ? "cannot start the watchdog thread"
+                                    : "cannot start the tracer thread";
+    PyErr_Format(PyExc_OSError, "%s(): %s", caller, what);
+    return NULL;
+}
+
 static PyObject *trace_job(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
     static char *keywords[] = {"argv",      "env",     "cwd",          "stdout_path",
                                "stderr_path", "root",  "kill_at",      "copy_dir",
                                "observe_opens", "timeout", NULL};
-    PyObject *argv_list, *env_list, *copy_dir_obj = Py_None;
-    const char *cwd, *stdout_path, *stderr_path, *root;
-    long kill_at = -1;
-    int observe_opens = 0;
-    double timeout = 300.0;
+    PyObject *argv_list, *env_list;
+    const char *cwd, *stdout_path, *stderr_path;
+    struct trace_request request = {.kill_at = -1, .copy_dir = Py_None, .timeout = 300.0};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!yyyy|$lOpd:trace_job", keywords,
                                      &PyList_Type, &argv_list, &PyList_Type, &env_list, &cwd,
-                                     &stdout_path, &stderr_path, &root, &kill_at, &copy_dir_obj,
-                                     &observe_opens, &timeout))
+                                     &stdout_path, &stderr_path, &request.root, &request.kill_at,
+                                     &request.copy_dir, &request.observe_opens, &request.timeout))
         return NULL;
     if (PyList_GET_SIZE(argv_list) == 0) {
         PyErr_SetString(PyExc_ValueError, "trace_job(): argv must not be empty");
         return NULL;
     }
-    if (!(timeout > 0)) {
-        PyErr_SetString(PyExc_ValueError, "trace_job(): timeout must be positive");
+    struct trace_plan plan;
+    if (trace_plan_from("trace_job", &request, &plan) < 0)
         return NULL;
-    }
-    const char *copy_dir = NULL;
-    if (copy_dir_obj != Py_None) {
-        if (!PyBytes_Check(copy_dir_obj)) {
-            PyErr_SetString(PyExc_TypeError, "trace_job(): copy_dir must be bytes or None");
-            return NULL;
-        }
-        copy_dir = PyBytes_AS_STRING(copy_dir_obj);
-    }
     char **argv = byte_strings(argv_list, "argv");
     if (argv == NULL)
         return NULL;
@@ -1048,65 +1279,21 @@ static PyObject *trace_job(PyObject *self, PyObject *args, PyObject *kwargs)
     };
     child.filter.len = (unsigned short)build_filter(filter);
     child.filter.filter = filter;
-    sigset_t all, saved;
-    if (sigemptyset(&child.empty_mask) < 0 || sigfillset(&all) < 0) {
+    if (sigemptyset(&child.empty_mask) < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
         PyMem_Free(argv);
         PyMem_Free(envp);
         return NULL;
     }
-    struct trace_plan plan = {
-        .root = root,
-        .root_length = strlen(root),
-        .copy_dir = copy_dir,
-        .kill_at = kill_at,
-        .observe_opens = observe_opens,
-    };
-    while (plan.root_length > 1 && root[plan.root_length - 1] == '/')
-        plan.root_length--;
     struct event_list events = {0};
-    struct trace_state state = {.timeout = timeout};
+    struct trace_state state = {.timeout = request.timeout};
     struct loop_result result = {0};
-    int thread_error = 0, fork_errno = 0;
-    pthread_t watchdog_thread;
+    struct tracer_run run = {&state, &plan, &events, &result, &child, 0, 0};
+    int error;
     double started = (double)monotonic_ns() / 1e9;
 
     Py_BEGIN_ALLOW_THREADS
-    if (pthread_mutex_init(&state.lock, NULL) != 0 || pthread_cond_init(&state.wake, NULL) != 0) {
-        thread_error = 1;
-    } else {
-        int masked = pthread_sigmask(SIG_SETMASK, &all, &saved);
-        pid_t pid = fork();
-        if (pid == 0)
-            child_run(&child);
-        fork_errno = errno;
-        if (masked == 0)
-            (void)pthread_sigmask(SIG_SETMASK, &saved, NULL);
-        if (pid < 0) {
-            thread_error = 2;
-        } else {
-            (void)setpgid(pid, pid); /* EACCES/ESRCH: the child has done it itself */
-            state.top = pid;
-            if (pthread_create(&watchdog_thread, NULL, watchdog, &state) != 0) {
-                (void)kill(pid, SIGKILL);
-                thread_error = 3;
-            }
-            trace_loop(&state, &plan, &events, &result);
-            if (thread_error != 3) {
-                if (pthread_mutex_lock(&state.lock) == 0) {
-                    state.finished = 1;
-                    (void)pthread_cond_signal(&state.wake);
-                    (void)pthread_mutex_unlock(&state.lock);
-                }
-                (void)pthread_join(watchdog_thread, NULL);
-            }
-            /* Anything still not reaped (a tracer-side failure): reap it. */
-            while (waitpid(-1, NULL, __WALL | __WNOTHREAD | WNOHANG) > 0) {
-            }
-        }
-        (void)pthread_cond_destroy(&state.wake);
-        (void)pthread_mutex_destroy(&state.lock);
-    }
+    error = run_tracer(&run);
     Py_END_ALLOW_THREADS
 
     double wall = (double)monotonic_ns() / 1e9 - started;
@@ -1114,63 +1301,61 @@ static PyObject *trace_job(PyObject *self, PyObject *args, PyObject *kwargs)
     PyMem_Free(envp);
     free(state.tracees);
     PyObject *answer = NULL;
-    if (thread_error == 1) {
-        PyErr_SetString(PyExc_OSError, "trace_job(): cannot create the tracer's lock");
-        goto done;
-    }
-    if (thread_error == 2) {
-        errno = fork_errno;
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    if (thread_error == 3) {
-        PyErr_SetString(PyExc_OSError, "trace_job(): cannot start the watchdog thread");
-        goto done;
-    }
-    if (result.setup_step != NULL && !result.top_done) {
-        PyErr_Format(PyExc_OSError, "trace_job(): %s failed: %s (ptrace may be forbidden here)",
-                     result.setup_step, strerror(result.setup_errno));
-        goto done;
-    }
-    if (events.out_of_memory) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    PyObject *list = PyList_New((Py_ssize_t)events.count);
-    if (list == NULL)
-        goto done;
-    for (size_t i = 0; i < events.count; i++) {
-        PyObject *item = event_tuple(&events.items[i]);
-        if (item == NULL) {
-            Py_DECREF(list);
-            goto done;
-        }
-        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
-    }
-    PyObject *returncode = Py_None, *signal_number = Py_None;
-    if (result.top_done && WIFEXITED(result.status))
-        returncode = PyLong_FromLong(WEXITSTATUS(result.status));
-    else if (result.top_done && WIFSIGNALED(result.status))
-        signal_number = PyLong_FromLong(WTERMSIG(result.status));
+    if (error != 0)
+        tracer_error("trace_job", error, run.fork_errno);
     else
-        Py_INCREF(Py_None);
-    if (returncode == Py_None)
-        Py_INCREF(Py_None);
-    if (signal_number == Py_None)
-        Py_INCREF(Py_None);
-    if (returncode == NULL || signal_number == NULL) {
-        Py_XDECREF(returncode);
-        Py_XDECREF(signal_number);
-        Py_DECREF(list);
-        goto done;
-    }
-    answer = Py_BuildValue("{s:N,s:N,s:O,s:O,s:d,s:N,s:i}", "returncode", returncode, "signal",
-                           signal_number, "timed_out", state.timed_out ? Py_True : Py_False,
-                           "killed", plan.killed ? Py_True : Py_False, "wall_seconds", wall,
-                           "events", list, "copy_errno", plan.failed_errno);
-done:
+        answer = trace_answer("trace_job", &state, &plan, &events, &result, wall);
     event_list_free(&events);
     return answer;
+}
+
+static PyObject *trace_pid(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *keywords[] = {"pid",      "root",          "kill_at", "copy_dir",
+                               "observe_opens", "timeout", NULL};
+    int pid;
+    struct trace_request request = {.kill_at = -1, .copy_dir = Py_None, .timeout = 300.0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iy|$lOpd:trace_pid", keywords, &pid,
+                                     &request.root, &request.kill_at, &request.copy_dir,
+                                     &request.observe_opens, &request.timeout))
+        return NULL;
+    if (pid <= 0) {
+        PyErr_SetString(PyExc_ValueError, "trace_pid(): pid must be a process ID (> 0)");
+        return NULL;
+    }
+    struct trace_plan plan;
+    if (trace_plan_from("trace_pid", &request, &plan) < 0)
+        return NULL;
+    struct event_list events = {0};
+    struct trace_state state = {.timeout = request.timeout, .top = (pid_t)pid};
+    struct loop_result result = {0};
+    struct tracer_run run = {&state, &plan, &events, &result, NULL, 0, 0};
+    int error;
+    double started = (double)monotonic_ns() / 1e9;
+
+    Py_BEGIN_ALLOW_THREADS
+    error = run_tracer(&run);
+    Py_END_ALLOW_THREADS
+
+    double wall = (double)monotonic_ns() / 1e9 - started;
+    free(state.tracees);
+    PyObject *answer = NULL;
+    if (error != 0)
+        tracer_error("trace_pid", error, 0);
+    else
+        answer = trace_answer("trace_pid", &state, &plan, &events, &result, wall);
+    event_list_free(&events);
+    return answer;
+}
+
+static PyObject *trace_filter(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    struct sock_filter filter[FILTER_MAX];
+    size_t count = build_filter(filter);
+    return PyBytes_FromStringAndSize((const char *)filter, (Py_ssize_t)(count * sizeof *filter));
 }
 
 #else /* not Linux on x86-64 or AArch64 */
@@ -1185,6 +1370,17 @@ static PyObject *trace_job(PyObject *self, PyObject *args, PyObject *kwargs)
     return NULL;
 }
 
+static PyObject *trace_pid(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    return trace_job(self, args, kwargs);
+}
+
+static PyObject *trace_filter(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    return trace_job(self, NULL, NULL);
+}
+
 #endif
 
 PyMethodDef tp_trace_methods[] = {
@@ -1196,6 +1392,16 @@ PyMethodDef tp_trace_methods[] = {
      "length, killed, copied), and with kill_at >= 0 SIGKILL the calling process just before\n"
      "mutation number kill_at runs. copy_dir: copy each regular file at its fsync there, named\n"
      "by seq. observe_opens: also report read-only opens of regular files under root (seq -1)."},
+    {"trace_pid", (PyCFunction)(void (*)(void))trace_pid, METH_VARARGS | METH_KEYWORDS,
+     "trace_pid(pid, root, *, kill_at=-1, copy_dir=None, observe_opens=False, timeout=300.0)\n"
+     "-> dict\n\n"
+     "trace_job's trace of a process this process made another way: its own child (a warm\n"
+     "server's fork it adopted), waiting until /proc/self/status shows a tracer and then\n"
+     "installing trace_filter()'s program itself. Seized running; reaped here."},
+    {"trace_filter", trace_filter, METH_NOARGS,
+     "trace_filter() -> bytes\n\n"
+     "The seccomp program (struct sock_filter[]) a job seized by trace_pid installs with\n"
+     "prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER) after PR_SET_NO_NEW_PRIVS."},
     {NULL, NULL, 0, NULL},
 };
 

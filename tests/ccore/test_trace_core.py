@@ -111,3 +111,64 @@ def test_bad_arguments_raise_with_a_reason(core, tmp_path, change, error):
             arguments["root"],
             **options,
         )
+
+
+def _seizable_shell(core, root: Path, script: str) -> int:
+    """A child that waits to be traced, installs trace_filter()'s program, then execs sh:
+    what a warm server's fork does for the crash check (processes/warm/child.py)."""
+    import ctypes
+    import time
+
+    program = core.trace_filter()
+    assert len(program) % 8 == 0 and len(program) > 8
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.setpgid(0, 0)
+            os.chdir(root)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                with open("/proc/self/status", "rb") as status:
+                    if any(
+                        line.split()[1:] != [b"0"]
+                        for line in status
+                        if line.startswith(b"TracerPid:")
+                    ):
+                        break
+                time.sleep(0.001)
+
+            class Program(ctypes.Structure):
+                _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            fprog = Program(len(program) // 8, program)
+            if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(fprog), 0, 0):
+                os._exit(126)
+            os.execve(SHELL, [SHELL, "-c", script], {"PATH": PATH_ENV.decode()[5:]})
+        finally:
+            os._exit(127)
+    return pid
+
+
+def test_a_seized_process_is_traced_and_killed_as_a_forked_one(core, tmp_path):
+    if not core.TRACE_SUPPORTED:
+        pytest.skip("the tracer needs Linux on x86-64 or AArch64")
+    forked = _trace(core, tmp_path, SAVE, timeout=30.0)
+    rename = next(event[0] for event in forked["events"] if event[3] == "rename")
+    for kill_at, place in ((-1, "seized"), (rename, "seized_killed")):
+        root = tmp_path / place
+        root.mkdir()
+        pid = _seizable_shell(core, root, SAVE)
+        seized = core.trace_pid(pid, os.path.realpath(root).encode(), kill_at=kill_at, timeout=30.0)
+        calls = [event[3:8] for event in seized["events"]]
+        if kill_at < 0:
+            assert seized["returncode"] == 0 and not seized["killed"]
+            assert calls == [event[3:8] for event in forked["events"]]
+        else:
+            assert seized["killed"] and seized["returncode"] == 137
+            assert seized["events"][-1][3] == "rename" and seized["events"][-1][8] is True
+            assert (root / "d" / "a.tmp").read_bytes() == b"0123456789"
+    with pytest.raises(ValueError):
+        core.trace_pid(0, str(tmp_path).encode())
+    with pytest.raises(ValueError):
+        core.trace_pid(os.getpid(), str(tmp_path).encode(), timeout=0.0)

@@ -101,12 +101,7 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
         )
     except CaseSetupError as error:
         raise common.UsageError(str(error)) from None
-    if arguments.start == "warm":
-        raise common.UsageError(
-            "--start warm: the crash check runs every job fresh, under its tracer"
-        )
     keywords = common.run_keywords(arguments)
-    keywords.pop("start")
     report_path = common.writes_json_report(arguments)
     result = check_crashes(
         case,

@@ -61,6 +61,7 @@ def check_crashes(
     temporary_root: Path | None = None,
     parallel: bool | None = None,
     progress: bool | ProgressCallback | None = None,
+    start: str | None = None,
 ) -> CrashResult:
     """Check that the job, killed at any crash point and restarted, ends as if never stopped.
 
@@ -77,7 +78,9 @@ def check_crashes(
     last write, each rename and each fsync. `max_lost_steps`: a restart that
     redoes more steps FAILs. `comparison`: how each redone step is compared
     with the uninterrupted one (exact by default). `timeout` applies to each
-    run. `parallel=None` runs two jobs at a time. Returns PASS, FAIL (the
+    run. `parallel=None` runs two jobs at a time. `start="warm"` forks each
+    `python script.py` job from a server that imported torch once and traces it
+    from there (None: $TRAINPARITY_START, else "fresh"). Returns PASS, FAIL (the
     first breaking crash point), ABSTAIN (the uninterrupted runs disagree)
     or ERROR.
     """
@@ -87,6 +90,7 @@ def check_crashes(
         temporary_root=temporary_root,
         parallel=parallel,
         progress=progress,
+        start=start,
     )
     started = time.perf_counter()
     command_dir = Path(cwd).resolve() if cwd is not None else Path.cwd().resolve()

@@ -178,6 +178,8 @@ class CrashExecution:
             copy_dir=copy_dir,
             observe_opens=observe_opens,
             timeout=self.settings.timeout,
+            starter=self.settings.starter,
+            name=f"{home.name}-{attempt}",
         )
 
     def _temporary(self) -> Path:

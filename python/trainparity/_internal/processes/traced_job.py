@@ -11,13 +11,17 @@ what a restarted job loaded.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainparity._internal.native.core import core
+from trainparity._internal.processes.group import ChildSpec
+from trainparity._internal.processes.warm.starter import ChildStarter
 
 __all__ = ["FsEvent", "TracedRun", "TracingUnavailable", "run_traced", "tracing_available"]
 
@@ -97,25 +101,54 @@ def run_traced(
     copy_dir: Path | None = None,
     observe_opens: bool = False,
     timeout: float = 300.0,
+    starter: ChildStarter | None = None,
+    name: str = "job",
 ) -> TracedRun:
-    """Run `argv` to its end under the tracer (OSError if it cannot start; see TracedRun)."""
+    """Run `argv` to its end under the tracer (OSError if it cannot start; see TracedRun).
+
+    With a warm `starter`, the job is forked from its warm server (torch imported
+    once) and seized there, where the starter allows (its report says why not);
+    else it is forked and exec'd here. Either way every call it makes is traced.
+    """
     if not tracing_available():
         raise TracingUnavailable(
             "the crash check's tracer needs Linux on x86-64 or AArch64 (ptrace and seccomp)"
         )
-    program = _program(argv[0], env, cwd)
-    result = core.trace_job(
-        [os.fsencode(program), *(os.fsencode(word) for word in argv[1:])],
-        [os.fsencode(f"{key}={value}") for key, value in env.items()],
-        os.fsencode(cwd),
-        os.fsencode(stdout_path),
-        os.fsencode(stderr_path),
-        os.fsencode(os.path.realpath(root)),
-        kill_at=-1 if kill_at is None else kill_at,
-        copy_dir=None if copy_dir is None else os.fsencode(copy_dir),
-        observe_opens=observe_opens,
-        timeout=float(timeout),
-    )
+    options = {
+        "kill_at": -1 if kill_at is None else kill_at,
+        "copy_dir": None if copy_dir is None else os.fsencode(copy_dir),
+        "observe_opens": observe_opens,
+        "timeout": float(timeout),
+    }
+    root_bytes = os.fsencode(os.path.realpath(root))
+    result = None
+    if starter is not None:
+        spec = ChildSpec(
+            name=name,
+            argv=tuple(argv),
+            cwd=cwd,
+            env=dict(env),
+            stdout_path=stdout_path,
+            stderr_path=stderr_path,
+        )
+        pid = starter.warm_fork(spec, trace_filter=core.trace_filter())
+        if pid is not None:
+            try:
+                result = core.trace_pid(pid, root_bytes, **options)
+            except OSError:
+                _kill_and_reap(pid)
+                raise
+    if result is None:
+        program = _program(argv[0], env, cwd)
+        result = core.trace_job(
+            [os.fsencode(program), *(os.fsencode(word) for word in argv[1:])],
+            [os.fsencode(f"{key}={value}") for key, value in env.items()],
+            os.fsencode(cwd),
+            os.fsencode(stdout_path),
+            os.fsencode(stderr_path),
+            root_bytes,
+            **options,
+        )
     if result["copy_errno"]:
         raise OSError(result["copy_errno"], "copying a file at its fsync failed")
     return TracedRun(
@@ -126,6 +159,14 @@ def run_traced(
         wall_seconds=result["wall_seconds"],
         events=tuple(FsEvent(*event) for event in result["events"]),
     )
+
+
+def _kill_and_reap(pid: int) -> None:
+    """A forked job its tracer could not seize: gone, and reaped (it is this process's child)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
 
 
 def _program(word: str, env: Mapping[str, str], cwd: Path) -> str:

@@ -30,6 +30,53 @@ _SERVER_TEMPORARY: tuple[tuple[str, int], ...] | None = None
 _FLUSH_FAILED_STATUS = 120
 
 
+# prctl options and the seccomp mode (linux/prctl.h, linux/seccomp.h).
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+_TRACER_SECONDS = 30.0  # the check seizes the child as soon as it has its pid
+
+
+def await_tracer(program: bytes) -> None:
+    """Wait for the crash check's tracer, then install its seccomp `program` (trace.c).
+
+    The check seizes this process (trace_pid) once the server has said it is set
+    up. The filter makes each traced call stop for the tracer, and a traced call
+    made with no tracer there fails with ENOSYS: so the filter goes in only once
+    /proc/self/status shows the tracer. Status 127 when none comes (the check died).
+    """
+    import ctypes
+    import time
+
+    deadline = time.monotonic() + _TRACER_SECONDS
+    while _tracer_pid() == 0:
+        if time.monotonic() > deadline:
+            os.write(2, b"trainparity: the crash check's tracer never attached\n")
+            os._exit(127)
+        time.sleep(0.0005)
+
+    class _Program(ctypes.Structure):  # struct sock_fprog
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fprog = _Program(len(program) // 8, program)  # struct sock_filter is 8 bytes
+    if (
+        libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+        or libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0
+    ):
+        message = f"trainparity: installing the crash check's seccomp filter failed: errno {ctypes.get_errno()}\n"
+        os.write(2, message.encode())
+        os._exit(127)
+
+
+def _tracer_pid() -> int:
+    with open("/proc/self/status", "rb") as status:
+        for line in status:
+            if line.startswith(b"TracerPid:"):
+                return int(line.split()[1])
+    return 0
+
+
 def become_fresh(argv: list[str], cwd: str, environment: dict[str, str]) -> None:
     """Environment, argv, sys.path and random state as a fresh interpreter would have them."""
     global _SERVER_MODULES

@@ -9,7 +9,9 @@ exists and CUDA is never touched.
 
 Protocol, one JSON line each way per request on one Unix socket (Linux
 abstract namespace) accepted from the server's parent only: "ready" once the
-imports are done, then per request {argv, cwd, env, stdout, stderr}; reply
+imports are done, then per request {argv, cwd, env, stdout, stderr, warm_ranks,
+trace_filter (hex of a seccomp program: the crash check traces the child, which
+waits for its tracer and installs it first, child.await_tracer)}; reply
 {forked: pid} as soon as the child exists, then {pid} or {pid, failure: {step,
 errno, filename}}; or only {error} when no child was made.
 
@@ -212,6 +214,8 @@ def main() -> None:
     if forked is None:
         os._exit(0)  # no finalization of torch and co. in the server: nothing to flush
     request, child_side = forked
+    if request.get("trace_filter"):  # a crash check's run: every call of the job is traced
+        child_side.await_tracer(bytes.fromhex(request["trace_filter"]))
     child_side.become_fresh(request["argv"], request["cwd"], request["env"])
     if request["warm_ranks"]:  # a torchrun agent whose ranks the check wants forked too
         _load_sibling("rank_zygote").install(child_side, request["env"])

@@ -126,9 +126,18 @@ class WarmServer:
         self.reaped = False
 
     def fork(
-        self, spec: ChildSpec, environment: dict[str, str], timeout: float, *, warm_ranks: bool
+        self,
+        spec: ChildSpec,
+        environment: dict[str, str],
+        timeout: float,
+        *,
+        warm_ranks: bool,
+        trace_filter: bytes | None = None,
     ) -> int:
-        """Fork `spec` with `environment`; its pid. ServerFailure: start it fresh instead."""
+        """Fork `spec` with `environment`; its pid. ServerFailure: start it fresh instead.
+
+        With `trace_filter` the child waits for a tracer (trace_pid) before it runs.
+        """
         request = {
             "argv": list(spec.argv),
             "cwd": str(spec.cwd),
@@ -137,6 +146,8 @@ class WarmServer:
             "stderr": os.path.abspath(spec.stderr_path),
             "warm_ranks": warm_ranks,
         }
+        if trace_filter is not None:
+            request["trace_filter"] = trace_filter.hex()
         # The server's import and the fork are not a phase's time (its clock starts once its
         # child exists): they may take up to _READY_SECONDS even when its timeout is shorter.
         deadline = time.monotonic() + max(timeout, _READY_SECONDS)

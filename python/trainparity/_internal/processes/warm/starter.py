@@ -30,7 +30,9 @@ import re
 import secrets
 import shutil
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +153,8 @@ class ChildStarter:
         # One server per (its environment, its preloaded modules).
         self._servers: dict[_ServerKey, WarmServer] = {}
         self._broken: dict[_ServerKey, str] = {}
+        self._lock = threading.Lock()  # a crash check forks from two threads
+        self._owner: ThreadPoolExecutor | None = None  # starts this check's own servers
         self._unshared: set[_ServerKey] = set()  # servers seeded for one phase, or started when
         # the shared servers had closed: stopped with this check, never given back
 
@@ -158,11 +162,29 @@ class ChildStarter:
         """Start `spec` now; its pid, a child of this process. ChildLaunchError if it cannot."""
         if self.mode == "fresh":
             return spawn_child(spec)
+        pid = self.warm_fork(spec)
+        return pid if pid is not None else spawn_child(spec)
+
+    def warm_fork(self, spec: ChildSpec, *, trace_filter: bytes | None = None) -> int | None:
+        """Fork `spec` from a warm server now; its pid, a child of this process.
+
+        None where it must start fresh instead (warm mode is off, or the report's
+        `child_start` says why for this child). ChildLaunchError if its setup failed.
+        `trace_filter`: the child waits for the crash check's tracer (trace_pid).
+        """
+        if self.mode == "fresh":
+            return None
+        with self._lock:  # one request at a time on a server's connection
+            return self._warm_fork(spec, trace_filter)
+
+    def _warm_fork(self, spec: ChildSpec, trace_filter: bytes | None) -> int | None:
         exec_spec = _env_execs(spec)
         refusal = warm_refusal(exec_spec.argv, exec_spec.env)
+        if refusal is None and trace_filter is not None and is_torchrun(exec_spec.argv):
+            refusal = "a crash check traces a torchrun job from its first exec"
         if refusal is not None:
             self.report["fresh"][spec.name] = refusal
-            return spawn_child(spec)
+            return None
         spec = exec_spec
         environment = dict(spec.env)
         server_environment = environment
@@ -178,12 +200,12 @@ class ChildStarter:
             preload = _preloaded_modules(spec.argv, environment)
         except ValueError as error:
             self.report["fresh"][spec.name] = f"{error}; started fresh"
-            return spawn_child(spec)
+            return None
         variables = sorted(item for item in server_environment.items() if _server_variable(item[0]))
         key = (tuple(variables), preload)
         if key in self._broken:
             self.report["fresh"][spec.name] = self._broken[key]
-            return spawn_child(spec)
+            return None
         if is_torchrun(spec.argv) and not shows_environment(
             spec.argv, environment, variables, preload
         ):
@@ -192,7 +214,7 @@ class ChildStarter:
                 "its command and environment are longer than a forked child can show in /proc, "
                 "where the rank watcher reads a torchrun agent's"
             )
-            return spawn_child(spec)
+            return None
         try:
             server = self._servers.get(key)
             if server is None:
@@ -200,12 +222,18 @@ class ChildStarter:
                     self._unshared.add(key)
                 server = self._servers[key] = self._server(key, dict(variables), preload)
             warm_ranks = _forks_ranks_warm(spec.argv, environment)
-            pid = server.fork(spec, environment, self.timeout, warm_ranks=warm_ranks)
+            pid = server.fork(
+                spec,
+                environment,
+                self.timeout,
+                warm_ranks=warm_ranks,
+                trace_filter=trace_filter,
+            )
         except ServerFailure as failure:
             self._servers.pop(key).close()
             self._broken[key] = f"the warm server failed ({failure}); started fresh"
             self.report["fresh"][spec.name] = self._broken[key]
-            return spawn_child(spec)
+            return None
         self.report["warm"].append(spec.name)
         return pid
 
@@ -239,7 +267,18 @@ class ChildStarter:
         # Not shared (or the shared servers closed meanwhile): this check's own.
         self._unshared.add(key)
         index = len(self._servers) + len(self._broken)
-        return WarmServer(environment, preload, self.log_dir, index)
+        return WarmServer(environment, preload, self.log_dir, index, start_in=self._in_own_thread)
+
+    def _in_own_thread(self, start: Callable[[], int]) -> int:
+        """`start()` in this starter's own thread, which lives until `close`.
+
+        A server's parent-death signal fires when the thread that started it
+        ends, and a check may start children from short-lived threads (the
+        crash check's pool of two).
+        """
+        if self._owner is None:
+            self._owner = ThreadPoolExecutor(1, thread_name_prefix="trainparity-warm-server")
+        return self._owner.submit(start).result()
 
     def close(self) -> None:
         """Stop every server, or give it back to the shared ones (the children they forked are
@@ -250,6 +289,9 @@ class ChildStarter:
             else:
                 server.close()
         self._servers.clear()
+        if self._owner is not None:
+            self._owner.shutdown()
+            self._owner = None
 
 
 def _resolved_program(program: str, environment: Mapping[str, str]) -> str:
