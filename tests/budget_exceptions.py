@@ -11,16 +11,6 @@ CONTRIBUTING.md, "Keeping a test inside the budget".
 
 from __future__ import annotations
 
-_CRASH_POINTS = (
-    "Every crash point of a check is a run killed at that point plus a restart, each a "
-    "fresh interpreter importing torch under the crash check's tracer (no warm start: the "
-    "tracer must be the job's parent, docs/limitations.md). The points a save always keeps "
-    "(its first and last write, its renames and fsyncs) are 7 to 11 here, so a check is 16 "
-    "to 24 runs of a tiny job: 50 to 59 s in CI (fresh clone of 66da3af, 2026-12-06). It "
-    "shrinks when the points of one image class share one traced run's snapshot of the "
-    "disk instead of a killed run each (issue 52)."
-)
-
 _DEEPSPEED_RANKS = (
     "A DeepSpeed module's checks, every phase 2 fresh gloo ranks under torchrun or the "
     "deepspeed launcher, each rank importing torch and deepspeed and running "
@@ -32,12 +22,6 @@ _DEEPSPEED_RANKS = (
 )
 
 EXCEPTIONS: dict[str, str] = {
-    "tests/test_crash_faults.py::test_its_clean_counterpart_passes_at_every_point": _CRASH_POINTS,
-    "tests/test_crash_faults.py::test_a_save_that_a_crash_tears_fails_at_its_first_breaking_point": _CRASH_POINTS,
-    "tests/test_crash_faults.py::test_a_checkpoint_saved_inside_an_accumulation_window_fails_and_its_fix_passes": _CRASH_POINTS,
-    "tests/test_crash_faults.py::test_under_torchrun_one_rank_dies_and_the_restart_relaunches_the_job": _CRASH_POINTS,
-    "tests/test_crash_trainers.py::test_the_hugging_face_trainer_resumes_from_a_checkpoint_it_had_not_finished": _CRASH_POINTS,
-    "tests/test_crash_trainers.py::test_deepspeed_trusts_a_latest_file_it_writes_in_place": _CRASH_POINTS,
     "tests/test_deepspeed_launcher.py::runs": _DEEPSPEED_RANKS,
     "tests/test_deepspeed_zero3.py::runs": _DEEPSPEED_RANKS,
     "tests/test_deepspeed_trainer.py::runs": _DEEPSPEED_RANKS,
