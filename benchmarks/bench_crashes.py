@@ -12,7 +12,9 @@
    change a byte or a name).
 3. Exploring a small job (tests/fixtures/crash_jobs/plain_job.py, --save
    durable, 4 steps) with check_crashes, against (distinct disk images) x
-   (one uninterrupted run of the job). Target: <= 1.3x.
+   (one uninterrupted run of the job). Target: <= 1.3x. Then the same check
+   with start="warm" against fresh (interleaved, medians of `--repeats`), and
+   whether both found the same rows.
 
 Prints one line per measurement; run it on a quiet machine and quote medians.
 """
@@ -143,7 +145,7 @@ def points_per_format(work: Path) -> None:
         )
 
 
-def exploration_cost(work: Path) -> None:
+def exploration_cost(work: Path, repeats: int) -> None:
     case = CommandCase(
         template=[
             "python",
@@ -160,18 +162,42 @@ def exploration_cost(work: Path) -> None:
         checkpoint="{run_dir}/ckpts",
         total_step=4,
     )
-    began = time.perf_counter()
-    result = check_crashes(
-        case, cwd=REPOSITORY, environment={"OMP_NUM_THREADS": "1"}, temporary_root=work, timeout=300
-    )
-    total = time.perf_counter() - began
-    one_run = statistics.median(result.timing_seconds[key] for key in ("baseline_a", "baseline_b"))
-    budget = result.distinct_images * one_run
+    totals: dict[str, list[float]] = {"fresh": [], "warm": []}
+    rows: dict[str, object] = {}
+    for _ in range(repeats):
+        for start in ("fresh", "warm"):  # interleaved: load hits both alike
+            began = time.perf_counter()
+            result = check_crashes(
+                case,
+                cwd=REPOSITORY,
+                # One hash seed: the warm runs share one server (docs/limitations.md).
+                environment={
+                    "OMP_NUM_THREADS": "1",
+                    "PYTHONHASHSEED": "0",
+                    "TRAINPARITY_WARM_PRELOAD": "torch._dynamo",
+                },
+                temporary_root=work,
+                timeout=300,
+                start=start,
+            )
+            totals[start].append(time.perf_counter() - began)
+            rows.setdefault(start, result.crash_points)
+            if start == "fresh":
+                one_run = statistics.median(
+                    result.timing_seconds[key] for key in ("baseline_a", "baseline_b")
+                )
+                budget = result.distinct_images * one_run
+                print(
+                    f"exploring plain_job --save durable: {result.outcome}, "
+                    f"{result.points_found} points, {result.distinct_images} distinct images, "
+                    f"{result.crash_runs} crash runs, {result.restarts} restarts, "
+                    f"{totals[start][-1]:.1f} s; one run {one_run:.2f} s; ratio to images x one "
+                    f"run {totals[start][-1] / budget:.2f} (target <= 1.3; two jobs at a time)"
+                )
+    fresh, warm = statistics.median(totals["fresh"]), statistics.median(totals["warm"])
     print(
-        f"exploring plain_job --save durable: {result.outcome}, {result.points_found} points, "
-        f"{result.distinct_images} distinct images, {result.crash_runs} crash runs, "
-        f"{result.restarts} restarts, {total:.1f} s; one run {one_run:.2f} s; "
-        f"ratio to images x one run {total / budget:.2f} (target <= 1.3; two jobs at a time)"
+        f"the same check warm (start='warm') / fresh: {warm:.1f} s / {fresh:.1f} s = "
+        f"{warm / fresh:.2f}x, medians of {repeats}; same rows: {rows['warm'] == rows['fresh']}"
     )
 
 
@@ -186,7 +212,7 @@ def main() -> None:
         tracing_overhead(work, arguments.repeats, arguments.state_mb)
         points_per_format(work)
         if not arguments.skip_exploration:
-            exploration_cost(work)
+            exploration_cost(work, arguments.repeats)
 
 
 if __name__ == "__main__":
