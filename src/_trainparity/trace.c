@@ -865,6 +865,22 @@ struct loop_result {
 static void trace_events(struct trace_state *state, struct trace_plan *plan,
                          struct event_list *events, struct loop_result *result);
 
+/* The job's first process among the tracees; -1 (and the job killed) when out of memory. */
+static int register_top(struct trace_state *state, struct loop_result *result)
+{
+    int locked = pthread_mutex_lock(&state->lock) == 0;
+    struct tracee *added = locked ? tracee_add(state, state->top, 0) : NULL;
+    if (locked)
+        (void)pthread_mutex_unlock(&state->lock);
+    if (added == NULL) {
+        result->setup_errno = locked ? ENOMEM : EDEADLK;
+        result->setup_step = "registering the child";
+        (void)kill(state->top, SIGKILL);
+        return -1;
+    }
+    return 0;
+}
+
 /* The job our own fork made: stopped at its raise(SIGSTOP) before the filter and exec. */
 static void trace_loop(struct trace_state *state, struct trace_plan *plan,
                        struct event_list *events, struct loop_result *result)
@@ -890,15 +906,10 @@ static void trace_loop(struct trace_state *state, struct trace_plan *plan,
         (void)kill(top, SIGKILL);
         return;
     }
-    if (pthread_mutex_lock(&state->lock) != 0 || tracee_add(state, top, 0) == NULL) {
-        result->setup_errno = ENOMEM;
-        result->setup_step = "registering the child";
-        (void)kill(top, SIGKILL);
-        return;
+    if (register_top(state, result) == 0) {
+        (void)ptrace(PTRACE_CONT, top, NULL, NULL);
+        trace_events(state, plan, events, result);
     }
-    (void)pthread_mutex_unlock(&state->lock);
-    (void)ptrace(PTRACE_CONT, top, NULL, NULL);
-    trace_events(state, plan, events, result);
 }
 
 /* A job made elsewhere (a warm server's fork), our own child, waiting to be traced: seized
@@ -912,14 +923,8 @@ static void trace_seized(struct trace_state *state, struct trace_plan *plan,
         result->setup_step = "ptrace(PTRACE_SEIZE)";
         return; /* not ours to kill: the caller kills and reaps its child */
     }
-    if (pthread_mutex_lock(&state->lock) != 0 || tracee_add(state, top, 0) == NULL) {
-        result->setup_errno = ENOMEM;
-        result->setup_step = "registering the child";
-        (void)kill(top, SIGKILL);
-        return;
-    }
-    (void)pthread_mutex_unlock(&state->lock);
-    trace_events(state, plan, events, result);
+    if (register_top(state, result) == 0)
+        trace_events(state, plan, events, result);
 }
 
 /* Every stop and exit of the job's threads and processes until the job is gone. */
@@ -1240,6 +1245,32 @@ static PyObject *tracer_error(const char *caller, int error, int fork_errno)
     return NULL;
 }
 
+/* One traced run and its answer: `child` forked and exec'd, or (NULL) process `top` seized. */
+static PyObject *traced(const char *caller, struct trace_plan *plan,
+                        const struct child_plan *child, pid_t top, double timeout)
+{
+    struct event_list events = {0};
+    struct trace_state state = {.timeout = timeout, .top = top};
+    struct loop_result result = {0};
+    struct tracer_run run = {&state, plan, &events, &result, child, 0, 0};
+    int error;
+    double started = (double)monotonic_ns() / 1e9;
+
+    Py_BEGIN_ALLOW_THREADS
+    error = run_tracer(&run);
+    Py_END_ALLOW_THREADS
+
+    double wall = (double)monotonic_ns() / 1e9 - started;
+    free(state.tracees);
+    PyObject *answer = NULL;
+    if (error != 0)
+        tracer_error(caller, error, run.fork_errno);
+    else
+        answer = trace_answer(caller, &state, plan, &events, &result, wall);
+    event_list_free(&events);
+    return answer;
+}
+
 static PyObject *trace_job(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
@@ -1285,27 +1316,9 @@ static PyObject *trace_job(PyObject *self, PyObject *args, PyObject *kwargs)
         PyMem_Free(envp);
         return NULL;
     }
-    struct event_list events = {0};
-    struct trace_state state = {.timeout = request.timeout};
-    struct loop_result result = {0};
-    struct tracer_run run = {&state, &plan, &events, &result, &child, 0, 0};
-    int error;
-    double started = (double)monotonic_ns() / 1e9;
-
-    Py_BEGIN_ALLOW_THREADS
-    error = run_tracer(&run);
-    Py_END_ALLOW_THREADS
-
-    double wall = (double)monotonic_ns() / 1e9 - started;
+    PyObject *answer = traced("trace_job", &plan, &child, 0, request.timeout);
     PyMem_Free(argv);
     PyMem_Free(envp);
-    free(state.tracees);
-    PyObject *answer = NULL;
-    if (error != 0)
-        tracer_error("trace_job", error, run.fork_errno);
-    else
-        answer = trace_answer("trace_job", &state, &plan, &events, &result, wall);
-    event_list_free(&events);
     return answer;
 }
 
@@ -1327,26 +1340,7 @@ static PyObject *trace_pid(PyObject *self, PyObject *args, PyObject *kwargs)
     struct trace_plan plan;
     if (trace_plan_from("trace_pid", &request, &plan) < 0)
         return NULL;
-    struct event_list events = {0};
-    struct trace_state state = {.timeout = request.timeout, .top = (pid_t)pid};
-    struct loop_result result = {0};
-    struct tracer_run run = {&state, &plan, &events, &result, NULL, 0, 0};
-    int error;
-    double started = (double)monotonic_ns() / 1e9;
-
-    Py_BEGIN_ALLOW_THREADS
-    error = run_tracer(&run);
-    Py_END_ALLOW_THREADS
-
-    double wall = (double)monotonic_ns() / 1e9 - started;
-    free(state.tracees);
-    PyObject *answer = NULL;
-    if (error != 0)
-        tracer_error("trace_pid", error, 0);
-    else
-        answer = trace_answer("trace_pid", &state, &plan, &events, &result, wall);
-    event_list_free(&events);
-    return answer;
+    return traced("trace_pid", &plan, NULL, (pid_t)pid, request.timeout);
 }
 
 static PyObject *trace_filter(PyObject *self, PyObject *unused)
