@@ -207,17 +207,13 @@ def fault_check(tmp_path_factory: pytest.TempPathFactory):
 
     def checked(class_name: str, start: str):
         if (class_name, start) not in results:
-            with pytest.MonkeyPatch.context() as patch:
-                # pytest names the running test in the children's environment, which the
-                # baselines' key holds: each test would key its own.
-                patch.delenv("PYTEST_CURRENT_TEST", raising=False)
-                results[class_name, start] = check(
-                    class_name,
-                    tmp_path_factory.mktemp(f"{class_name}-{start}"),
-                    environment=FAULTS[class_name].environment,
-                    start=start,
-                    reuse_baselines=baselines if start == "fresh" else False,
-                )
+            results[class_name, start] = check(
+                class_name,
+                tmp_path_factory.mktemp(f"{class_name}-{start}"),
+                environment=FAULTS[class_name].environment,
+                start=start,
+                reuse_baselines=baselines if start == "fresh" else False,
+            )
         return results[class_name, start]
 
     return checked

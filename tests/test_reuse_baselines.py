@@ -229,3 +229,28 @@ def test_the_cache_directory_defaults_to_the_user_cache(monkeypatch, tmp_path):
     assert cache_directory(False) is None
     with pytest.raises(TypeError, match="reuse_baselines must be False, True"):
         check_resume(_case(), reuse_baselines="")
+
+
+def test_the_running_tests_name_is_not_part_of_the_key(tmp_path):
+    """pytest names the running test in every child's environment: two tests of one suite
+    that run the same phase share its baselines (a changed variable of the job's own does not)."""
+    from trainparity._internal.processes.baseline_cache import BaselineCache
+
+    cache = BaselineCache(
+        tmp_path / "cache",
+        run_root=tmp_path / "run",
+        command_dir=tmp_path,
+        case_spec="",
+        start_mode="fresh",
+        phases={"baseline_a": {"end_step": 4}},
+    )
+    argv = ["python", "train.py"]
+
+    def key(**variables: str) -> str | None:
+        return cache.key("baseline_a", argv, tmp_path, {"PATH": "/usr/bin", **variables})[0]
+
+    one = key(PYTEST_CURRENT_TEST="tests/test_a.py::test_one (call)")
+    assert one is not None
+    assert key(PYTEST_CURRENT_TEST="tests/test_b.py::test_two (setup)") == one
+    assert key() == one
+    assert key(SEED="1") != one

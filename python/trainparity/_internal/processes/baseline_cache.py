@@ -59,10 +59,13 @@ RUN_DIR_PLACEHOLDER = "{run_root}"
 # Variables a check gives each launch anew, which cannot change what a phase computes:
 # the sweep tag (a fresh uuid per launch, only how the check finds the phase's processes
 # to kill), and the free port a rank launcher is moved to beside other
-# phases (PortRemedy: chosen per launch; the argv and environment before it are keyed).
-# Every other variable the child gets is keyed, the run directory's paths (recordings,
-# IDs, TMPDIR, rank exits) with the run root replaced by RUN_DIR_PLACEHOLDER.
-PER_LAUNCH_VARIABLES = (PHASE_TAG_VARIABLE,)
+# phases (PortRemedy: chosen per launch; the argv and environment before it are keyed);
+# and pytest's name of the running test, which the checks of a suite pass on to their
+# children and only torch.testing's internals read: two tests of one suite that run the
+# same phase share its baselines. Every other variable the child gets is keyed, the run
+# directory's paths (recordings, IDs, TMPDIR, rank exits) with the run root replaced by
+# RUN_DIR_PLACEHOLDER.
+PER_LAUNCH_VARIABLES = (PHASE_TAG_VARIABLE, "PYTEST_CURRENT_TEST")
 _MANIFEST = "manifest.json"
 _FILES = "files"
 # Directories below the cwd that are never part of the project's code: tools' and
