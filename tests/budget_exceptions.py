@@ -22,6 +22,14 @@ _DEEPSPEED_RANKS = (
 )
 
 EXCEPTIONS: dict[str, str] = {
+    "tests/test_crash_trainers.py::test_deepspeed_trusts_a_latest_file_it_writes_in_place": (
+        "64.8 s in CI (fresh clone of 9d3bd20, 2026-12-06), 44 s alone: the crash check of a "
+        "DeepSpeed ZeRO-2 job, each of its runs (two baselines, a killed run and a restart "
+        "per kept point of the save) forked warm but importing deepspeed and running "
+        "deepspeed.initialize with the shm op itself (a warm server preloads torch's modules "
+        "only). The kept points of one save (its first and last write, the write of `latest`) "
+        "are the evidence; it shrinks if a server may preload a named integration."
+    ),
     "tests/test_deepspeed_launcher.py::runs": _DEEPSPEED_RANKS,
     "tests/test_deepspeed_zero3.py::runs": _DEEPSPEED_RANKS,
     "tests/test_deepspeed_trainer.py::runs": _DEEPSPEED_RANKS,
