@@ -113,12 +113,24 @@ def test_bad_arguments_raise_with_a_reason(core, tmp_path, change, error):
         )
 
 
-def _seizable_shell(core, root: Path, script: str) -> int:
-    """A child that waits to be traced, installs trace_filter()'s program, then execs sh:
-    what a warm server's fork does for the crash check (processes/warm/child.py)."""
-    import ctypes
-    import time
+def _warm_child_side():
+    """processes/warm/child.py loaded from its file, as the warm server loads it: the standard
+    library only, nothing of trainparity (whose core here is the sanitized one)."""
+    import importlib.util
 
+    path = (
+        Path(__file__).resolve().parents[2] / "python/trainparity/_internal/processes/warm/child.py"
+    )
+    spec = importlib.util.spec_from_file_location("_warm_child_side", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _seizable_shell(core, root: Path, script: str) -> int:
+    """A child that waits to be traced and installs trace_filter()'s program (child.py's
+    await_tracer, what a warm server's fork does for the crash check), then execs sh."""
+    child_side = _warm_child_side()
     program = core.trace_filter()
     assert len(program) % 8 == 0 and len(program) > 8
     pid = os.fork()
@@ -126,24 +138,7 @@ def _seizable_shell(core, root: Path, script: str) -> int:
         try:
             os.setpgid(0, 0)
             os.chdir(root)
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                with open("/proc/self/status", "rb") as status:
-                    if any(
-                        line.split()[1:] != [b"0"]
-                        for line in status
-                        if line.startswith(b"TracerPid:")
-                    ):
-                        break
-                time.sleep(0.001)
-
-            class Program(ctypes.Structure):
-                _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            fprog = Program(len(program) // 8, program)
-            if libc.prctl(38, 1, 0, 0, 0) or libc.prctl(22, 2, ctypes.byref(fprog), 0, 0):
-                os._exit(126)
+            child_side.await_tracer(program)
             os.execve(SHELL, [SHELL, "-c", script], {"PATH": PATH_ENV.decode()[5:]})
         finally:
             os._exit(127)

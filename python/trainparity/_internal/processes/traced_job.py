@@ -11,16 +11,15 @@ what a restarted job loaded.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainparity._internal.native.core import core
 from trainparity._internal.processes.group import ChildSpec
+from trainparity._internal.processes.warm.server_handle import kill_and_reap
 from trainparity._internal.processes.warm.starter import ChildStarter
 
 __all__ = ["FsEvent", "TracedRun", "TracingUnavailable", "run_traced", "tracing_available"]
@@ -136,7 +135,7 @@ def run_traced(
             try:
                 result = core.trace_pid(pid, root_bytes, **options)
             except OSError:
-                _kill_and_reap(pid)
+                kill_and_reap(pid)  # it waits for its tracer: nothing of the job ran
                 raise
     if result is None:
         program = _program(argv[0], env, cwd)
@@ -159,14 +158,6 @@ def run_traced(
         wall_seconds=result["wall_seconds"],
         events=tuple(FsEvent(*event) for event in result["events"]),
     )
-
-
-def _kill_and_reap(pid: int) -> None:
-    """A forked job its tracer could not seize: gone, and reaped (it is this process's child)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
 
 
 def _program(word: str, env: Mapping[str, str], cwd: Path) -> str:

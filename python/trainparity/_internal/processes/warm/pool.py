@@ -37,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-__all__ = ["SharedWarmServers", "current_shared_servers", "shared_warm_servers"]
+__all__ = ["ServerThread", "SharedWarmServers", "current_shared_servers", "shared_warm_servers"]
 
 DEFAULT_MAX_IDLE = 4
 """Idle servers kept at most (each holds its imports' memory: about 0.2 GiB with torch._dynamo)."""
@@ -74,8 +74,7 @@ class SharedWarmServers:
         self._directory: Path | None = None
         self._started = 0
         self._closed = False
-        # The thread servers are started from (an executor's worker lives until shutdown).
-        self._owner: ThreadPoolExecutor | None = None
+        self._thread = ServerThread("trainparity-warm-servers")
 
     @property
     def idle_pids(self) -> tuple[int, ...]:
@@ -116,11 +115,7 @@ class SharedWarmServers:
     def in_own_thread(self, start: Callable[[], _T]) -> _T:
         """`start()`, run in this pool's own thread (a server's start: its parent-death signal
         then fires only when the pool's thread ends, at close or with the process)."""
-        with self._lock:
-            if self._owner is None:
-                self._owner = ThreadPoolExecutor(1, thread_name_prefix="trainparity-warm-servers")
-            owner = self._owner
-        return owner.submit(start).result()
+        return self._thread.run(start)
 
     def give_back(self, key: Hashable, server: _Server) -> None:
         """`server` (of `key`) served a check: kept idle for the next, or stopped."""
@@ -156,16 +151,43 @@ class SharedWarmServers:
             self._closed = True
             idle, self._idle = self._idle, []
             directory, self._directory = self._directory, None
-            owner, self._owner = self._owner, None
         for _, server in idle:
             server.close()
-        if owner is not None:
-            # Servers still borrowed die with the thread (their parent-death signal), and are
-            # reaped when given back.
-            owner.shutdown(wait=False)
+        # Servers still borrowed die with the thread (their parent-death signal), and are
+        # reaped when given back.
+        self._thread.close(wait=False)
         if directory is not None:
             atexit.unregister(self.close)
             shutil.rmtree(directory, ignore_errors=True)
+
+
+class ServerThread:
+    """The one thread warm servers are started from, kept until `close`.
+
+    A server's parent-death signal fires when the thread that spawned it ends,
+    not the process: started from a short-lived thread (a crash check's pool, a
+    test's helper thread), it would die with that thread.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None  # its worker lives until shutdown
+
+    def run(self, start: Callable[[], _T]) -> _T:
+        """`start()` in the thread (made on first use); its result."""
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix=self._name)
+            executor = self._executor
+        return executor.submit(start).result()
+
+    def close(self, *, wait: bool = True) -> None:
+        """End the thread; the servers it started get their parent-death signal."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=wait)
 
 
 _open_lock = threading.Lock()

@@ -30,7 +30,13 @@ from typing import Any
 from trainparity._internal.native.core import core
 from trainparity._internal.processes.group import ChildLaunchError, ChildSpec
 
-__all__ = ["TEMPORARY_VARIABLE", "ServerFailure", "WarmServer", "shows_environment"]
+__all__ = [
+    "TEMPORARY_VARIABLE",
+    "ServerFailure",
+    "WarmServer",
+    "kill_and_reap",
+    "shows_environment",
+]
 
 _SERVER_SCRIPT = Path(__file__).with_name("server.py")
 # Each check's torchrun phases have their own TMPDIR (distributed/phases.py). A server has its
@@ -165,7 +171,7 @@ class WarmServer:
                 # outlive it, nor run its phase beside the fresh start that replaces it.
                 self.close()
                 if forked:
-                    _kill_and_reap(forked)
+                    kill_and_reap(forked)
                 raise
         if "pid" not in reply:
             raise ServerFailure(str(reply.get("error", "no pid in the reply")))
@@ -261,8 +267,9 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-def _kill_and_reap(pid: int) -> None:
-    """Kill a forked child whose request failed, and reap it once it is this process's.
+def kill_and_reap(pid: int) -> None:
+    """Kill a forked child whose request failed (or that its tracer could not seize), and
+    reap it once it is this process's.
 
     Until its middle process exits it is the middle's child; then it is adopted
     (the request's subreaper window is still open), dead or alive.

@@ -31,15 +31,14 @@ import secrets
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from trainparity._internal.distributed.torchrun_argv import is_torchrun
 from trainparity._internal.processes.group import ChildSpec, spawn_child
 from trainparity._internal.processes.progress import ProgressReporter
-from trainparity._internal.processes.warm.pool import SharedWarmServers
+from trainparity._internal.processes.warm.pool import ServerThread, SharedWarmServers
 from trainparity._internal.processes.warm.server_handle import (
     TEMPORARY_VARIABLE,
     ServerFailure,
@@ -154,7 +153,8 @@ class ChildStarter:
         self._servers: dict[_ServerKey, WarmServer] = {}
         self._broken: dict[_ServerKey, str] = {}
         self._lock = threading.Lock()  # a crash check forks from two threads
-        self._owner: ThreadPoolExecutor | None = None  # starts this check's own servers
+        # This check's own servers start there: the crash check forks from a pool of two.
+        self._server_thread = ServerThread("trainparity-warm-server")
         self._unshared: set[_ServerKey] = set()  # servers seeded for one phase, or started when
         # the shared servers had closed: stopped with this check, never given back
 
@@ -267,18 +267,9 @@ class ChildStarter:
         # Not shared (or the shared servers closed meanwhile): this check's own.
         self._unshared.add(key)
         index = len(self._servers) + len(self._broken)
-        return WarmServer(environment, preload, self.log_dir, index, start_in=self._in_own_thread)
-
-    def _in_own_thread(self, start: Callable[[], int]) -> int:
-        """`start()` in this starter's own thread, which lives until `close`.
-
-        A server's parent-death signal fires when the thread that started it
-        ends, and a check may start children from short-lived threads (the
-        crash check's pool of two).
-        """
-        if self._owner is None:
-            self._owner = ThreadPoolExecutor(1, thread_name_prefix="trainparity-warm-server")
-        return self._owner.submit(start).result()
+        return WarmServer(
+            environment, preload, self.log_dir, index, start_in=self._server_thread.run
+        )
 
     def close(self) -> None:
         """Stop every server, or give it back to the shared ones (the children they forked are
@@ -289,9 +280,7 @@ class ChildStarter:
             else:
                 server.close()
         self._servers.clear()
-        if self._owner is not None:
-            self._owner.shutdown()
-            self._owner = None
+        self._server_thread.close()
 
 
 def _resolved_program(program: str, environment: Mapping[str, str]) -> str:
