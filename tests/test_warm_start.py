@@ -344,19 +344,23 @@ seen = {
     "variables": sorted(os.environ),
     "descriptors": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
 }
-print("rank", os.environ["RANK"], "says hello")
+sys.stdout.write("rank " + os.environ["RANK"] + " says hello\\n")  # one write: ranks interleave
 with open(os.path.join(sys.argv[1], "rank" + os.environ["RANK"] + ".json"), "w") as out:
     json.dump({"seen": seen, "preloaded": preloaded}, out)
 """
 
 
-def _torchrun_probe(launcher, name: str, tmp_path: Path, environment: dict[str, str]):
+AGENT = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _torchrun_probe(
+    launcher, name: str, tmp_path: Path, environment: dict[str, str], agent: list[str] = AGENT
+):
     """Each rank's view of itself, the agent's pid and stdout, for a 2-rank torchrun of RANK_PROBE."""
     out = tmp_path / name
     out.mkdir()
     (out / "probe.py").write_text(RANK_PROBE)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-            "probe.py", str(out)]  # fmt: skip
+    argv = [*agent, "--standalone", "--nproc-per-node=2", "probe.py", str(out)]
     code, _, stdout, stderr, result = _run(launcher, name, argv, out, out, environment)
     assert code == 0, stderr
     ranks = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
@@ -385,6 +389,37 @@ def test_a_warm_torchrun_agent_forks_its_ranks_warm_and_they_see_what_fresh_ones
     assert warm[0]["seen"]["unbuffered"] == [True, False, True]  # python -u's streams
     for stdout in (fresh_stdout, warm_stdout):
         assert "rank 0 says hello" in stdout and "rank 1 says hello" in stdout
+
+
+def test_the_torchrun_script_beside_this_interpreter_is_forked_warm_as_its_module(
+    tmp_path, starter
+):
+    # pip's console script runs torch.distributed.run's main, as `python -m` does: a template's
+    # `torchrun` is forked warm, and its ranks see what the script's fresh ones see.
+    script = Path(sys.executable).with_name("torchrun")
+    if not script.is_file():
+        pytest.skip("no torchrun script beside this interpreter")
+    environment = _environment(OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+    fresh, _, fresh_stdout = _torchrun_probe(
+        spawn_child, "fresh", tmp_path, environment, agent=[str(script)]
+    )
+    warm, _, warm_stdout = _torchrun_probe(
+        starter.launch, "warm", tmp_path, environment, agent=[str(script)]
+    )
+    assert starter.report["warm"] == ["warm"]
+    assert [rank["preloaded"] for rank in warm] == [True, True]
+    for rank in fresh + warm:
+        rank["seen"]["parent"] = "the agent"
+    assert [rank["seen"] for rank in warm] == [rank["seen"] for rank in fresh]
+    assert "rank 1 says hello" in fresh_stdout and "rank 1 says hello" in warm_stdout
+    # Another console script of this interpreter is another program: it starts fresh.
+    other = tmp_path / "other-script"
+    other.write_text(
+        f"#!{sys.executable}\nimport sys\nfrom json.tool import main\nsys.exit(main())\n"
+    )
+    other.chmod(0o755)
+    code, _, _, _, _ = _run(starter.launch, "other", [str(other), "--help"], tmp_path, tmp_path)
+    assert code == 0 and "is not this Python interpreter" in starter.report["fresh"]["other"]
 
 
 def test_ranks_start_fresh_under_a_warm_agent_when_told_to(tmp_path, starter):

@@ -9,8 +9,9 @@ What is forked: `python script.py …`, `python -m module …` and `python -c co
 (python being this interpreter, with no options of its own), also behind
 `env NAME=VALUE …`, which is how plan_command passes a phase plan: such a
 command is forked as what env would exec. `python -m torch.distributed.run` is
-forked too when its command and environment fit where /proc shows a forked
-child's (the rank watcher finds an agent's ranks by that environment); its
+forked too (pip's `torchrun` script for this interpreter as that command)
+when its command and environment fit where /proc shows a forked child's
+(the rank watcher finds an agent's ranks by that environment); its
 agent then forks its ranks from a zygote (rank_zygote.py) unless
 TRAINPARITY_WARM_RANKS=0.
 
@@ -89,6 +90,9 @@ WARM_RANKS_VARIABLE = "TRAINPARITY_WARM_RANKS"
 """"1" (the default) or "0": whether a warm `python -m torch.distributed.run` agent forks its
 ranks warm too (rank_zygote.py), or execs them as torchrun does."""
 _AGENT_MODULE = "torch.distributed.run"
+# Console scripts forked warm as `python -m MODULE` (_console_script_execs).
+_MODULE_SCRIPTS = frozenset({_AGENT_MODULE})
+_MODULE_MAIN = re.compile(r"^from ([A-Za-z_][\w.]*) import main$", re.MULTILINE)
 _COREUTILS_ENV = frozenset(os.path.realpath(path) for path in ("/usr/bin/env", "/bin/env"))
 _VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -178,7 +182,7 @@ class ChildStarter:
             return self._warm_fork(spec, trace_filter)
 
     def _warm_fork(self, spec: ChildSpec, trace_filter: bytes | None) -> int | None:
-        exec_spec = _env_execs(spec)
+        exec_spec = _console_script_execs(_env_execs(spec))
         refusal = warm_refusal(exec_spec.argv, exec_spec.env)
         if refusal is None and trace_filter is not None and is_torchrun(exec_spec.argv):
             refusal = "a crash check traces a torchrun job from its first exec"
@@ -315,6 +319,41 @@ def _env_execs(spec: ChildSpec) -> ChildSpec:
     if index == len(argv) or argv[index].startswith("-"):
         return spec  # env's own option, or nothing to exec
     return dataclasses.replace(spec, argv=argv[index:], env=environment)
+
+
+def _console_script_execs(spec: ChildSpec) -> ChildSpec:
+    """`python -m MODULE …` for a console script that runs MODULE's main; else `spec`.
+
+    Only the scripts pip writes beside this interpreter (its shebang this
+    interpreter, `from MODULE import main`, `sys.exit(main())`) for the modules
+    in _MODULE_SCRIPTS, whose `python -m` form runs the same main: `torchrun`
+    is torch.distributed.run's. Forked warm, it shows `python -m MODULE` in /proc.
+    """
+    program = _resolved_program(spec.argv[0], spec.env)
+    if os.sep not in program:
+        return spec
+    try:
+        with open(program, "rb") as handle:
+            head = handle.read(2048).decode()
+    except (OSError, UnicodeDecodeError):
+        return spec
+    shebang, _, body = head.partition("\n")
+    interpreter = shebang[2:].strip() if shebang.startswith("#!") else ""
+    if not interpreter or not _is_this_interpreter(interpreter):
+        return spec
+    found = _MODULE_MAIN.search(body)
+    if found is None or found.group(1) not in _MODULE_SCRIPTS or "sys.exit(main())" not in body:
+        return spec
+    return dataclasses.replace(spec, argv=[sys.executable, "-m", found.group(1), *spec.argv[1:]])
+
+
+def _is_this_interpreter(path: str) -> bool:
+    """Whether `path` is sys.executable: the same venv's python (not only the same base one)."""
+    here = os.path.abspath(sys.executable)
+    there = os.path.abspath(path)
+    return os.path.dirname(there) == os.path.dirname(here) and os.path.realpath(
+        there
+    ) == os.path.realpath(here)
 
 
 def _preloaded_modules(
