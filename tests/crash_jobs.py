@@ -30,6 +30,20 @@ def job_case(script: str, *arguments: str, total_step: int, launcher: Sequence[s
     )
 
 
+def stderr_tails(work_dir: Path, lines: int = 20) -> str:
+    """The last lines of every run's stderr under a crash check's kept work_dir: how each ended.
+
+    For an assertion's message: a run that failed only by a signal names no stderr line
+    in the check's own message.
+    """
+    tails = []
+    for log in sorted(work_dir.rglob("stderr-*.log")):
+        text = log.read_text(errors="replace").splitlines()[-lines:]
+        if text:
+            tails.append(f"--- {log.relative_to(work_dir)}\n" + "\n".join(text))
+    return "\n".join(tails)
+
+
 def crashes(case: CommandCase, **keywords: Any) -> CrashResult:
     """check_crashes from the repository, one thread per job, a generous timeout per run."""
     environment = {"OMP_NUM_THREADS": "1", **keywords.pop("environment", {})}

@@ -15,7 +15,7 @@ import re
 import pytest
 from trainparity._internal.processes.traced_job import tracing_available
 
-from tests.crash_jobs import crashes, job_case
+from tests.crash_jobs import crashes, job_case, stderr_tails
 
 pytestmark = pytest.mark.skipif(not tracing_available(), reason="needs Linux x86-64/AArch64")
 
@@ -96,15 +96,15 @@ def test_power_loss_spares_a_save_that_fsyncs_the_file_and_its_directory() -> No
 
 @pytest.mark.parametrize(("mode", "outcome"), [("direct", "FAIL"), ("replace", "PASS")])
 def test_under_torchrun_one_rank_dies_and_the_restart_relaunches_the_job(
-    mode: str, outcome: str
+    mode: str, outcome: str, tmp_path
 ) -> None:
     """tests/fixtures/crash_jobs/ddp_job.py on 2 gloo ranks: rank 0 saves; the kill hits the rank
     that makes the call, torchrun stops the other, and the restart is the whole torchrun command."""
     case = job_case(
         "ddp_job.py", "--save", mode, total_step=2, launcher=("torchrun", "--nproc-per-node", "2")
     )
-    result = crashes(case, points=("saves",), max_points=2)
-    assert result.outcome == outcome, result.message
+    result = crashes(case, points=("saves",), max_points=2, work_dir=tmp_path / "work")
+    assert result.outcome == outcome, f"{result.message}\n{stderr_tails(tmp_path / 'work')}"
     if outcome == "FAIL":
         # The failing rank is named (either may fail first on the torn file), not torchrun's
         # own ChildFailedError.
