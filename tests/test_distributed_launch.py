@@ -167,8 +167,10 @@ def test_crashing_rank_is_an_error_naming_phase_rank_and_its_last_stderr_line(tm
 
 def test_hanging_rank_is_killed_with_the_agent_and_every_other_rank(tmp_path):
     # Rank 1 ignores SIGTERM: torchrun's own shutdown cannot stop it, and it is
-    # in another session than the agent, so killing the agent's group misses it.
-    result, alive, roots, markers = _check("HangingRankCase", tmp_path, timeout=45, parallel=False)
+    # in another session than the agent, so killing the agent's group misses it. The agent and
+    # ranks start warm (torch imported) and the job imports only torch.distributed: 30 s is
+    # many times their set-up, and the marker proves rank 1 was asleep when the timeout hit.
+    result, alive, roots, markers = _check("HangingRankCase", tmp_path, timeout=30, parallel=False)
     assert result.outcome is Outcome.ERROR
     assert result.message.splitlines()[0] == "baseline_a child exceeded timeout"
     assert len(list(markers.iterdir())) == 1  # rank 1 really was asleep when the timeout hit
