@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from trainparity import CommandCase, CrashResult, check_crashes
+from trainparity._internal.processes.failure_text import log_tail
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ def stderr_tails(work_dir: Path, lines: int = 20) -> str:
     """
     tails = []
     for log in sorted(work_dir.rglob("stderr-*.log")):
-        text = log.read_text(errors="replace").splitlines()[-lines:]
+        text = log_tail(log, lines)
         if text:
             tails.append(f"--- {log.relative_to(work_dir)}\n" + "\n".join(text))
     return "\n".join(tails)

@@ -330,7 +330,8 @@ def _console_script_execs(spec: ChildSpec) -> ChildSpec:
     is torch.distributed.run's. Forked warm, it shows `python -m MODULE` in /proc.
     """
     program = _resolved_program(spec.argv[0], spec.env)
-    if os.sep not in program:
+    # Nearly every child names this interpreter itself: no script to read (and no binary).
+    if os.sep not in program or os.path.abspath(program) == os.path.abspath(sys.executable):
         return spec
     try:
         with open(program, "rb") as handle:
