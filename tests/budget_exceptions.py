@@ -1,12 +1,12 @@
 """The one table of tests and fixtures allowed past the suite's time budget, each with the reason.
 
-The budget (tests/time_budget.py; 60 s in CI, .ci/run) fails the session when a single test
-or fixture takes longer, unless it is listed here. A key is what the budget's summary
-prints before the parenthesis: a test's node id ("tests/test_x.py::test_y", which covers
-all its parametrizations, or one of them with its "[...]"), or a fixture as
-"file::fixture name". The reason says why it cannot shrink now, with the time CI measured;
-an entry goes once the summary says it stays within the budget. What justifies an entry:
-CONTRIBUTING.md, "Keeping a test inside the budget".
+The budget (tests/time_budget.py; 60 s of CPU in CI, .ci/run) fails the session when a single
+test or fixture uses more CPU (its own and its children's), unless it is listed here. A key
+is what the budget's summary prints before the parenthesis: a test's node id
+("tests/test_x.py::test_y", which covers all its parametrizations, or one of them with its
+"[...]"), or a fixture as "file::fixture name". The reason says why it cannot shrink now,
+with the CPU seconds measured; an entry goes once the summary says it stays within the
+budget. What justifies an entry: CONTRIBUTING.md, "Keeping a test inside the budget".
 """
 
 from __future__ import annotations

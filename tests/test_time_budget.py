@@ -1,12 +1,14 @@
 """The suite's time budget (tests/time_budget.py), run inside pytester sessions.
 
-Each inner test or fixture that must go past the budget sleeps 0.2 s against a budget of
-0.1 s: past it on any machine, however loaded. Nothing here asserts that anything is fast.
+Each inner test or fixture that must go past the budget spends 0.2 s of CPU (a loop that
+runs until the process's CPU clock has advanced that much) against a budget of 0.1 s: past
+it on any machine, however loaded. Nothing here asserts that anything is fast.
 """
 
 from __future__ import annotations
 
 import ast
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,22 @@ pytest_plugins = ["pytester"]
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BUDGET = "0.1"
-SLEEP = 0.2
+SPEND = 0.2
+# The inner modules' way of spending SPEND seconds of CPU, in this process or in a child.
+_SPEND = f"""
+import subprocess
+import sys
+import time
+
+def spend(seconds={SPEND}):
+    start = time.process_time()
+    while time.process_time() - start < seconds:
+        pass
+
+def spend_in_a_child():
+    code = "import time\\nstart = time.process_time()\\nwhile time.process_time() - start < {SPEND}: pass"
+    subprocess.run([sys.executable, "-c", code], check=True)
+"""
 
 
 def _conftest(exceptions: dict[str, str]) -> str:
@@ -31,30 +48,33 @@ def _conftest(exceptions: dict[str, str]) -> str:
     )
 
 
-SLOW_CALLS = f"""
-import time
+SLOW_CALLS = (
+    _SPEND
+    + """
 import pytest
 
 def test_slow_call():
-    time.sleep({SLEEP})
+    spend()
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_slow_parametrized(n):
-    time.sleep({SLEEP})
+    spend()
 """
+)
 
-SLOW_FIXTURES = f"""
-import time
+SLOW_FIXTURES = (
+    _SPEND
+    + """
 import pytest
 
 @pytest.fixture(scope="module")
 def slow_setup():
-    time.sleep({SLEEP})
+    spend()
 
 @pytest.fixture(scope="module")
 def slow_teardown():
     yield
-    time.sleep({SLEEP})
+    spend()
 
 def test_first(slow_setup, slow_teardown):
     pass
@@ -62,6 +82,7 @@ def test_first(slow_setup, slow_teardown):
 def test_second(slow_setup, slow_teardown):
     pass
 """
+)
 
 
 def _lines(result: pytest.RunResult, *patterns: str) -> None:
@@ -84,10 +105,10 @@ def test_a_test_past_the_budget_and_not_listed_fails_the_session(pytester, budge
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     _lines(
         result,
-        "*time budget: 0.1 s*",
-        "*s  test test_slow.py::test_slow_call (setup, call and teardown): NOT LISTED",
-        "*s  test test_slow.py::test_slow_parametrized[[]1[]] (*): NOT LISTED",
-        "*s  test test_slow.py::test_slow_parametrized[[]2[]] (*): NOT LISTED",
+        "*time budget: 0.1 s of CPU*",
+        "*s wall  test test_slow.py::test_slow_call (setup, call and teardown): NOT LISTED",
+        "*s wall  test test_slow.py::test_slow_parametrized[[]1[]] (*): NOT LISTED",
+        "*s wall  test test_slow.py::test_slow_parametrized[[]2[]] (*): NOT LISTED",
         "3 past the budget and not listed: the session fails.*tests/budget_exceptions.py*",
     )
 
@@ -104,8 +125,8 @@ def test_a_listed_test_past_the_budget_passes_with_its_reason(pytester, budget):
     assert result.ret == pytest.ExitCode.OK
     _lines(
         result,
-        "*s  test test_slow.py::test_slow_call (*): listed: one reason",
-        "*s  test test_slow.py::test_slow_parametrized[[]1[]] (*): listed: another reason",
+        "*s wall  test test_slow.py::test_slow_call (*): listed: one reason",
+        "*s wall  test test_slow.py::test_slow_parametrized[[]1[]] (*): listed: another reason",
     )
     result.stdout.no_fnmatch_line("*NOT LISTED*")
 
@@ -130,9 +151,9 @@ def test_a_module_fixture_is_charged_as_itself_in_the_test_that_set_it_up(pytest
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     _lines(
         result,
-        "*s  fixture test_fixtures.py::slow_setup "
+        "*s wall  fixture test_fixtures.py::slow_setup "
         "(setup in test_fixtures.py::test_first): NOT LISTED",
-        "*s  fixture test_fixtures.py::slow_teardown "
+        "*s wall  fixture test_fixtures.py::slow_teardown "
         "(teardown in test_fixtures.py::test_second): NOT LISTED",
     )
 
@@ -155,13 +176,14 @@ def test_listed_fixtures_pass(pytester, budget):
 def test_a_fixture_requested_inside_another_is_charged_to_itself(pytester, budget):
     pytester.makeconftest(_conftest({"test_nested.py::test_it": "-"}))
     pytester.makepyfile(
-        test_nested=f"""
-        import time
+        test_nested=_SPEND
+        + textwrap.dedent(
+            """
         import pytest
 
         @pytest.fixture
         def inner():
-            time.sleep({SLEEP})
+            spend()
 
         @pytest.fixture
         def outer(request):
@@ -170,12 +192,34 @@ def test_a_fixture_requested_inside_another_is_charged_to_itself(pytester, budge
         def test_it(outer):
             pass
         """
+        )
     )
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     _lines(result, "*fixture test_nested.py::inner (setup in *::test_it): NOT LISTED")
     # That the outer fixture is not charged the inner one's time too is not asserted: it
     # would take the outer one's own time to be under 0.1 s, and nothing here asserts speed.
+
+
+def test_cpu_a_child_spent_is_charged_to_the_test_that_waited_for_it(pytester, budget):
+    pytester.makeconftest(_conftest({}))
+    pytester.makepyfile(test_child=_SPEND + "\ndef test_in_a_child():\n    spend_in_a_child()\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    _lines(result, "*s CPU *s wall  test test_child.py::test_in_a_child (*): NOT LISTED")
+
+
+def test_waiting_is_not_charged_so_a_busy_machine_cannot_fail_the_budget(pytester, budget):
+    # A wait stands for what a busy machine adds to a test's wall time: hours of it would
+    # cost no CPU. (The test's own few milliseconds of CPU stay far below 0.1 s.)
+    pytester.makeconftest(_conftest({}))
+    pytester.makepyfile(test_wait="import time\n\ndef test_waits():\n    time.sleep(0.3)\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.OK
+    _lines(
+        result, "*time budget: 0.1 s of CPU*", "every test and fixture used at most 0.1 s of CPU"
+    )
 
 
 def test_under_xdist_the_controller_sees_what_the_workers_measured(pytester, budget, monkeypatch):

@@ -1,24 +1,35 @@
-"""The suite's time budget: no single test or fixture past N seconds, unless listed with a reason.
+"""The suite's time budget: no single test or fixture past N CPU seconds, unless listed with a reason.
 
-On when TRAINPARITY_TEST_BUDGET_SECONDS is set (CI sets 60: .ci/run). Each test's
-setup, call and teardown phases are measured, and each fixture's setup and teardown
-apart from them: a module- or session-scoped fixture is set up inside the setup phase
-of the first test that requests it, and without this a 7-minute fixture would read as
-a 7-minute test. A fixture is charged its own time (a fixture it requests while it
-runs is charged to that one), a test what is left of its three phases.
+On when TRAINPARITY_TEST_BUDGET_SECONDS is set (CI sets 60: .ci/run). What is judged
+is CPU time, not wall time: the CPU seconds of the process that runs the test and of
+every child it waited for (getrusage of itself and of its children: the checks'
+phases, ranks and servers, forked warm or fresh). The suite is CPU-bound on 2 cores,
+so its CPU is what a test costs it; and a busy machine stretches wall time two- to
+five-fold while CPU time stays nearly the same, so the verdict does not depend on the
+load. The summary prints the wall time beside it. Time spent waiting without CPU (a
+sleep, a timeout, a scheduler's queue) is not judged: a test waits for an event with a
+deadline only a stuck run reaches (CONTRIBUTING.md).
+
+Each test's setup, call and teardown phases are measured, and each fixture's setup and
+teardown apart from them: a module- or session-scoped fixture is set up inside the
+setup phase of the first test that requests it, and without this a 7-minute fixture
+would read as a 7-minute test. A fixture is charged its own time (a fixture it
+requests while it runs is charged to that one), a test what is left of its three phases.
 
 Measured where the tests run (in each pytest-xdist worker, or in the one process); the
 fixtures' times travel on the phase's report, which xdist sends to the controller
 whole, and the verdict is the controller's: at the end of the session it prints what
 went past the budget and fails the session (exit status 1) for any entry that
-tests/budget_exceptions.py does not list. Sleeping, not load, decides the plugin's own
-tests (tests/test_time_budget.py). How to stay inside the budget: CONTRIBUTING.md.
+tests/budget_exceptions.py does not list. CPU spent on purpose, not load, decides the
+plugin's own tests (tests/test_time_budget.py). How to stay inside the budget:
+CONTRIBUTING.md.
 """
 
 from __future__ import annotations
 
 import inspect
 import os
+import resource
 import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
@@ -29,10 +40,12 @@ import pytest
 VARIABLE = "TRAINPARITY_TEST_BUDGET_SECONDS"
 PLUGIN_NAME = "trainparity-time-budget"
 EXCEPTIONS_FILE = "tests/budget_exceptions.py"
-# The report attribute that carries a phase's fixture times from a worker to the controller:
-# a list of (fixture id, "setup" or "teardown", seconds). pytest serialises a report's extra
-# attributes with it, so xdist's controller receives them as they were set.
+# The report attributes that carry a phase's times from a worker to the controller: the
+# fixtures' as a list of (fixture id, "setup" or "teardown", wall seconds, CPU seconds), and
+# the phase's own CPU seconds (its wall is the report's duration). pytest serialises a
+# report's extra attributes with it, so xdist's controller receives them as they were set.
 _FIXTURE_TIMES = "trainparity_fixture_seconds"
+_PHASE_CPU = "trainparity_phase_cpu_seconds"
 
 
 @dataclass(frozen=True)
@@ -41,7 +54,27 @@ class Overrun:
 
     key: str  # what budget_exceptions.py lists: a test's node id, or "file::fixture name"
     description: str  # what the summary prints
-    seconds: float
+    seconds: float  # CPU seconds, what is judged
+    wall: float  # wall seconds, printed beside them
+
+
+@dataclass
+class _Times:
+    """Wall and CPU seconds, added up."""
+
+    wall: float = 0.0
+    cpu: float = 0.0
+
+    def add(self, wall: float, cpu: float) -> None:
+        self.wall += wall
+        self.cpu += cpu
+
+
+def cpu_seconds() -> float:
+    """The CPU this process used so far, with every child it has waited for (and theirs)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def register(config: pytest.Config, exceptions: Mapping[str, str] | None = None) -> None:
@@ -76,14 +109,16 @@ class TimeBudget:
         # In an xdist worker, the controller judges; a worker only measures.
         self.judges = not hasattr(config, "workerinput")
         # Measuring (this process runs tests): the fixture times of the phase running now,
-        # and, per fixture setup in progress, the time of fixtures set up inside it.
-        self._phase_fixtures: list[tuple[str, str, float]] = []
-        self._nested: list[float] = []
+        # per fixture setup in progress the times of fixtures set up inside it, and the CPU
+        # seconds of the phase that ended last.
+        self._phase_fixtures: list[tuple[str, str, float, float]] = []
+        self._nested: list[_Times] = []
+        self._phase_cpu = 0.0
         self._keys: dict[pytest.FixtureDef, str] = {}
         self._root = config.rootpath.resolve()
-        # Judging: each test's own seconds (its phases less its fixtures'), the overruns,
-        # and the longest time seen per key (to tell which exceptions are no longer needed).
-        self._own: dict[str, float] = {}
+        # Judging: each test's own times (its phases less its fixtures'), the overruns,
+        # and the most CPU seen per key (to tell which exceptions are no longer needed).
+        self._own: dict[str, _Times] = {}
         self._overruns: list[Overrun] = []
         self._longest: dict[str, float] = {}
         self._tests_judged = False
@@ -97,26 +132,51 @@ class TimeBudget:
         key = self._keys.get(fixturedef)
         if key is None:
             key = self._keys[fixturedef] = _fixture_key(fixturedef, self._root)
-        teardown_started: list[float] = []
+        teardown_started: list[tuple[float, float]] = []
         # Finalizers run last-registered first. This one, registered before the fixture's
         # own code runs, ends after the fixture's teardown; the one registered after its
         # code ran starts before it (and after the fixtures that depend on it are torn down).
         fixturedef.addfinalizer(lambda: self._teardown_ended(key, teardown_started))
-        self._nested.append(0.0)
-        start = time.perf_counter()
+        self._nested.append(_Times())
+        start, start_cpu = time.perf_counter(), cpu_seconds()
         try:
             return (yield)
         finally:
-            elapsed = time.perf_counter() - start
+            wall, cpu = time.perf_counter() - start, cpu_seconds() - start_cpu
             inner = self._nested.pop()
             if self._nested:
-                self._nested[-1] += elapsed
-            self._phase_fixtures.append((key, "setup", elapsed - inner))
-            fixturedef.addfinalizer(lambda: teardown_started.append(time.perf_counter()))
+                self._nested[-1].add(wall, cpu)
+            self._phase_fixtures.append((key, "setup", wall - inner.wall, cpu - inner.cpu))
+            fixturedef.addfinalizer(
+                lambda: teardown_started.append((time.perf_counter(), cpu_seconds()))
+            )
 
-    def _teardown_ended(self, key: str, started: list[float]) -> None:
+    def _teardown_ended(self, key: str, started: list[tuple[float, float]]) -> None:
         if started:
-            self._phase_fixtures.append((key, "teardown", time.perf_counter() - started.pop()))
+            start, start_cpu = started.pop()
+            wall, cpu = time.perf_counter() - start, cpu_seconds() - start_cpu
+            self._phase_fixtures.append((key, "teardown", wall, cpu))
+
+    def _measured_phase(self) -> Generator[None, object, object]:
+        start_cpu = cpu_seconds()
+        try:
+            return (yield)
+        finally:
+            self._phase_cpu = cpu_seconds() - start_cpu
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Generator[None, object, object]:
+        return (yield from self._measured_phase())
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, object, object]:
+        return (yield from self._measured_phase())
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, object, object]:
+        return (yield from self._measured_phase())
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -124,7 +184,9 @@ class TimeBudget:
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         setattr(report, _FIXTURE_TIMES, self._phase_fixtures)
+        setattr(report, _PHASE_CPU, self._phase_cpu)
         self._phase_fixtures = []
+        self._phase_cpu = 0.0
         return report
 
     # Judging.
@@ -133,23 +195,25 @@ class TimeBudget:
         if not self.judges:
             return
         fixtures = getattr(report, _FIXTURE_TIMES, None) or []
-        for key, action, seconds in fixtures:
+        for key, action, wall, cpu in fixtures:
             description = f"fixture {key} ({action} in {report.nodeid})"
-            self._measured(key, description, seconds)
-        own = report.duration - sum(seconds for _, _, seconds in fixtures)
-        self._own[report.nodeid] = self._own.get(report.nodeid, 0.0) + max(own, 0.0)
+            self._measured(key, description, cpu, wall)
+        own_wall = report.duration - sum(entry[2] for entry in fixtures)
+        own_cpu = (getattr(report, _PHASE_CPU, None) or 0.0) - sum(entry[3] for entry in fixtures)
+        self._own.setdefault(report.nodeid, _Times()).add(max(own_wall, 0.0), max(own_cpu, 0.0))
 
-    def _measured(self, key: str, description: str, seconds: float) -> None:
-        self._longest[key] = max(seconds, self._longest.get(key, 0.0))
-        if seconds > self.budget:
-            self._overruns.append(Overrun(key, description, seconds))
+    def _measured(self, key: str, description: str, cpu: float, wall: float) -> None:
+        self._longest[key] = max(cpu, self._longest.get(key, 0.0))
+        if cpu > self.budget:
+            self._overruns.append(Overrun(key, description, cpu, wall))
 
     def _judge_tests(self) -> None:
         """Once every phase is in: each test's own time against the budget."""
         if not self._tests_judged:
             self._tests_judged = True
-            for nodeid, seconds in self._own.items():
-                self._measured(nodeid, f"test {nodeid} (setup, call and teardown)", seconds)
+            for nodeid, own in self._own.items():
+                description = f"test {nodeid} (setup, call and teardown)"
+                self._measured(nodeid, description, own.cpu, own.wall)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -176,13 +240,16 @@ class TimeBudget:
         self._judge_tests()
         write: Callable[[str], None] = terminalreporter.write_line
         unlisted = self._unlisted()
-        terminalreporter.section(f"time budget: {self.budget:g} s", red=bool(unlisted))
+        terminalreporter.section(f"time budget: {self.budget:g} s of CPU", red=bool(unlisted))
         if not self._overruns:
-            write(f"every test and fixture took at most {self.budget:g} s")
+            write(f"every test and fixture used at most {self.budget:g} s of CPU")
         for overrun in sorted(self._overruns, key=lambda overrun: -overrun.seconds):
             reason = self._listed(overrun.key)
             verdict = f"listed: {reason}" if reason is not None else "NOT LISTED"
-            write(f"{overrun.seconds:7.1f} s  {overrun.description}: {verdict}")
+            write(
+                f"{overrun.seconds:7.1f} s CPU {overrun.wall:7.1f} s wall  "
+                f"{overrun.description}: {verdict}"
+            )
         if unlisted:
             write(
                 f"{len(unlisted)} past the budget and not listed: the session fails. Make each "
@@ -190,7 +257,7 @@ class TimeBudget:
                 f"cannot shrink, add its key (the id before the parenthesis) to {EXCEPTIONS_FILE} "
                 "with the reason"
             )
-        # Not a failure (a quiet day can bring an entry under): a hint that the table may shrink.
+        # Not a failure (an entry may come under by a little): a hint that the table may shrink.
         for key in sorted(self.exceptions):
             seen = [
                 seconds
@@ -199,7 +266,7 @@ class TimeBudget:
             ]
             if seen and max(seen) <= self.budget:
                 write(
-                    f"listed but within the budget this time ({max(seen):.1f} s): {key} "
+                    f"listed but within the budget this time ({max(seen):.1f} s of CPU): {key} "
                     f"(remove it from {EXCEPTIONS_FILE} once it stays within)"
                 )
 
