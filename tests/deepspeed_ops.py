@@ -35,7 +35,10 @@ def deepspeed_environment(tmp_path_factory, root: Path) -> dict[str, str]:
 
     One thread per rank; the op's build directory shared by the session; this
     interpreter's bin folder first on PATH (a template's `torchrun` or
-    `deepspeed` is looked up there); temporary files under `root / "tmp"`.
+    `deepspeed` is looked up there, and so is the `ninja` torch builds the op
+    with: every process that may build it must find the same one, since pip's
+    ninja and the system's cannot read each other's build log and rebuild the
+    op, 40 s of CPU each time); temporary files under `root / "tmp"`.
     """
     (root / "tmp").mkdir()
     environment = {

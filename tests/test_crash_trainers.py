@@ -64,7 +64,9 @@ def deepspeed_ops(tmp_path_factory) -> dict[str, str]:
     from tests.deepspeed_ops import deepspeed_environment
 
     environment = deepspeed_environment(tmp_path_factory, tmp_path_factory.mktemp("ds"))
-    return {key: environment[key] for key in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR")}
+    # PATH too: torch builds the op with the first `ninja` on it, and two ninjas (pip's in the
+    # venv, the system's) cannot read each other's build log, so each rebuilds the op.
+    return {key: environment[key] for key in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR", "PATH")}
 
 
 def test_deepspeed_trusts_a_latest_file_it_writes_in_place(deepspeed_ops: dict[str, str]) -> None:
