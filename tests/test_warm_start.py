@@ -29,7 +29,10 @@ from trainparity._internal.processes.group import (
     spawn_child,
 )
 from trainparity._internal.processes.warm import server_handle
+from trainparity._internal.processes.warm.pool import SharedWarmServers
 from trainparity._internal.processes.warm.starter import ChildStarter, checked_start, warm_refusal
+
+from tests.test_report_pins import GOLDEN, pinned_form
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -49,7 +52,7 @@ class Finalized:
     def __del__(self):
         print("__del__ ran at exit")
 keeper = Finalized()
-unclosed = open(os.path.join(os.environ["PROBE_OUT"], "unclosed.txt"), "a")
+unclosed = open(os.path.join(os.environ["TRAINPARITY_PROBE_OUT"], "unclosed.txt"), "a")
 unclosed.write(sys.argv[-1] + " flushed at exit;")
 action = sys.argv[1] if len(sys.argv) > 1 else "ok"
 if action == "raise":
@@ -75,7 +78,16 @@ def probe_dir(tmp_path):
 
 
 def _environment(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONHASHSEED": "0", "PROBE_MARK": "mark", **extra}
+    # One thread per child (frugal; a torchrun agent forks its ranks warm only with it set),
+    # and the same server variables for every test that sets none of its own: their children
+    # share the module's warm servers (`starter`), as a suite's checks share theirs.
+    return {
+        **os.environ,
+        "PYTHONHASHSEED": "0",
+        "OMP_NUM_THREADS": "1",
+        "PROBE_MARK": "mark",
+        **extra,
+    }
 
 
 def _run(launcher, name: str, argv: list[str], cwd: Path, out: Path, env=None, timeout=120):
@@ -96,9 +108,26 @@ def _run(launcher, name: str, argv: list[str], cwd: Path, out: Path, env=None, t
     return result.exit_code, result.signal, stdout, stderr, result
 
 
+@pytest.fixture(scope="module")
+def module_servers():
+    """The warm servers this module's starters borrow and give back, closed with the module.
+
+    Each server imports torch (1.5 to 4 s of CPU): tests whose children have the same server
+    variables and preloads fork them from one server, as the checks of a suite do
+    (shared_warm_servers). A server is as pristine after serving a test as before, which each
+    later test that forks from it checks again. The module's own, not the session's, so that
+    its servers (their variables are this module's alone) push out none of the session's.
+    The starts that keep a server of their own (no fixed hash seed, a starter without shared
+    servers) are tested below, each with its own.
+    """
+    servers = SharedWarmServers()
+    yield servers
+    servers.close()
+
+
 @pytest.fixture
-def starter(tmp_path):
-    starter = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=120)
+def starter(tmp_path, module_servers):
+    starter = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=120, shared=module_servers)
     yield starter
     starter.close()
 
@@ -130,7 +159,8 @@ def test_a_warm_child_is_indistinguishable_from_a_fresh_one(probe_dir, starter, 
         if name.startswith("env-"):
             argv = ["env", *ENV_ASSIGNMENTS, *argv]
         unclosed = probe_dir / "unclosed.txt"
-        environment = _environment(PROBE_OUT=str(probe_dir))
+        # Our prefix: a per-phase variable (as a check's own are), not in the server's key.
+        environment = _environment(TRAINPARITY_PROBE_OUT=str(probe_dir))
         fresh = _run(spawn_child, f"{name}-fresh", argv, probe_dir, out, environment)
         fresh_file = unclosed.read_text() if unclosed.exists() else None
         unclosed.unlink(missing_ok=True)
@@ -142,12 +172,14 @@ def test_a_warm_child_is_indistinguishable_from_a_fresh_one(probe_dir, starter, 
         assert f"{name}-warm" in starter.report["warm"]
     assert starter.report["fresh"] == {}
     argv = [sys.executable, "probe.py", "raise"]
-    raised = _run(spawn_child, "raised", argv, probe_dir, out, _environment(PROBE_OUT=str(out)))
+    raised = _run(
+        spawn_child, "raised", argv, probe_dir, out, _environment(TRAINPARITY_PROBE_OUT=str(out))
+    )
     assert raised[0] == 1 and "RuntimeError: the probe failed" in raised[3]  # compared above
     assert "__del__ ran at exit" in raised[2]
     env_script = (out / "env-script-warm.out").read_text()
     assert "env replaced" in env_script  # compared with the fresh one's above
-    assert "last variables ['PROBE_OUT', 'PROBE_ADDED']" in env_script
+    assert "last variables ['TRAINPARITY_PROBE_OUT', 'PROBE_ADDED']" in env_script
     assert (out / "unclosed.txt").read_text() == "raise flushed at exit;"  # compared above
 
 
@@ -248,15 +280,19 @@ def test_baselines_forked_warm_still_abstain_on_a_script_iterating_a_set_of_stri
     (tmp_path / "set_order_train.py").write_text(SET_ORDER_TRAIN)
     monkeypatch.syspath_prepend(str(tmp_path))
     # Two baselines agree by chance with probability 1/8! at most; three tries make it negligible.
+    # Phases one after another: the baselines' disagreement then ends the check before
+    # candidate_split starts, whose server (each phase's its own here) would import torch for
+    # nothing.
     for _attempt in range(3):
         result = check_resume(
-            "set_order_case:SetOrderCase", cwd=tmp_path, start="warm", timeout=120
+            "set_order_case:SetOrderCase", cwd=tmp_path, start="warm", timeout=120, parallel=False
         )
         if result.outcome is Outcome.ABSTAIN:
             break
     assert result.outcome is Outcome.ABSTAIN, result.message
     start = result.environment["child_start"]
     assert {"baseline_a", "baseline_b"} <= set(start["warm"]), start
+    assert "candidate_split" not in start["warm"], start
 
 
 def test_other_commands_start_fresh_and_the_report_says_why(tmp_path, starter):
@@ -308,8 +344,10 @@ def test_proc_shows_a_warm_childs_environment_as_a_fresh_ones(tmp_path, starter)
     assert starter.report["warm"] == ["shown"]
     # What ps e, psutil and our rank watcher read: the phase's variables, in the order given.
     assert json.loads(stdout) == [f"{name}={value}" for name, value in environment.items()]
-    # Through env, as a phase plan is passed: what env's exec would show, fresh or warm.
-    argv = ["env", "TRAINPARITY_PHASE_TAG=set-by-env", "PROBE_NEW=1", sys.executable, "-c",
+    # Through env, as a phase plan is passed: what env's exec would show, fresh or warm. One
+    # variable replaced where it stands, one appended (the assignments of the test above:
+    # their children share a server).
+    argv = ["env", "TRAINPARITY_PHASE_TAG=set-by-env", *ENV_ASSIGNMENTS, sys.executable, "-c",
             SHOW_ENVIRONMENT]  # fmt: skip
     shown = [
         json.loads(_run(launcher, name, argv, tmp_path, tmp_path, environment)[2])
@@ -317,7 +355,10 @@ def test_proc_shows_a_warm_childs_environment_as_a_fresh_ones(tmp_path, starter)
     ]
     assert starter.report["warm"] == ["shown", "warm"]
     assert shown[0] == shown[1]
-    assert shown[1][-1] == "PROBE_NEW=1" and "TRAINPARITY_PHASE_TAG=set-by-env" in shown[1]
+    assert shown[1][-1] == "PROBE_ADDED=x=y" and "TRAINPARITY_PHASE_TAG=set-by-env" in shown[1]
+    marks = [entry for entry in shown[1] if entry.startswith("PROBE_MARK=")]
+    assert marks == ["PROBE_MARK=replaced"]
+    assert shown[1].index(marks[0]) == list(environment).index("PROBE_MARK")  # where it stood
 
 
 def test_a_torchrun_agent_whose_environment_proc_cannot_show_starts_fresh(tmp_path, starter):
@@ -589,15 +630,6 @@ def test_children_differing_in_their_rank_or_our_variables_share_a_server(tmp_pa
     assert len(starter._servers) == 1 and starter.report["warm"] == ["rank0", "rank1"]
 
 
-def test_closing_the_starter_reaps_its_server(tmp_path):
-    starter = ChildStarter("warm", log_dir=tmp_path, timeout=120)
-    _run(starter.launch, "one", [sys.executable, "-c", "pass"], tmp_path, tmp_path)
-    (server,) = starter._servers.values()
-    pid = server.pid
-    starter.close()
-    assert not Path(f"/proc/{pid}").exists()
-
-
 def _own_children() -> set[int]:
     """Pids (zombies included) whose parent is this process."""
     me = str(os.getpid())
@@ -679,21 +711,12 @@ def test_a_warm_check_of_the_quickstart_reports_its_warm_phases(tmp_path):
         "candidate_split",
         "candidate_resume",
     }
-    fresh = check_resume(
-        "trainparity.quickstarts.resume:CleanCase", start="fresh", temporary_root=tmp_path
-    )
-    assert "child_start" not in fresh.environment
-    volatile = {
-        "environment",
-        "timing_seconds",
-        "processes",
-        "process_ids",
-        "snapshot_ipc_bytes",
-        "checkpoint_max_bytes",
-    }
-    warm_report = {k: v for k, v in result.to_dict().items() if k not in volatile}
-    fresh_report = {k: v for k, v in fresh.to_dict().items() if k not in volatile}
-    assert warm_report == fresh_report
+    # The same report as a fresh check's: the clean case's pinned report, which
+    # test_report_pins.py checks a fresh check gives to the byte (and a fresh check reports no
+    # child_start: test_resume_faults.py compares whole reports of both modes). Against the
+    # pin rather than a fresh check run here, whose five fresh phases each import torch.
+    pinned = json.loads((GOLDEN / "quickstart_resume.json").read_text(encoding="utf-8"))
+    assert pinned_form(json.loads(json.dumps(result.to_dict()))) == pinned["clean"]
 
 
 def test_a_server_preloads_the_torch_modules_named_in_the_preload_variable(tmp_path, starter):
@@ -730,28 +753,33 @@ print(json.dumps({"tempdir": tempfile.tempdir, "gettempdir": tempfile.gettempdir
 
 
 def test_children_with_their_own_tmpdir_share_a_server_and_see_their_own_as_fresh_ones(
-    tmp_path, starter
+    tmp_path,
 ):
     # Each check's torchrun phases have their own TMPDIR: no server key, or no two checks'
     # torchrun phases could share one. torch's import asks tempfile for its directory and
     # torch._dynamo's makes its cache directory in it: the server does both in its own.
-    argv = [sys.executable, "-c", TEMPORARY_PROBE]
-    seen = {}
-    for name in ("fresh", "warm-1", "warm-2"):
-        temporary = tmp_path / f"tmp-{name}"
-        temporary.mkdir()
-        env = _environment(TMPDIR=str(temporary), TRAINPARITY_WARM_PRELOAD="torch._dynamo")
-        env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the suite's (tests/temp_guard.py): in TMPDIR
-        launch = spawn_child if name == "fresh" else starter.launch
-        code, _, stdout, stderr, _ = _run(launch, name, argv, tmp_path, tmp_path, env)
-        assert code == 0, stderr
-        seen[name] = json.loads(stdout.replace(str(temporary), "<TMPDIR>"))
-    assert seen["fresh"]["tempdir"] == seen["fresh"]["gettempdir"] == "<TMPDIR>"
-    assert seen["fresh"]["made"], "torch._dynamo made no directory in TMPDIR: nothing compared"
-    assert seen["warm-1"] == seen["warm-2"] == seen["fresh"]
-    assert starter.report["warm"] == ["warm-1", "warm-2"] and len(starter._servers) == 1
-    (server,) = starter._servers.values()
-    assert server.temporary.parent == tmp_path / "servers"
-    assert server.temporary.is_dir()  # the server's own: its imports made theirs there
-    starter.close()
+    # A starter without shared servers: its server is its own, reaped when it closes.
+    starter = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=120)
+    try:
+        argv = [sys.executable, "-c", TEMPORARY_PROBE]
+        seen = {}
+        for name in ("fresh", "warm-1", "warm-2"):
+            temporary = tmp_path / f"tmp-{name}"
+            temporary.mkdir()
+            env = _environment(TMPDIR=str(temporary), TRAINPARITY_WARM_PRELOAD="torch._dynamo")
+            env.pop("TORCHINDUCTOR_CACHE_DIR", None)  # the suite's (tests/temp_guard.py): in TMPDIR
+            launch = spawn_child if name == "fresh" else starter.launch
+            code, _, stdout, stderr, _ = _run(launch, name, argv, tmp_path, tmp_path, env)
+            assert code == 0, stderr
+            seen[name] = json.loads(stdout.replace(str(temporary), "<TMPDIR>"))
+        assert seen["fresh"]["tempdir"] == seen["fresh"]["gettempdir"] == "<TMPDIR>"
+        assert seen["fresh"]["made"], "torch._dynamo made no directory in TMPDIR: nothing compared"
+        assert seen["warm-1"] == seen["warm-2"] == seen["fresh"]
+        assert starter.report["warm"] == ["warm-1", "warm-2"] and len(starter._servers) == 1
+        (server,) = starter._servers.values()
+        assert server.temporary.parent == tmp_path / "servers"
+        assert server.temporary.is_dir()  # the server's own: its imports made theirs there
+    finally:
+        starter.close()
     assert not server.temporary.exists()
+    assert not Path(f"/proc/{server.pid}").exists()  # stopped and reaped: not even a zombie
