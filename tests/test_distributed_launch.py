@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ from trainparity._internal.distributed.torchrun_argv import (
 )
 from trainparity._internal.processes.warm.pool import current_shared_servers
 from trainparity.distributed import torchrun_command
+
+from tests.fixtures.distributed.cases import FixedMasterPortCase
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = "tests.fixtures.distributed.cases"
@@ -47,15 +50,31 @@ def _tagged(marker: str) -> list[int]:
     return found
 
 
-def _check(case: str, tmp_path: Path, **options):
-    markers = tmp_path / "markers"
+@pytest.fixture(scope="module")
+def job_environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of every check of this module: one for all, so they share a warm server.
+
+    A variable that differs between checks (once a markers directory per test) starts a server
+    per check, each importing torch again. The jobs that train (recorded_job.py, ddp_runs_job.py)
+    build an SGD optimizer on every rank, which imports torch._dynamo: the server imports it
+    once for every agent and rank forked from it. Only the hanging rank writes a marker.
+    """
+    return {
+        "OMP_NUM_THREADS": "1",
+        "MULTIRANK_MARKERS": str(tmp_path_factory.mktemp("markers")),
+        "TRAINPARITY_WARM_PRELOAD": "torch._dynamo",
+    }
+
+
+def _check(case: str | type, tmp_path: Path, environment: dict[str, str], **options):
+    markers = Path(environment["MULTIRANK_MARKERS"])
     marker = f"MULTIRANK_MARKERS={markers}"
     roots = tmp_path / "roots"
     result = check_resume(
-        f"{CASES}:{case}",
+        case if isinstance(case, type) else f"{CASES}:{case}",
         cwd=REPO,
         temporary_root=roots,
-        environment={"OMP_NUM_THREADS": "1", "MULTIRANK_MARKERS": str(markers)},
+        environment=environment,
         **options,
     )
     deadline = time.monotonic() + 5
@@ -121,19 +140,34 @@ def test_the_deepspeed_launcher_always_binds_a_fixed_port(argv, port):
     assert not is_torchrun(argv)
 
 
-def test_plain_torchrun_phases_each_get_a_port_and_run_at_once(tmp_path):
+def test_plain_torchrun_phases_each_get_a_port_and_run_at_once(tmp_path, job_environment):
     """`torchrun --nproc-per-node 2 train.py` binds port 29500 by default: each phase gets its
     own through PET_MASTER_PORT, so concurrent phases neither collide nor are refused."""
-    result, alive, roots, _markers = _check("PlainTorchrunCase", tmp_path, parallel=True)
+    result, alive, roots, _markers = _check(
+        "PlainTorchrunCase", tmp_path, job_environment, parallel=True
+    )
     assert result.outcome is Outcome.PASS, result.message
     assert alive == []
     assert list(roots.iterdir()) == []
 
 
-def test_a_master_port_the_user_wrote_runs_each_phase_alone(tmp_path):
-    """Two phases on port 29533 at once would collide (one fails to bind, or joins the other's
-    job): a PASS shows they ran one after another."""
-    result, alive, _roots, _markers = _check("FixedMasterPortCase", tmp_path, parallel=True)
+def _unused_port() -> int:
+    """A port nothing listened on a moment ago (the kernel's choice of a free one)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_master_port_the_user_wrote_runs_each_phase_alone(tmp_path, job_environment):
+    """Two phases on one written port at once would collide (one fails to bind, or joins the
+    other's job): a PASS shows they ran one after another.
+
+    The port is written into the command, as a user writes it, but chosen free when the test
+    starts: the case's own constant 29533 failed to bind when another run of this suite on the
+    same machine held it (EADDRINUSE), a verdict that depended on what else ran.
+    """
+    case = type("FixedMasterPortCase", (FixedMasterPortCase,), {"master_port": _unused_port()})
+    result, alive, _roots, _markers = _check(case, tmp_path, job_environment, parallel=True)
     assert result.outcome is Outcome.PASS, result.message
     assert alive == []
 
@@ -151,8 +185,12 @@ def test_own_port_moves_only_default_ports():
     assert own_port([*RUN, "--standalone", "train.py"], {}) is None
 
 
-def test_crashing_rank_is_an_error_naming_phase_rank_and_its_last_stderr_line(tmp_path):
-    result, alive, roots, _markers = _check("CrashingRankCase", tmp_path, timeout=240)
+def test_crashing_rank_is_an_error_naming_phase_rank_and_its_last_stderr_line(
+    tmp_path, job_environment
+):
+    result, alive, roots, _markers = _check(
+        "CrashingRankCase", tmp_path, job_environment, timeout=240
+    )
     assert result.outcome is Outcome.ERROR, result.message
     assert result.message.startswith("baseline_a child exited with status 1: rank 1 exited")
     assert "its last stderr line: RuntimeError: rank one fails here on purpose" in result.message
@@ -165,12 +203,14 @@ def test_crashing_rank_is_an_error_naming_phase_rank_and_its_last_stderr_line(tm
     assert list(roots.iterdir()) == []
 
 
-def test_hanging_rank_is_killed_with_the_agent_and_every_other_rank(tmp_path):
+def test_hanging_rank_is_killed_with_the_agent_and_every_other_rank(tmp_path, job_environment):
     # Rank 1 ignores SIGTERM: torchrun's own shutdown cannot stop it, and it is
     # in another session than the agent, so killing the agent's group misses it. The agent and
     # ranks start warm (torch imported) and the job imports only torch.distributed: 30 s is
     # many times their set-up, and the marker proves rank 1 was asleep when the timeout hit.
-    result, alive, roots, markers = _check("HangingRankCase", tmp_path, timeout=30, parallel=False)
+    result, alive, roots, markers = _check(
+        "HangingRankCase", tmp_path, job_environment, timeout=30, parallel=False
+    )
     assert result.outcome is Outcome.ERROR
     assert result.message.splitlines()[0] == "baseline_a child exceeded timeout"
     assert len(list(markers.iterdir())) == 1  # rank 1 really was asleep when the timeout hit
@@ -178,13 +218,15 @@ def test_hanging_rank_is_killed_with_the_agent_and_every_other_rank(tmp_path):
     assert list(roots.iterdir()) == []
 
 
-def test_check_runs_of_two_ranks_against_one_compares_rank_zero_step_by_step(tmp_path):
+def test_check_runs_of_two_ranks_against_one_compares_rank_zero_step_by_step(
+    tmp_path, job_environment
+):
     result = check_runs(
         f"{CASES}:DataParallelRuns",
         comparison=ToleranceComparison(rtol=1e-5, atol=1e-6),
         cwd=REPO,
         temporary_root=tmp_path,
-        environment={"OMP_NUM_THREADS": "1"},
+        environment=job_environment,
         timeout=240,
     )
     assert result.outcome is Outcome.PASS, result.message
