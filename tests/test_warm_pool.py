@@ -35,12 +35,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _launch(starter: ChildStarter, name: str, tmp_path: Path, **variables: str) -> str:
-    """One `python -c` child through `starter`; its stdout."""
+def _launch(
+    starter: ChildStarter,
+    name: str,
+    tmp_path: Path,
+    code: str = "import os; print(os.getpid())",
+    **variables: str,
+) -> str:
+    """One `python -c code` child through `starter`; its stdout."""
     environment = {**os.environ, "PYTHONHASHSEED": "0", **variables}
     spec = ChildSpec(
         name=name,
-        argv=[sys.executable, "-c", "import os; print(os.getpid())"],
+        argv=[sys.executable, "-c", code],
         cwd=tmp_path,
         env=environment,
         stdout_path=tmp_path / f"{name}.out",
@@ -75,20 +81,6 @@ def test_the_next_warm_check_forks_from_the_server_the_last_one_gave_back(tmp_pa
         assert len(result.environment["child_start"]["warm"]) == 5
     assert _comparable(first) == _comparable(second)
     assert list(tmp_path.iterdir()) == []  # each check's run directory is gone
-
-
-def test_leaving_the_block_stops_the_servers_and_removes_their_directory(tmp_path):
-    with shared_warm_servers() as shared:
-        starter = ChildStarter("warm", log_dir=tmp_path / "own", timeout=120, shared=shared)
-        _launch(starter, "one", tmp_path)
-        (server,) = starter._servers.values()
-        directory = server.stderr_path.parent
-        starter.close()
-        assert shared.idle_pids == (server.pid,) and directory.is_dir()
-        assert not (tmp_path / "own").exists()  # the shared servers log in their own directory
-        pid = server.pid
-    assert not _alive(pid) and not directory.exists()
-    assert current_shared_servers() is not shared
 
 
 UNCLOSED = """\
@@ -152,48 +144,6 @@ def test_a_server_seeded_for_one_phase_is_never_kept(tmp_path):
         assert starter.report["warm"] == ["unseeded"]
 
 
-def test_an_idle_server_that_died_is_replaced_and_the_child_still_forked_warm(tmp_path):
-    with shared_warm_servers() as shared:
-        first = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
-        _launch(first, "one", tmp_path)
-        first.close()
-        (dead,) = shared.idle_pids
-        os.kill(dead, signal.SIGKILL)
-        while _alive(dead):
-            threading.Event().wait(0.01)
-        second = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
-        _launch(second, "two", tmp_path)
-        assert second.report == {"mode": "warm", "warm": ["two"], "fresh": {}}
-        (server,) = second._servers.values()
-        assert server.pid != dead
-        second.close()
-        assert shared.idle_pids == (server.pid,)
-
-
-def test_checks_of_two_tests_share_a_server_and_each_child_sees_its_own_test(tmp_path):
-    # pytest names the running test in PYTEST_CURRENT_TEST, which a check passes on to its
-    # children: a server keyed on it would serve one test only.
-    with shared_warm_servers() as shared:
-        pids = []
-        for test in ("tests/a.py::one (call)", "tests/b.py::two (call)"):
-            starter = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
-            spec = ChildSpec(
-                name="child",
-                argv=[sys.executable, "-c", "import os; print(os.environ['PYTEST_CURRENT_TEST'])"],
-                cwd=tmp_path,
-                env={**os.environ, "PYTHONHASHSEED": "0", "PYTEST_CURRENT_TEST": test},
-                stdout_path=tmp_path / "child.out",
-                stderr_path=tmp_path / "child.err",
-            )
-            with ChildGroup(launcher=starter.launch) as group:
-                group.start(spec, timeout=120)
-                assert group.wait_for("child").exit_code == 0
-            assert (tmp_path / "child.out").read_text() == f"{test}\n"
-            pids += [server.pid for server in starter._servers.values()]
-            starter.close()
-        assert len(pids) == 2 and pids[0] == pids[1] and shared.idle_pids == (pids[0],)
-
-
 def test_a_check_whose_shared_servers_closed_meanwhile_starts_and_stops_its_own(tmp_path):
     shared = shared_warm_servers().__enter__()
     starter = ChildStarter("warm", log_dir=tmp_path / "own", timeout=120, shared=shared)
@@ -209,40 +159,115 @@ def test_a_check_whose_shared_servers_closed_meanwhile_starts_and_stops_its_own(
         shared.__enter__()
 
 
-def test_a_server_given_back_by_a_thread_that_ended_still_serves_the_next_check(tmp_path):
-    # A server's parent-death signal fires when the thread that started it ends: a check run
-    # in a ThreadPoolExecutor's thread must not leave behind a server that dies with it.
+# Two scenarios, each one block of shared servers whose steps several tests below judge:
+# each server imports torch (1 to 4 s of CPU), and one block shows what three did.
+
+
+@pytest.fixture(scope="module")
+def borrowed(tmp_path_factory) -> dict:
+    """Two checks at once, then a third after their servers died idle, then the block left."""
+    tmp_path = tmp_path_factory.mktemp("borrowed")
+    own = tmp_path / "own"
+    seen: dict = {}
+    with shared_warm_servers() as shared:
+        one = ChildStarter("warm", log_dir=own, timeout=120, shared=shared)
+        other = ChildStarter("warm", log_dir=own, timeout=120, shared=shared)
+        _launch(one, "a", tmp_path)
+        _launch(other, "b", tmp_path)  # one still holds its server: other starts its own
+        seen["held"] = [[server.pid for server in s._servers.values()] for s in (one, other)]
+        (server,) = one._servers.values()
+        seen["directory"] = directory = server.stderr_path.parent
+        one.close()
+        other.close()
+        seen["idle"] = shared.idle_pids
+        seen["directory_while_open"] = directory.is_dir()
+        for dead in seen["idle"]:
+            os.kill(dead, signal.SIGKILL)
+            while _alive(dead):
+                threading.Event().wait(0.01)
+        third = ChildStarter("warm", log_dir=own, timeout=120, shared=shared)
+        _launch(third, "c", tmp_path)
+        seen["third_report"] = third.report
+        seen["third"] = [server.pid for server in third._servers.values()]
+        third.close()
+        seen["idle_after_third"] = shared.idle_pids
+        seen["own_log_dir"] = own.exists()
+    seen["alive_after_block"] = [_alive(pid) for pid in seen["third"]]
+    seen["directory_after_block"] = seen["directory"].exists()
+    seen["current_is_ours"] = current_shared_servers() is shared
+    return seen
+
+
+def test_a_borrowed_server_serves_one_check_at_a_time(borrowed):
+    one, other = borrowed["held"]
+    assert len(one) == len(other) == 1 and one != other
+    assert set(borrowed["idle"]) == {*one, *other}  # both given back
+
+
+def test_an_idle_server_that_died_is_replaced_and_the_child_still_forked_warm(borrowed):
+    # Both idle servers were killed: the next check skips them and starts a new one.
+    assert borrowed["third_report"] == {"mode": "warm", "warm": ["c"], "fresh": {}}
+    (server,) = borrowed["third"]
+    assert server not in borrowed["idle"]
+    assert borrowed["idle_after_third"] == (server,)
+
+
+def test_leaving_the_block_stops_the_servers_and_removes_their_directory(borrowed):
+    assert borrowed["directory_while_open"]
+    assert not borrowed["own_log_dir"]  # the shared servers log in their own directory
+    assert borrowed["alive_after_block"] == [False]
+    assert not borrowed["directory_after_block"]
+    assert not borrowed["current_is_ours"]
+
+
+TESTS = ("tests/a.py::one (call)", "tests/b.py::two (call)")
+
+
+@pytest.fixture(scope="module")
+def threaded(tmp_path_factory) -> dict:
+    """A check in a thread that ended gives back its server; a check of another test next."""
+    tmp_path = tmp_path_factory.mktemp("threaded")
+    code = "import os; print(os.environ['PYTEST_CURRENT_TEST'])"
+    seen: dict = {}
     with shared_warm_servers() as shared:
 
         def check_in_a_thread() -> int:
             starter = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
-            _launch(starter, "threaded", tmp_path)
+            seen["first_output"] = _launch(
+                starter, "threaded", tmp_path, code, PYTEST_CURRENT_TEST=TESTS[0]
+            )
             (server,) = starter._servers.values()
             starter.close()
             return server.pid
 
         with ThreadPoolExecutor(1) as pool:
-            pid = pool.submit(check_in_a_thread).result()
+            seen["first"] = pid = pool.submit(check_in_a_thread).result()
         # The thread has ended.
         time.sleep(0.5)  # a parent-death signal would have arrived by now
-        assert _alive(pid) and shared.idle_pids == (pid,)
+        seen["alive_after_thread"] = _alive(pid)
+        seen["idle_after_thread"] = shared.idle_pids
         starter = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
-        _launch(starter, "next", tmp_path)
-        assert [server.pid for server in starter._servers.values()] == [pid]
+        seen["next_output"] = _launch(starter, "next", tmp_path, code, PYTEST_CURRENT_TEST=TESTS[1])
+        seen["next"] = [server.pid for server in starter._servers.values()]
         starter.close()
+        seen["idle_after_next"] = shared.idle_pids
+    return seen
 
 
-def test_a_borrowed_server_serves_one_check_at_a_time(tmp_path):
-    with shared_warm_servers() as shared:
-        one = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
-        other = ChildStarter("warm", log_dir=tmp_path, timeout=120, shared=shared)
-        _launch(one, "a", tmp_path)
-        _launch(other, "b", tmp_path)  # one still holds its server: other starts its own
-        pids = {server.pid for starter in (one, other) for server in starter._servers.values()}
-        assert len(pids) == 2
-        one.close()
-        other.close()
-        assert set(shared.idle_pids) == pids
+def test_checks_of_two_tests_share_a_server_and_each_child_sees_its_own_test(threaded):
+    # pytest names the running test in PYTEST_CURRENT_TEST, which a check passes on to its
+    # children: a server keyed on it would serve one test only.
+    assert [threaded["first_output"], threaded["next_output"]] == [f"{test}\n" for test in TESTS]
+    assert threaded["next"] == [threaded["first"]]
+    assert threaded["idle_after_next"] == (threaded["first"],)
+
+
+def test_a_server_given_back_by_a_thread_that_ended_still_serves_the_next_check(threaded):
+    # A server's parent-death signal fires when the thread that started it ends: a check run
+    # in a ThreadPoolExecutor's thread must not leave behind a server that dies with it.
+    assert threaded["alive_after_thread"]
+    assert threaded["idle_after_thread"] == (threaded["first"],)
+    assert threaded["next"] == [threaded["first"]]  # forked the next check's child
 
 
 def test_fresh_checks_and_starters_without_shared_servers_keep_nothing(tmp_path):
