@@ -167,18 +167,19 @@ FAULTS = [
 FAULTS_BY_ID = {fault.id: fault.values for fault in FAULTS}
 
 # A child forked warm must behave as a fresh one. What a warm fork could carry over from its
-# server is process state, never the case's: the server imported torch and torch._dynamo
-# (which a fresh child's first optimizer.step imports itself), and the warnings, generators and
-# module globals a process keeps. Each child builds its model from `seed` in build(). So every
-# fault runs warm, and fresh too where the candidate touches such state beyond what its own
-# clean baselines do: an optimizer step inside the window (A-F3), a scheduler stepped before
-# the optimizer, with its warning (A-F4), the CPU GradScaler's state (A-F8), and TokenCase's
-# mean of means (A-F2: another case, and the loss accounting left out).
-# test_fresh_and_warm_starts_give_identical_reports finds each of these fresh reports equal to
-# the warm one, but for process evidence. The other faults (A-F1, A-F5, A-F6, A-F7) change only
-# the order and arithmetic of what the baselines already run: missing scaling, a zero_grad,
-# clipping and a window moved or left out. A fresh child imports torch and torch._dynamo
-# (about 2 s of CPU each, three per check): fresh checks of those proved nothing more.
+# server is process state, never the case's (each child builds its model from `seed`): the
+# modules the server imported (torch, and torch._dynamo, which a fresh child imports at its
+# first optimizer.step), warnings already shown, generators, module globals. So every fault
+# runs warm, and fresh too for each kind of such state a candidate reaches: an optimizer step
+# inside the window (A-F3), a scheduler stepped before its optimizer, which warns (A-F4), the
+# amp GradScaler's per-optimizer state (A-F8, the only case with one), and another case
+# (A-F2: TokenCase's embedding, and no loss accounting).
+# test_fresh_and_warm_starts_give_identical_reports finds each of these fresh reports equal
+# to the warm one, but for process evidence. The other faults (A-F1, A-F5, A-F6, A-F7) only
+# leave out or move arithmetic their baselines run (the loss scaling, a zero_grad, a clip, the
+# last microbatch): pure functions of tensors, the same in any process. A fresh child imports
+# torch and torch._dynamo (about 2 s of CPU, three children a check): fresh checks of those
+# proved nothing more.
 FRESH_FAULTS = (
     "A-F2-mean-of-means",
     "A-F3-optimizer-step-per-microbatch",
