@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import trainparity
 from trainparity import ExactComparison, NoiseComparison, Outcome
+from trainparity._internal.cli.main import main
 from trainparity.api import AccumulationExecutionPlan
 
 from tests.fixtures import noisy_training
@@ -289,16 +290,18 @@ def test_check_accumulation_still_fails_a_wrong_loss_normalisation(tmp_path):
 
 
 # --- the command line -------------------------------------------------------------------
+# The commands run in this process through the command line's main(), which is what
+# `python -m trainparity` runs and exits with (cli/main.py run_as_program; a real process's
+# exit codes and streams are tests/test_cli.py's): the same parser, checks and exit codes,
+# without importing trainparity (and torch) again in a new interpreter per command.
 
 
-def cli(*arguments: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trainparity", *arguments],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def cli(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
+    """Exit code, stdout and stderr of `trainparity ARGUMENTS`."""
+    capsys.readouterr()  # what the test printed before is not the command's
+    code = main(list(arguments))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 @pytest.mark.parametrize(
@@ -319,44 +322,81 @@ def cli(*arguments: str, cwd: Path = REPO_ROOT) -> subprocess.CompletedProcess:
         ),
     ],
 )
-def test_noise_usage_errors_exit_4_and_name_the_option(arguments, named):
-    completed = cli(*arguments)
-    assert completed.returncode == 4, completed.stderr
-    assert named in completed.stderr
+def test_noise_usage_errors_exit_4_and_name_the_option(capsys, monkeypatch, arguments, named):
+    monkeypatch.chdir(REPO_ROOT)  # where the case modules import from, as the commands ran
+    code, _, err = cli(capsys, *arguments)
+    assert code == 4, err
+    assert named in err
 
 
-def test_diff_judges_two_recordings_against_a_noise_pair(tmp_path):
+# Five recordings of the noisy script, each by a training process of its own. The processes
+# are forked from one that imported torch and torch._dynamo (which each run's AdamW imports)
+# and ran no torch op: each runs the module as `python -m` would, in its own environment, as
+# a warm check starts its phases. Those imports and the interpreter's teardown, not the 6
+# steps, were nearly all of a fresh run's CPU (20 s for the five, now 4 s).
+_RECORD_RUNS = """
+import atexit, json, os, runpy, sys
+import torch, torch._dynamo
+runs = json.loads(sys.argv[1])
+children = []
+for argv, variables in runs:
+    pid = os.fork()
+    if pid == 0:
+        os.environ.update(variables)
+        sys.argv = argv
+        try:
+            runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+        else:
+            code = 0
+        # As a warm child ends: exit handlers (the recorder's) run, streams flushed, and not
+        # the teardown of torch's modules, which copies the parent's pages (1 s of CPU each).
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    children.append(pid)
+sys.exit(max(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0 for pid in children))
+"""
+
+
+def test_diff_judges_two_recordings_against_a_noise_pair(tmp_path, capsys):
     # Each run's summation order is drawn from a fixed seed, so the verdicts do not depend on
     # the draw: this test checks how `diff --noise` judges and words them. How often a clean
     # pair leaves the envelope by chance is the envelope's own false-FAIL rate
     # (benchmarks/validate_noise.py), not something one draw can show.
     recordings = {}
-    processes = []
+    runs = []
     for seed, (name, scale) in enumerate(
         (("a", "1"), ("b", "1"), ("noise_a", "1"), ("noise_b", "1"), ("lr", "1.001")), start=1
     ):
         recordings[name] = tmp_path / f"rec_{name}"
-        processes.append(
-            subprocess.Popen(
-                [sys.executable, "-m", CASES, "--run-dir", str(tmp_path / name), "--end-step", "6", "--record"],
-                cwd=REPO_ROOT,
-                env={
-                    **__import__("os").environ,
-                    "TRAINPARITY_RECORD": str(recordings[name]),
-                    "NOISY_LR_SCALE": scale,
-                    "NOISY_ORDER_SEED": str(seed),
-                    "OMP_NUM_THREADS": "1",
-                },
-            )
-        )  # fmt: skip
-    assert [process.wait(timeout=300) for process in processes] == [0] * len(processes)
+        argv = [CASES, "--run-dir", str(tmp_path / name), "--end-step", "6", "--record"]
+        variables = {
+            "TRAINPARITY_RECORD": str(recordings[name]),
+            "NOISY_LR_SCALE": scale,
+            "NOISY_ORDER_SEED": str(seed),
+            "OMP_NUM_THREADS": "1",
+        }
+        runs.append((argv, variables))
+    completed = subprocess.run(
+        [sys.executable, "-c", _RECORD_RUNS, json.dumps(runs)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stderr
     # Naming the noise pair asks for the envelope: NoiseComparison()'s factor 8 applies.
     noise = ["--noise", str(recordings["noise_a"]), str(recordings["noise_b"])]
-    same = cli("diff", str(recordings["a"]), str(recordings["b"]), *noise)
-    assert same.returncode == 0, same.stdout + same.stderr
-    assert "stays inside the noise" in same.stdout and "sensitivity:" in same.stdout
-    other = cli("diff", str(recordings["a"]), str(recordings["lr"]), *noise, "--json")
-    assert other.returncode == 1, other.stdout + other.stderr
-    report = json.loads(other.stdout)
+    code, out, err = cli(capsys, "diff", str(recordings["a"]), str(recordings["b"]), *noise)
+    assert code == 0, out + err
+    assert "stays inside the noise" in out and "sensitivity:" in out
+    code, out, err = cli(
+        capsys, "diff", str(recordings["a"]), str(recordings["lr"]), *noise, "--json"
+    )
+    assert code == 1, out + err
+    report = json.loads(out)
     assert report["outcome"] == "FAIL"
     assert report["noise_envelope"]["first_exit_step"] == 0
