@@ -54,16 +54,11 @@ def _tagged(marker: str) -> list[int]:
 def job_environment(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment of every check of this module: one for all, so they share a warm server.
 
-    A variable that differs between checks (once a markers directory per test) starts a server
-    per check, each importing torch again. The jobs that train (recorded_job.py, ddp_runs_job.py)
-    build an SGD optimizer on every rank, which imports torch._dynamo: the server imports it
-    once for every agent and rank forked from it. Only the hanging rank writes a marker.
+    A variable that differs between checks (once a markers directory per test) started a
+    server per check, each importing torch and torch._dynamo (which a server that forks
+    torchrun's ranks preloads) again. Only the hanging rank writes a marker.
     """
-    return {
-        "OMP_NUM_THREADS": "1",
-        "MULTIRANK_MARKERS": str(tmp_path_factory.mktemp("markers")),
-        "TRAINPARITY_WARM_PRELOAD": "torch._dynamo",
-    }
+    return {"OMP_NUM_THREADS": "1", "MULTIRANK_MARKERS": str(tmp_path_factory.mktemp("markers"))}
 
 
 def _check(case: str | type, tmp_path: Path, environment: dict[str, str], **options):
