@@ -11,20 +11,28 @@ reruns the same command.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 import trainparity
 from trainparity import Outcome
 from trainparity._internal.cases.command_case import CommandCase
 from trainparity._internal.cli.common import EXIT_CODES
+from trainparity._internal.cli.main import main
 
 from tests.fixtures.runs_cases import RECORDED_TOY, RecordedToyRuns
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The second variant adds 1e-3 to the weight after step 2: the runs part at step 2.
 VARIANTS = {"plain": {}, "nudged": {"args": ["--nudge-at", "2"]}}
+
+
+@pytest.fixture(autouse=True)
+def _warm_servers_preload_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toy builds an SGD optimizer, which imports torch._dynamo (about 1.2 s of CPU): the
+    warm server imports it once instead of each child of the checks and explains, as
+    docs/api.md advises (and tests/conftest.py's PRELOAD_DYNAMO_MODULES does elsewhere)."""
+    monkeypatch.setenv("TRAINPARITY_WARM_PRELOAD", "torch._dynamo")
 
 
 def _command_case() -> CommandCase:
@@ -61,7 +69,7 @@ def _explains_the_nudge(explanation) -> None:
     assert "the variant's arguments" in explanation.message, explanation.message
 
 
-def test_a_command_case_check_is_explained_by_rerunning_its_command(tmp_path):
+def test_a_command_case_check_is_explained_by_rerunning_its_command(tmp_path, monkeypatch, capsys):
     result = _check(_command_case(), tmp_path / "check", report_path=tmp_path / "runs.json")
     report = json.loads((tmp_path / "runs.json").read_text(encoding="utf-8"))
     assert CommandCase(**report["command_case"]) == _command_case()
@@ -72,16 +80,15 @@ def test_a_command_case_check_is_explained_by_rerunning_its_command(tmp_path):
     _explains_the_nudge(
         trainparity.explain(result, cwd=REPO_ROOT, temporary_root=tmp_path / "explain")
     )
-    # The command line reruns it from the report alone.
-    completed = subprocess.run(
-        [sys.executable, "-m", "trainparity", "explain", str(tmp_path / "runs.json"), "--json"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    explained = json.loads(completed.stdout)
-    assert completed.returncode == EXIT_CODES[Outcome(explained["outcome"])] != 3, explained
+    # The command line reruns it from the report alone. Its entry point, in this process: its
+    # reruns borrow the warm server the check left idle, where `python -m trainparity` would
+    # start its own (tests/test_explain.py runs that entry point as a process).
+    monkeypatch.chdir(REPO_ROOT)  # as from a user's shell
+    capsys.readouterr()
+    code = main(["explain", str(tmp_path / "runs.json"), "--json"])
+    out, err = capsys.readouterr()
+    explained = json.loads(out)
+    assert code == EXIT_CODES[Outcome(explained["outcome"])] != 3, (explained, err)
     assert (explained["step"], explained["sides"]) == (2, ["plain_a", "nudged_a"])
     assert "the variant's arguments" in explained["message"], explained["message"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import pytest
 import torch
 import trainparity
 from trainparity import Outcome
@@ -37,6 +38,14 @@ def _fingerprint(threads: int, *, cuda: bool = False, hash_seed: str | None = No
 
 
 PINNED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@pytest.fixture(autouse=True)
+def _warm_servers_preload_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The script builds AdamW, whose first use imports torch._dynamo (about 1.2 s of CPU):
+    the warm server imports it once instead of each of the check's and explain's 8 children,
+    as docs/api.md advises (and tests/conftest.py's PRELOAD_DYNAMO_MODULES does elsewhere)."""
+    monkeypatch.setenv("TRAINPARITY_WARM_PRELOAD", "torch._dynamo")
 
 
 def test_a_thread_pin_the_script_overrides_in_code_is_overridden_not_taken():
@@ -92,7 +101,9 @@ def test_gpu_and_hash_seed_hints_only_where_the_fingerprints_point_there():
 
 def test_explain_does_not_rule_out_threads_the_script_sets_in_code(tmp_path):
     """The realistic script picks its thread count in code; the baselines take 1 and 2."""
-    environment = {"USER_THREADS": "per_run"}
+    # The check's children take the very pin explain's threads rerun sets (PINNED): its reruns
+    # fork from the check's own warm server, and the pin is still overridden in code.
+    environment = {"USER_THREADS": "per_run", **PINNED}
     result = trainparity.check_resume(
         f"{CASES}:UserTransformerCase",
         cwd=REPO_ROOT,
@@ -155,41 +166,29 @@ def test_the_realistic_resume_trace_names_the_dropout_not_the_collate_of_skipped
 ):
     """The user's script traced at the first step after a resume that did not restore torch's
     generator: the resumed process collates the batch it skips by iterating (more aten::stack
-    calls) and draws its epoch order; the first op named is the dropout whose mask differs."""
-    import os
-    import subprocess
-    import sys
+    calls) and draws its epoch order; the first op named is the dropout whose mask differs.
 
-    from trainparity._internal.why.forensics import diff_traces
-
-    def started(name: str, end: int, *extra: str, trace: bool = True):
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
-        if trace:
-            env.update(
-                TRAINPARITY_RECORD=str(tmp_path / f"{name}.rec"),
-                TRAINPARITY_TRACE_STEP=str(end),
-                TRAINPARITY_TRACE_OUTPUT=str(tmp_path / f"{name}.trace"),
-                TRAINPARITY_TRACE_CAPTURE="TorchDispatchMode",
-            )
-        command = [sys.executable, "-m", CASES, "--run-dir", str(tmp_path / name)]
-        command += ["--end-step", str(end), *extra, *(["--record"] if trace else [])]
-        return subprocess.Popen(command, cwd=REPO_ROOT, env=env, stderr=subprocess.PIPE)
-
-    def finished(process) -> None:
-        _, stderr = process.communicate(timeout=300)
-        assert process.returncode == 0, stderr.decode(errors="replace")[-2000:]
-
-    baseline = started("baseline", 4)
-    finished(started("split", 3, trace=False))
-    resume = ["--resume-dir", str(tmp_path / "split" / "checkpoints")]
-    resumed = started("resumed", 4, *resume, "--fault", "rng_not_restored")
-    finished(baseline)
-    finished(resumed)
-    diff = diff_traces(tmp_path / "baseline.trace", tmp_path / "resumed.trace")
-    first = diff.first_divergence
-    assert first["op"].startswith("aten::bernoulli"), diff.message
+    The traces are explain's own, of a check of that resume: the generator differs right after
+    loading (step 3), so explain reruns the uninterrupted run and the resume (after its split)
+    to step 4 and traces that step in both, as the user's command would. Its processes fork
+    from one warm server, where three fresh interpreters would each import torch."""
+    result = trainparity.check_resume(
+        f"{CASES}:UserTransformerRngCase",
+        cwd=REPO_ROOT,
+        temporary_root=tmp_path,
+        start="warm",
+        environment=PINNED,
+        explain=True,
+    )
+    assert result.outcome is Outcome.FAIL, result.message
+    explanation = result.explanation
+    assert result.first_divergent_step == 3, result.message
+    assert explanation["step"] == 4, explanation["message"]
+    assert tuple(explanation["sides"]) == ("baseline_a", "candidate_resume")
+    first, said = explanation["first_op"], explanation["trace_message"]
+    assert first["op"].startswith("aten::bernoulli"), said
     assert first["module"].startswith("encoder") and first["origin"] == "born"
-    assert "were passed over" in diff.message
+    assert "were passed over" in said
 
 
 def test_when_only_unpaired_calls_differ_the_op_is_named_as_what_it_is():
