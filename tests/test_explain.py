@@ -120,9 +120,11 @@ def test_an_older_hosts_dispatch_is_confirmed(tmp_path):
 
 # Two machines as environments: A's (MACHINE_A: one thread, this machine's dispatch) and two
 # Bs, each apart from A by one knob (B on an older host runs torch's default, non-vectorised
-# kernels).
+# kernels). The Bs are ThreadRuns' "two" and the older host's "old_host", whose warm servers
+# are idle here: B with 2 threads also sets a variable the script never reads, as another
+# machine's environment would, and no fingerprint keeps (so it is no knob).
 MACHINES_B = {
-    "OMP_NUM_THREADS": {**MACHINE_A, "OMP_NUM_THREADS": "2"},
+    "OMP_NUM_THREADS": {**MACHINE_A, "OMP_NUM_THREADS": "2", "UNREAD_SETTING": "on"},
     "ATEN_CPU_CAPABILITY": {**MACHINE_A, "ATEN_CPU_CAPABILITY": "default"},
 }
 
@@ -140,8 +142,8 @@ def machine_recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
     Each machine is a variant of one runs check of the script to step 2 (ShortThreadRuns,
     whose command is _recording_command's), which keeps each run's recording in
     `recordings/<variant>_a/` of its work directory (docs/runs.md): what record() writes in
-    a process, whoever started it. Its runs fork warm, A's and the older host's from the
-    servers the tests above left idle, where three fresh interpreters would import torch."""
+    a process, whoever started it. Its runs fork warm from the servers the tests above left
+    idle, where three fresh interpreters would each import torch."""
     root = tmp_path_factory.mktemp("machines")
     machines = {"a": MACHINE_A, **MACHINES_B}
     result = trainparity.check_runs(
