@@ -42,6 +42,22 @@ def _in_subprocesses(tmp_path, runs):
     return paths
 
 
+def _in_this_process(tmp_path, name, scenario, threads=1):
+    """forensics_step.py's step traced in this process (which already imported torch).
+
+    One side of a subprocess pair: a child costs an interpreter and torch's import, several
+    times the step itself. The trace records the same fingerprint either way (the variables
+    are this process's, which the children inherit), so only what the pair varies differs.
+    """
+    path = tmp_path / f"{name}.trace"
+    previous = torch.get_num_threads()
+    try:
+        traced_step(str(path), scenario, threads=threads)
+    finally:
+        torch.set_num_threads(previous)
+    return path
+
+
 @pytest.fixture(scope="module")
 def float32_trace(tmp_path_factory):
     threads = torch.get_num_threads()
@@ -54,13 +70,14 @@ def float32_trace(tmp_path_factory):
 # Born: a reduction rounds differently on 1 and 2 threads ------------------------------
 
 
-def test_thread_count_divergence_is_born_in_the_reduction_with_the_thread_lead(tmp_path):
-    one, two = _in_subprocesses(
-        tmp_path,
-        [
-            ("threads1", ["reduction", "--threads", "1"], {"OMP_NUM_THREADS": "1"}),
-            ("threads2", ["reduction", "--threads", "2"], {"OMP_NUM_THREADS": "2"}),
-        ],
+def test_thread_count_divergence_is_born_in_the_reduction_with_the_thread_lead(
+    tmp_path, monkeypatch
+):
+    # One thread here, two in a child: the child inherits this environment but for the variable.
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    one = _in_this_process(tmp_path, "threads1", "reduction", threads=1)
+    (two,) = _in_subprocesses(
+        tmp_path, [("threads2", ["reduction", "--threads", "2"], {"OMP_NUM_THREADS": "2"})]
     )
     diff = diff_traces(one, two)
 
@@ -107,12 +124,11 @@ def _numpy_dispatches_avx512() -> bool:
     reason="NumPy runs no AVX-512 kernels on this CPU: float32 arctan rounds alike either way",
 )
 def test_numpy_simd_divergence_is_inherited_from_the_batch_with_the_numpy_lead(tmp_path):
-    default, restricted = _in_subprocesses(
+    # NumPy's default dispatch here; a child restricts it (read when NumPy is imported).
+    default = _in_this_process(tmp_path, "default", "numpy")
+    (restricted,) = _in_subprocesses(
         tmp_path,
-        [
-            ("default", ["numpy"], {}),
-            ("no-avx512", ["numpy"], {"NPY_DISABLE_CPU_FEATURES": NUMPY_AVX512_TARGETS}),
-        ],
+        [("no-avx512", ["numpy"], {"NPY_DISABLE_CPU_FEATURES": NUMPY_AVX512_TARGETS})],
     )
     diff = diff_traces(default, restricted)
 
@@ -420,11 +436,15 @@ def test_record_calls_mark_the_traced_step(tmp_path, monkeypatch, capsys):
     assert names.count("aten::full") == 1 and names[-4:] == ["aten::detach"] * 4
     last_update = max(index for index, name in enumerate(names) if name == "aten::add_.Tensor")
     assert names.index("aten::full") > last_update  # the probe after optimizer.step() is in
-    # The same variable set by hand, without the CLI: step 3 is the same program.
+    # The same variable set by hand, without the CLI: step 3 is the same program. With the
+    # variables torchrun gives the only rank of a one-rank job, which names no rank in the
+    # trace's file (test_each_rank_of_a_multi_rank_job_writes_its_own_trace: two ranks do).
     by_hand = _run_traced(
-        script, 3, tmp_path / "step3.trace", TRAINPARITY_RECORD=str(tmp_path / "recording3")
-    )
+        script, 3, tmp_path / "step3.trace", TRAINPARITY_RECORD=str(tmp_path / "recording3"),
+        RANK="0", WORLD_SIZE="1",
+    )  # fmt: skip
     assert by_hand.returncode == 0, by_hand.stderr
+    assert sorted(path.name for path in tmp_path.glob("step3*")) == ["step3.trace"]
     assert [op.name for op in read_trace(tmp_path / "step3.trace").ops] == names
 
 
@@ -439,8 +459,8 @@ def test_each_rank_of_a_multi_rank_job_writes_its_own_trace(tmp_path):
         "run.rank1.trace",
     ]
     assert read_trace(tmp_path / "run.rank1.trace").step == 2
-    alone = _run_traced(script, 2, tmp_path / "alone.trace", RANK="0", WORLD_SIZE="1")
-    assert alone.returncode == 0 and (tmp_path / "alone.trace").exists()
+    # A one-rank job (RANK=0, WORLD_SIZE=1) writes the very file it was given: the by-hand run
+    # of test_record_calls_mark_the_traced_step is one, sparing another interpreter here.
 
 
 def test_a_step_that_record_never_reaches_or_skips_is_a_clear_error(tmp_path, capfd):

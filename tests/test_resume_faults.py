@@ -199,6 +199,17 @@ FAULT_STARTS = [
 NOT_COMPARED = ("timing_seconds", "processes", "baselines_reused")
 
 
+def environment_of(expectation: FaultExpectation) -> dict[str, str] | None:
+    """The environment a fault's check gives its children.
+
+    On a CPU run (ON_CPU) the children train on the CPU without TRAINPARITY_DEVICE=cpu: the
+    variable would change nothing they compute, only the baselines' cache key and the warm
+    server (a distinct environment starts its own, which imports torch again). Without it,
+    every fault shares the fresh checks' baselines and this worker's warm server.
+    """
+    return None if ON_CPU else expectation.environment
+
+
 @pytest.fixture(scope="module")
 def fault_check(tmp_path_factory: pytest.TempPathFactory):
     """check_resume of one fault in one start mode, run once for the whole module."""
@@ -210,7 +221,7 @@ def fault_check(tmp_path_factory: pytest.TempPathFactory):
             results[class_name, start] = check(
                 class_name,
                 tmp_path_factory.mktemp(f"{class_name}-{start}"),
-                environment=FAULTS[class_name].environment,
+                environment=environment_of(FAULTS[class_name]),
                 start=start,
                 reuse_baselines=baselines if start == "fresh" else False,
             )
