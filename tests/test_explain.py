@@ -24,10 +24,10 @@ CASES = "tests.fixtures.noisy_training"
 THREAD_RUNS = "tests.fixtures.short_noisy_runs:ShortThreadRuns"
 THREADS = {"NOISY_ORDER": "threads"}
 # Each distinct environment starts a warm server that imports torch and torch._dynamo (about
-# 3 s of CPU), and the shared pool keeps only 4 idle: the tests below reuse a few
-# environments, in an order that finds their servers still idle. MACHINE_A (one thread of
-# NOISY_ORDER=threads) is ThreadRuns' "one", the older host's "native", the recorded
-# machine A and the pair's "here".
+# 3 s of CPU), and the worker's pool keeps only a few idle (tests/conftest.py): the tests
+# below reuse a few environments, in an order that finds their servers still idle.
+# MACHINE_A (one thread of NOISY_ORDER=threads) is ThreadRuns' "one", the older host's
+# "native", the recorded machine A and the pair's "here".
 MACHINE_A = {**THREADS, "OMP_NUM_THREADS": "1"}
 # The resume checks' children, one thread each (CONTRIBUTING.md); explain's threads pin sets
 # the very same values, so its reruns fork from the check's own server, and the fault and
