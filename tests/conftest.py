@@ -42,8 +42,11 @@ FRESH_MODULES = frozenset(
 # progress events) is about the executor, not how a child starts: warm only, like the suite.
 BOTH_MODES_MARKER = "both_start_modes"
 # Modules whose training scripts build optimizers (or trainers that do): their warm servers
-# also import torch._dynamo (TRAINPARITY_WARM_PRELOAD), which each phase would import itself.
-# Elsewhere a server without it is ready sooner.
+# also import torch._dynamo (TRAINPARITY_WARM_PRELOAD), which each phase would import itself
+# (about 0.8 s of CPU per phase, against 2.5 s once per server). Elsewhere a server without
+# it is ready sooner. To find a module that belongs here: count its warm children that
+# imported torch._dynamo themselves ("torch._dynamo" in sys.modules at exit, not in the
+# server's); the last eight entries came from that count (2026-12-07: 4 to 25 such phases each).
 PRELOAD_DYNAMO_MODULES = frozenset(
     {
         "test_resume_faults",
@@ -63,6 +66,14 @@ PRELOAD_DYNAMO_MODULES = frozenset(
         "test_crash_check",
         "test_crash_faults",
         "test_crash_trainers",
+        "test_command_case_self_resume",
+        "test_fsdp2_two_d_guide",
+        "test_fsdp2_layout_change",
+        "test_scheduler_capture",
+        "test_likely_cause",
+        "test_check_runs",
+        "test_reuse_baselines",
+        "test_verdict_corpus",
     }
 )
 _PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"

@@ -31,18 +31,6 @@ BASELINES = ("baseline_a", "baseline_b")
 NOT_COMPARED = ("timing_seconds", "processes", "baselines_reused")
 
 
-@pytest.fixture(autouse=True)
-def _preload_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The script builds an optimizer: its warm server preloads torch._dynamo.
-
-    torch imports torch._dynamo on a process's first optimizer step; without the preload
-    every forked phase imports it itself (about 0.7 s of CPU each, six times what the tiny
-    training costs; docs/limitations.md, "Warm starts"). Only how fast a phase starts
-    changes: what each check runs, stores, reuses and reports is the same.
-    """
-    monkeypatch.setenv("TRAINPARITY_WARM_PRELOAD", "torch._dynamo")
-
-
 def _project(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     shutil.copy(SCRIPT, directory / "train.py")
