@@ -46,7 +46,7 @@ BOTH_MODES_MARKER = "both_start_modes"
 # (about 0.8 s of CPU per phase, against 2.5 s once per server). Elsewhere a server without
 # it is ready sooner. To find a module that belongs here: count its warm children that
 # imported torch._dynamo themselves ("torch._dynamo" in sys.modules at exit, not in the
-# server's); the last eight entries came from that count (2026-12-07: 4 to 25 such phases each).
+# server's); the last ten entries came from that count (2026-12-07: 4 to 25 such phases each).
 PRELOAD_DYNAMO_MODULES = frozenset(
     {
         "test_resume_faults",
@@ -74,6 +74,8 @@ PRELOAD_DYNAMO_MODULES = frozenset(
         "test_check_runs",
         "test_reuse_baselines",
         "test_verdict_corpus",
+        "test_explain_claims",
+        "test_explain_case_arguments",
     }
 )
 _PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"

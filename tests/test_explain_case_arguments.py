@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import trainparity
 from trainparity import Outcome
 from trainparity._internal.cases.command_case import CommandCase
@@ -25,14 +24,6 @@ from tests.fixtures.runs_cases import RECORDED_TOY, RecordedToyRuns
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The second variant adds 1e-3 to the weight after step 2: the runs part at step 2.
 VARIANTS = {"plain": {}, "nudged": {"args": ["--nudge-at", "2"]}}
-
-
-@pytest.fixture(autouse=True)
-def _warm_servers_preload_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The toy builds an SGD optimizer, which imports torch._dynamo (about 1.2 s of CPU): the
-    warm server imports it once instead of each child of the checks and explains, as
-    docs/api.md advises (and tests/conftest.py's PRELOAD_DYNAMO_MODULES does elsewhere)."""
-    monkeypatch.setenv("TRAINPARITY_WARM_PRELOAD", "torch._dynamo")
 
 
 def _command_case() -> CommandCase:

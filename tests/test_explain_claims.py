@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import pytest
 import torch
 import trainparity
 from trainparity import Outcome
@@ -38,14 +37,6 @@ def _fingerprint(threads: int, *, cuda: bool = False, hash_seed: str | None = No
 
 
 PINNED = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-@pytest.fixture(autouse=True)
-def _warm_servers_preload_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The script builds AdamW, whose first use imports torch._dynamo (about 1.2 s of CPU):
-    the warm server imports it once instead of each of the check's and explain's 8 children,
-    as docs/api.md advises (and tests/conftest.py's PRELOAD_DYNAMO_MODULES does elsewhere)."""
-    monkeypatch.setenv("TRAINPARITY_WARM_PRELOAD", "torch._dynamo")
 
 
 def test_a_thread_pin_the_script_overrides_in_code_is_overridden_not_taken():
