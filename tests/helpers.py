@@ -80,3 +80,14 @@ def run_torchrun_job(job: Path, arguments: list[str], *, ranks: int, out: Path, 
         timeout=300,
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
+
+
+def compared_part(result, not_compared: tuple[str, ...]) -> dict:
+    """The report of `result` without the keys `not_compared` and the environment's
+    `child_start`: what differs from run to run or between start modes."""
+    report = result.to_dict()
+    kept = {key: value for key, value in report.items() if key not in not_compared}
+    kept["environment"] = {
+        key: value for key, value in report["environment"].items() if key != "child_start"
+    }
+    return kept
