@@ -6,7 +6,7 @@ is what the budget's summary prints before the parenthesis: a test's node id
 ("tests/test_x.py::test_y", which covers all its parametrizations, or one of them with its
 "[...]"), or a fixture as "file::fixture name". The reason says why it cannot shrink now,
 with the CPU seconds measured; an entry goes once the summary says it stays within the
-budget. What justifies an entry: CONTRIBUTING.md, "Keeping a test inside the budget".
+budget by a third (under load a test uses up to 1.3 times its quiet CPU). What justifies an entry: CONTRIBUTING.md, "Keeping a test inside the budget".
 """
 
 from __future__ import annotations
