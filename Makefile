@@ -32,9 +32,12 @@ package: $(VPY)
 # process of the suite compiled torch._dynamo, sympy and co. from source again (4.7 s of
 # CPU for `import torch._dynamo`, 1.3 s compiled; docs/validation.md). Files that do not
 # compile stay as they are (quiet=2): importing one would fail either way.
+# Last, DeepSpeed's shm comm op is built into the venv (about 45 s of CPU, once): every
+# DeepSpeed rank on CPU loads it, and the suite finds it there (tests/deepspeed_ops.py).
 venv: $(VPY)
 	$(VPY) -m pip install -q -c .ci/integrations-constraints.txt ".[test,integrations]" ruff setuptools
 	$(VPY) -c 'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0)'
+	$(VPY) -m tests.deepspeed_ops
 
 # Warm (docs/limitations.md, "Warm starts"): every child of a check is forked from one
 # server that imported torch once. PYTHONHASHSEED lets the phases share that server; the

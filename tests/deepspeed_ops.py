@@ -1,15 +1,20 @@
-"""DeepSpeed's shm comm op, JIT-built once for the whole test session.
+"""DeepSpeed's shm comm op, JIT-built once: at set-up (`make venv`), else once per test session.
 
 Under DS_ACCELERATOR=cpu a rank's first `init_distributed` builds the op with
-g++ (about 48 s on 2 cores). Every DeepSpeed test module builds it through
-`build_shm_op` into one directory: $TORCH_EXTENSIONS_DIR when set (CI can
-keep it between runs), else one directory of the session (under
-pytest-xdist the workers' common parent). torch's JIT build holds a lock file
-there, so workers that build at once take turns and the second finds it built.
+g++ (about 45 s of CPU). It is a build product of the installed DeepSpeed,
+like the package's own C extension, so `make venv` builds it into the venv
+(`python -m tests.deepspeed_ops`, into VENV_EXTENSIONS) and the suite finds
+it there. Every DeepSpeed test module goes through `build_shm_op` into one
+directory: $TORCH_EXTENSIONS_DIR when set, else the venv's when set-up built
+the op there, else one directory of the session (under pytest-xdist the
+workers' common parent). torch's JIT build holds a lock file there, so
+workers that build at once take turns and the second finds it built; a
+DeepSpeed or torch that changed since set-up is rebuilt in the same place.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -21,10 +26,17 @@ BUILD_SHM_OP = (
 )
 
 
+# Where `make venv` builds the op: inside the venv, removed with it.
+VENV_EXTENSIONS = Path(sys.prefix) / "torch_extensions"
+_BUILT_AT_SET_UP = VENV_EXTENSIONS / "built"  # written once the set-up build succeeded
+
+
 def extensions_directory(tmp_path_factory) -> Path:
-    """Where the op is built: $TORCH_EXTENSIONS_DIR, else the session's own directory."""
+    """Where the op is built: $TORCH_EXTENSIONS_DIR, the venv's (built at set-up), else the session's."""
     if os.environ.get("TORCH_EXTENSIONS_DIR"):
         return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    if _BUILT_AT_SET_UP.is_file():
+        return VENV_EXTENSIONS
     base = tmp_path_factory.getbasetemp()
     session = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
     return session / "deepspeed_torch_extensions"
@@ -42,15 +54,21 @@ def deepspeed_environment(tmp_path_factory, root: Path) -> dict[str, str]:
     """
     (root / "tmp").mkdir()
     environment = {
-        **os.environ,
-        "DS_ACCELERATOR": "cpu",
+        **_build_environment(extensions_directory(tmp_path_factory)),
         "OMP_NUM_THREADS": "1",
-        "TORCH_EXTENSIONS_DIR": str(extensions_directory(tmp_path_factory)),
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "TMPDIR": str(root / "tmp"),
     }
     build_shm_op(environment)
     return environment
+
+
+def _build_environment(extensions: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DS_ACCELERATOR": "cpu",
+        "TORCH_EXTENSIONS_DIR": str(extensions),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
 
 
 def build_shm_op(environment: Mapping[str, str]) -> None:
@@ -58,3 +76,32 @@ def build_shm_op(environment: Mapping[str, str]) -> None:
     subprocess.run(
         [sys.executable, "-c", BUILD_SHM_OP], env=dict(environment), check=True, capture_output=True
     )
+
+
+def build_at_set_up() -> int:
+    """`make venv`: build the op into the venv, where the suite looks first; 0 without DeepSpeed.
+
+    A failed build is reported and not fatal: the DeepSpeed tests then build it
+    themselves and fail with the compiler's error where it matters.
+    """
+    if importlib.util.find_spec("deepspeed") is None:
+        print("DeepSpeed is not installed: no shm op to build")
+        return 0
+    VENV_EXTENSIONS.mkdir(exist_ok=True)
+    _BUILT_AT_SET_UP.unlink(missing_ok=True)
+    try:
+        build_shm_op(_build_environment(VENV_EXTENSIONS))
+    except subprocess.CalledProcessError as error:
+        print(
+            "warning: DeepSpeed's shm op did not build (the DeepSpeed tests will try again):\n"
+            + error.stderr.decode(errors="replace")[-2000:],
+            file=sys.stderr,
+        )
+        return 0
+    _BUILT_AT_SET_UP.write_text("DeepSpeed's shm op, built by `make venv`\n")
+    print(f"DeepSpeed's shm op is built in {VENV_EXTENSIONS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(build_at_set_up())
