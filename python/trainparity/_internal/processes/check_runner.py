@@ -20,7 +20,7 @@ from trainparity._internal.environment import (
 )
 from trainparity._internal.processes.executor import PhaseExecutor
 from trainparity._internal.processes.progress import ProgressCallback, ProgressReporter
-from trainparity._internal.processes.run_directory import run_directory, with_own_temporary_root
+from trainparity._internal.processes.run_directory import run_directory
 from trainparity._internal.processes.termination import terminating_signals_unwind
 from trainparity._internal.processes.threads import ChildThreads, child_threads
 from trainparity._internal.processes.warm.pool import current_shared_servers
@@ -201,7 +201,7 @@ class CheckRunner:
                 settings = RunSettings(
                     command_dir=command_dir,
                     run_root=root,
-                    environment=with_own_temporary_root(threads.environment(environment), root),
+                    environment=threads.environment(environment),
                     timeout=self.timeout,
                     preserved=not managed,
                     parallel=parallel,

@@ -33,7 +33,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,7 +47,6 @@ __all__ = [
     "ProcessIdentity",
     "remove_stale_run_directories",
     "run_directory",
-    "with_own_temporary_root",
 ]
 
 PROCESS_RESUME_PREFIX = "trainparity-process-"
@@ -201,17 +200,3 @@ def run_directory(
         yield root, True
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-def with_own_temporary_root(environment: Mapping[str, str], root: Path) -> dict[str, str]:
-    """`environment` with TMPDIR set to the run directory's `tmp` (created): every child's.
-
-    A child that is stopped (a timeout, an interrupted check, an observer still
-    starting when its check ends) may leave what it had begun in its temporary
-    directory: CPython's tempfile probes a directory by creating a file and
-    removing it, and `import torch` runs that probe. In the run directory, that
-    goes away with the check, not into the user's temporary root.
-    """
-    temporary = root / "tmp"
-    temporary.mkdir(exist_ok=True)
-    return {**environment, "TMPDIR": str(temporary)}

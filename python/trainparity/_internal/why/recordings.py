@@ -24,7 +24,7 @@ from typing import Any
 
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.group import ChildGroup, ChildSpec
-from trainparity._internal.processes.run_directory import run_directory, with_own_temporary_root
+from trainparity._internal.processes.run_directory import run_directory
 from trainparity._internal.processes.termination import terminating_signals_unwind
 from trainparity._internal.recording.reader import read_recording
 from trainparity._internal.recording.variables import RECORD_VARIABLE
@@ -162,7 +162,6 @@ class _CommandReruns:
     ) -> None:
         self.group, self.argv, self.cwd, self.root, self.timeout = group, argv, cwd, root, timeout
         self.count = 0
-        self.environment = with_own_temporary_root(os.environ, root)
 
     def rerun(self, label: str, values: Mapping[str, str]) -> Path:
         self.count += 1
@@ -170,7 +169,7 @@ class _CommandReruns:
         directory = self.root / name
         directory.mkdir(parents=True)
         recording = directory / "recording"
-        env = {**self.environment, **values, RECORD_VARIABLE: str(recording)}
+        env = {**os.environ, **values, RECORD_VARIABLE: str(recording)}
         spec = ChildSpec(
             name=name,
             argv=self.argv,
