@@ -329,11 +329,15 @@ def test_a_new_check_removes_the_directory_of_a_sigkilled_one(tmp_path):
     scratch.mkdir()
     argv = [sys.executable, "-m", "tests.fixtures.signal_driver", "resume", str(scratch), "default"]
     driver, seen = _start_and_watch(argv, MARKER, 3, scratch)
-    (left_behind,) = scratch.iterdir()
-    assert (left_behind / OWNER_FILE).is_file()
-    _stop(driver, signal.SIGKILL, seen)
+    try:
+        # The run directory and the children's TMPDIR (scratch is the driver's TMPDIR too).
+        left_behind = sorted(scratch.iterdir())
+        assert [path.name.split("-")[1] for path in left_behind] == ["process", "tmp"]
+        assert all((path / OWNER_FILE).is_file() for path in left_behind)
+    finally:
+        _stop(driver, signal.SIGKILL, seen)
     _assert_nothing_survives(seen)  # the children die with their parent (PR_SET_PDEATHSIG)
-    assert left_behind.is_dir()
+    assert all(path.is_dir() for path in left_behind)
     live = _marked_directory(scratch, "trainparity-process-live", ProcessIdentity.of_this_process())
 
     result = check_resume(QUICK_ERROR_CASE, cwd=REPOSITORY, temporary_root=scratch)

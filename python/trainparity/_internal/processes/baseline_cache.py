@@ -56,6 +56,8 @@ __all__ = [
 # Bumped whenever what goes into a key or an entry changes: older entries are then misses.
 KEY_VERSION = 1
 RUN_DIR_PLACEHOLDER = "{run_root}"
+# The children's TMPDIR (check_runner.py), a new directory per check: keyed as this.
+TEMPORARY_DIR_PLACEHOLDER = "{tmp}"
 # Variables a check gives each launch anew, which cannot change what a phase computes:
 # the sweep tag (a fresh uuid per launch, only how the check finds the phase's processes
 # to kill), and the free port a rank launcher is moved to beside other
@@ -63,8 +65,8 @@ RUN_DIR_PLACEHOLDER = "{run_root}"
 # and pytest's name of the running test, which the checks of a suite pass on to their
 # children and only torch.testing's internals read: two tests of one suite that run the
 # same phase share its baselines. Every other variable the child gets is keyed, the run
-# directory's paths (recordings, IDs, TMPDIR, rank exits) with the run root replaced by
-# RUN_DIR_PLACEHOLDER.
+# directory's paths (recordings, IDs, rank exits) with the run root replaced by
+# RUN_DIR_PLACEHOLDER, and the check's TMPDIR by TEMPORARY_DIR_PLACEHOLDER.
 PER_LAUNCH_VARIABLES = (PHASE_TAG_VARIABLE, "PYTEST_CURRENT_TEST")
 _MANIFEST = "manifest.json"
 _FILES = "files"
@@ -86,6 +88,7 @@ def baseline_cache_of(
     return BaselineCache(
         directory,
         run_root=settings.run_root,
+        temporary_dir=settings.temporary_dir,
         command_dir=settings.command_dir,
         case_spec=case_spec,
         start_mode=settings.starter.mode,
@@ -139,11 +142,13 @@ class BaselineCache:
         command_dir: Path,
         case_spec: str,
         start_mode: str,
+        temporary_dir: Path | None = None,
         phases: Mapping[str, Mapping[str, Any]],
         untrusted: str | None = None,
     ) -> None:
         self.directory = directory
         self.run_root = run_root
+        self.temporary_dir = temporary_dir
         self.command_dir = command_dir
         self.phases = dict(phases)
         self.untrusted = untrusted or _case_untrusted(case_spec)
@@ -305,6 +310,8 @@ class BaselineCache:
         return self._check_key
 
     def _placeheld(self, text: str) -> str:
+        if self.temporary_dir is not None:
+            text = text.replace(str(self.temporary_dir), TEMPORARY_DIR_PLACEHOLDER)
         return text.replace(str(self.run_root), RUN_DIR_PLACEHOLDER)
 
     def _paths_named(self, argv: Sequence[str], cwd: Path) -> Iterator[Path]:

@@ -20,7 +20,10 @@ from trainparity._internal.environment import (
 )
 from trainparity._internal.processes.executor import PhaseExecutor
 from trainparity._internal.processes.progress import ProgressCallback, ProgressReporter
-from trainparity._internal.processes.run_directory import run_directory
+from trainparity._internal.processes.run_directory import (
+    children_temporary_directory,
+    run_directory,
+)
 from trainparity._internal.processes.termination import terminating_signals_unwind
 from trainparity._internal.processes.threads import ChildThreads, child_threads
 from trainparity._internal.processes.warm.pool import current_shared_servers
@@ -51,6 +54,7 @@ class RunSettings:
 
     command_dir: Path
     run_root: Path
+    temporary_dir: Path  # the children's TMPDIR (a scheduler's torchrun jobs': under run_root)
     environment: Mapping[str, str]
     timeout: float
     preserved: bool
@@ -186,9 +190,17 @@ class CheckRunner:
             (self.parallel is not False) if self.executor else wants_parallel(self.parallel, device)
         )
         threads = child_threads(environment, concurrent_children if parallel else 1)
+        # Children started here get a TMPDIR of the check's (children_temporary_directory);
+        # a scheduler's jobs keep theirs, where the run directory's tmp serves torchrun phases.
+        temporary = (
+            children_temporary_directory(environment)
+            if self.executor is None
+            else contextlib.nullcontext(None)
+        )
         with (
             terminating_signals_unwind(),
             run_directory(work_dir, self.temporary_root, prefix) as (root, managed),
+            temporary as children_temporary,
         ):
             starter = ChildStarter(
                 self.start,
@@ -198,10 +210,14 @@ class CheckRunner:
                 progress=self.progress,
             )
             with contextlib.closing(starter):
+                children_environment = threads.environment(environment)
+                if children_temporary is not None:
+                    children_environment["TMPDIR"] = str(children_temporary)
                 settings = RunSettings(
                     command_dir=command_dir,
                     run_root=root,
-                    environment=threads.environment(environment),
+                    temporary_dir=children_temporary or root / "tmp",
+                    environment=children_environment,
                     timeout=self.timeout,
                     preserved=not managed,
                     parallel=parallel,

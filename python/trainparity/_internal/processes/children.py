@@ -278,7 +278,7 @@ class PhaseChildren:
             own=phase.extra_env,
         )
         # One TMPDIR for every phase of the check (each torchrun agent makes its own directory
-        # in it), removed with the run directory.
+        # in it), removed with the check.
         try:
             # A kept work_dir's last check's records: record_ids appends to a phase's files
             # (the old IDs would be consumed again: a false sample_repeated), and record()
@@ -289,7 +289,7 @@ class PhaseChildren:
                 with contextlib.suppress(FileNotFoundError):
                     shutil.rmtree(directory)
             environment, phase.tag = multirank.phase_environment(
-                argv, variables, phase.run_dir, temporary_dir=self.settings.run_root / "tmp"
+                argv, variables, phase.run_dir, temporary_dir=self.settings.temporary_dir
             )
         except OSError as error:
             phase.error = PhaseError(

@@ -2,7 +2,8 @@
 
 A check that runs children keeps their logs, checkpoints and snapshots under
 one run directory: the user's `work_dir` (kept), or a new temporary directory
-named `trainparity-process-*` / `trainparity-accum-*` in the temporary root,
+named `trainparity-process-*` / `trainparity-accum-*` in the temporary root
+(and its children's TMPDIR, `trainparity-tmp-*`: children_temporary_directory),
 removed when the check ends however it ends, SIGTERM and SIGHUP included
 (see termination.py). Only a SIGKILL, a crash of the interpreter or a power
 loss can leave one behind, so each temporary run directory holds an owner
@@ -33,18 +34,20 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 __all__ = [
     "ACCUMULATION_PREFIX",
+    "CHILDREN_TEMPORARY_PREFIX",
     "OWNER_FILE",
     "PROCESS_RESUME_PREFIX",
     "RUNS_PREFIX",
     "RUN_DIRECTORY_PREFIXES",
     "ProcessIdentity",
+    "children_temporary_directory",
     "remove_stale_run_directories",
     "run_directory",
 ]
@@ -52,7 +55,13 @@ __all__ = [
 PROCESS_RESUME_PREFIX = "trainparity-process-"
 ACCUMULATION_PREFIX = "trainparity-accum-"
 RUNS_PREFIX = "trainparity-runs-"
-RUN_DIRECTORY_PREFIXES = (PROCESS_RESUME_PREFIX, ACCUMULATION_PREFIX, RUNS_PREFIX)
+CHILDREN_TEMPORARY_PREFIX = "trainparity-tmp-"
+RUN_DIRECTORY_PREFIXES = (
+    PROCESS_RESUME_PREFIX,
+    ACCUMULATION_PREFIX,
+    RUNS_PREFIX,
+    CHILDREN_TEMPORARY_PREFIX,
+)
 OWNER_FILE = ".trainparity-owner"
 OWNER_FORMAT = "trainparity-run-owner/1"
 
@@ -200,3 +209,25 @@ def run_directory(
         yield root, True
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def children_temporary_directory(environment: Mapping[str, str]) -> Iterator[Path]:
+    """A check's children's TMPDIR: a marked directory in theirs, removed when the check ends.
+
+    It is made where the children would have put their temporary files anyway
+    (their TMPDIR when that is a directory, else this process's temporary
+    root), one per check: what a child leaves there, and what a child the
+    check stops leaves half-made (CPython's tempfile probe, which `import
+    torch` runs, creates a file and removes it), go away with the check.
+    Marked and swept like a run directory, so a check killed with SIGKILL
+    leaves it only until the next check. Not under the run directory:
+    multiprocessing makes AF_UNIX sockets in TMPDIR (in each worker of a
+    DataLoader that passes tensors), a socket path holds at most 107 bytes,
+    and a deep work_dir would pass that (the workers fail and the loader
+    waits for the timeout).
+    """
+    given = environment.get("TMPDIR")
+    base = Path(given) if given and Path(given).is_dir() else Path(tempfile.gettempdir())
+    with run_directory(None, base, CHILDREN_TEMPORARY_PREFIX) as (directory, _):
+        yield directory

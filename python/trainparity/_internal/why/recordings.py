@@ -24,7 +24,10 @@ from typing import Any
 
 from trainparity._internal.outcomes import Outcome
 from trainparity._internal.processes.group import ChildGroup, ChildSpec
-from trainparity._internal.processes.run_directory import run_directory
+from trainparity._internal.processes.run_directory import (
+    children_temporary_directory,
+    run_directory,
+)
 from trainparity._internal.processes.termination import terminating_signals_unwind
 from trainparity._internal.recording.reader import read_recording
 from trainparity._internal.recording.variables import RECORD_VARIABLE
@@ -103,9 +106,10 @@ def explain_recordings(
             root,
             _,
         ),
+        children_temporary_directory(os.environ) as temporary,
     ):
         with ChildGroup() as group:
-            runner = _CommandReruns(group, argv, command_dir, root, timeout)
+            runner = _CommandReruns(group, argv, command_dir, root, temporary, timeout)
             plain = runner.rerun("as-is", {})
             reproduces_a = parting(plain, Path(run_a)) is None
             for knob, values in knobs[:max_reruns]:
@@ -158,9 +162,16 @@ class _CommandReruns:
     """A's command rerun here, each rerun recording into its own directory."""
 
     def __init__(
-        self, group: ChildGroup, argv: list[str], cwd: Path, root: Path, timeout: float
+        self,
+        group: ChildGroup,
+        argv: list[str],
+        cwd: Path,
+        root: Path,
+        temporary: Path,
+        timeout: float,
     ) -> None:
         self.group, self.argv, self.cwd, self.root, self.timeout = group, argv, cwd, root, timeout
+        self.environment = {**os.environ, "TMPDIR": str(temporary)}  # the reruns' own, removed
         self.count = 0
 
     def rerun(self, label: str, values: Mapping[str, str]) -> Path:
@@ -169,7 +180,7 @@ class _CommandReruns:
         directory = self.root / name
         directory.mkdir(parents=True)
         recording = directory / "recording"
-        env = {**os.environ, **values, RECORD_VARIABLE: str(recording)}
+        env = {**self.environment, **values, RECORD_VARIABLE: str(recording)}
         spec = ChildSpec(
             name=name,
             argv=self.argv,
