@@ -34,10 +34,20 @@ package: $(VPY)
 # compile stay as they are (quiet=2): importing one would fail either way.
 # Last, DeepSpeed's shm comm op is built into the venv (about 45 s of CPU, once): every
 # DeepSpeed rank on CPU loads it, and the suite finds it there (tests/deepspeed_ops.py).
-venv: $(VPY)
+# Done again only when what it installs changed (VENV_INPUTS: the package is installed as
+# a copy, so its sources are inputs too): `.ci/run`'s targets each need `venv`, and each
+# redo cost 10.5 s with nothing to do.
+VENV_READY := $(VENV)/.trainparity-venv-ready
+VENV_INPUTS := pyproject.toml setup.py Makefile .ci/integrations-constraints.txt \
+	tests/deepspeed_ops.py \
+	$(shell find python src quickstarts csrc -type f -not -path '*/__pycache__/*' \
+		-not -name '*.pyc' -not -name '*.so' -not -name '*.o' 2>/dev/null)
+venv: $(VENV_READY)
+$(VENV_READY): $(VPY) $(VENV_INPUTS)
 	$(VPY) -m pip install -q -c .ci/integrations-constraints.txt ".[test,integrations]" ruff setuptools
 	$(VPY) -c 'import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0)'
 	$(VPY) -m tests.deepspeed_ops
+	touch $@
 
 # Warm (docs/limitations.md, "Warm starts"): every child of a check is forked from one
 # server that imported torch once. PYTHONHASHSEED lets the phases share that server; the
