@@ -91,3 +91,24 @@ def compared_part(result, not_compared: tuple[str, ...]) -> dict:
         key: value for key, value in report["environment"].items() if key != "child_start"
     }
     return kept
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` (parent links read from /proc), zombies included."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # ended while we looked
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found, pending = set(), [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return found

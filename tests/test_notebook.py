@@ -29,6 +29,7 @@ from nbclient import NotebookClient
 from trainparity._internal.reports.html_views import OUTCOME_COLOURS
 
 from tests.chromium import chromium_binary, pixels_near, render_page
+from tests.helpers import descendants
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 EXAMPLES = REPOSITORY / "docs" / "examples"
@@ -116,15 +117,15 @@ async def _execute(run: NotebookRun, workdir: Path, environment: dict[str, str])
             if INTERRUPTED_TAG not in cell.metadata.get("tags", []):
                 await client.async_execute_cell(cell, index)
                 continue
-            run.children_before_interrupt = _descendants(kernel_pid)
+            run.children_before_interrupt = descendants(kernel_pid)
             run.leftovers_before_interrupt = _leftovers(run.kernel_temporary)
             running = asyncio.ensure_future(client.async_execute_cell(cell, index))
             await _phases_started(run.kernel_temporary, running)
-            run.children_while_running = _descendants(kernel_pid)
+            run.children_while_running = descendants(kernel_pid)
             run.leftovers_while_running = _leftovers(run.kernel_temporary)
             await client.km.interrupt_kernel()
             await running
-            run.children_after_interrupt = _descendants(kernel_pid)
+            run.children_after_interrupt = descendants(kernel_pid)
             run.leftovers_after_interrupt = _leftovers(run.kernel_temporary)
 
 
@@ -138,27 +139,6 @@ async def _phases_started(kernel_temporary: Path, running: asyncio.Future) -> No
         if time.monotonic() > deadline:
             pytest.fail(f"no phase started within {PHASES_STARTED_TIMEOUT} s")
         await asyncio.sleep(0.1)
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every process below `pid` (from /proc), zombies included: none may be left."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # ended while we looked
-            continue
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    found, pending = set(), [pid]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            if child not in found:
-                found.add(child)
-                pending.append(child)
-    return found
 
 
 def _leftovers(directory: Path) -> list[str]:

@@ -18,6 +18,7 @@ import pytest
 from trainparity import Outcome, check_resume
 
 from tests.fixtures.resume_process_cases import MARKER
+from tests.helpers import descendants
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -46,28 +47,6 @@ def _wait_until_gone(timeout: float = 10.0, among: set[int] | None = None) -> li
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.1)
-
-
-def _descendants(root: int) -> set[int]:
-    """Every live process below `root` (PPid links, read from /proc)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("PPid:"):
-                parents[int(entry.name)] = int(line.split()[1])
-                break
-    found: set[int] = set()
-    frontier = {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 @pytest.mark.both_start_modes
@@ -145,7 +124,7 @@ def test_ctrl_c_stops_every_child_and_removes_the_temporary_directory(tmp_path):
     try:
         deadline = time.monotonic() + 60
         while len(ours) < 3 and time.monotonic() < deadline:
-            ours = set(_marked_processes()) & _descendants(driver.pid)
+            ours = set(_marked_processes()) & descendants(driver.pid)
             time.sleep(0.1)
         assert len(ours) >= 3, "the three concurrent training children never started"
         driver.send_signal(signal.SIGINT)
