@@ -26,6 +26,11 @@ BUILD_SHM_OP = (
 )
 
 
+# What a DeepSpeed module's warm servers import ahead of its ranks (the warm_preload marker,
+# tests/conftest.py): every rank imports deepspeed, and through its Muon optimizer module
+# torch._inductor's compile_fx (0.9 s of CPU per rank), and builds an optimizer (torch._dynamo).
+DEEPSPEED_PRELOADS = ("torch._dynamo", "torch._inductor.compile_fx", "deepspeed")
+
 # Where `make venv` builds the op: inside the venv, removed with it.
 VENV_EXTENSIONS = Path(sys.prefix) / "torch_extensions"
 _BUILT_AT_SET_UP = VENV_EXTENSIONS / "built"  # written once the set-up build succeeded

@@ -16,6 +16,7 @@ import pytest
 from trainparity._internal.processes.traced_job import tracing_available
 
 from tests.crash_jobs import crashes, job_case
+from tests.deepspeed_ops import DEEPSPEED_PRELOADS
 
 pytestmark = pytest.mark.skipif(not tracing_available(), reason="needs Linux x86-64/AArch64")
 
@@ -29,6 +30,7 @@ def _first_failing(result):
     return next(row for row in result.crash_points if row["verdict"] == "FAIL")
 
 
+@pytest.mark.warm_preload("transformers.trainer")
 def test_the_hugging_face_trainer_resumes_from_a_checkpoint_it_had_not_finished() -> None:
     pytest.importorskip("transformers")
     result = _check("hf_trainer")
@@ -37,6 +39,7 @@ def test_the_hugging_face_trainer_resumes_from_a_checkpoint_it_had_not_finished(
     assert "checkpoint-2" in first["point"] and "the restart cannot start" in first["detail"]
 
 
+@pytest.mark.warm_preload("transformers.trainer")
 def test_a_finished_hugging_face_job_restarted_trains_past_its_last_step() -> None:
     """Killed after its last save, before it exits (or simply run again), the Trainer loads
     checkpoint-2 and trains a step more than max_steps."""
@@ -69,6 +72,7 @@ def deepspeed_ops(tmp_path_factory) -> dict[str, str]:
     return {key: environment[key] for key in ("DS_ACCELERATOR", "TORCH_EXTENSIONS_DIR", "PATH")}
 
 
+@pytest.mark.warm_preload(*DEEPSPEED_PRELOADS)
 def test_deepspeed_trusts_a_latest_file_it_writes_in_place(deepspeed_ops: dict[str, str]) -> None:
     result = _check("deepspeed", **deepspeed_ops)
     assert result.outcome == "FAIL", result.message
@@ -76,6 +80,7 @@ def test_deepspeed_trusts_a_latest_file_it_writes_in_place(deepspeed_ops: dict[s
     assert "latest" in first["point"] and "the restart cannot start" in first["detail"]
 
 
+@pytest.mark.warm_preload("lightning")
 def test_lightning_moves_each_checkpoint_into_place_and_restarts_cleanly() -> None:
     pytest.importorskip("lightning")
     result = _check("lightning")

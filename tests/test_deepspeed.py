@@ -36,6 +36,7 @@ from trainparity._internal.recording.reader import read_recordings  # noqa: E402
 from trainparity._internal.state.reassembly import global_state  # noqa: E402
 from trainparity.checkpoints import load_checkpoint_directory, load_deepspeed  # noqa: E402
 
+from tests.deepspeed_ops import DEEPSPEED_PRELOADS  # noqa: E402
 from tests.deepspeed_project import (  # noqa: E402
     CONCURRENT_CHECKS,
     PARAMETERS,
@@ -52,6 +53,8 @@ from tests.deepspeed_project import (  # noqa: E402
 )
 from tests.few_at_a_time import report_of, run_a_few_at_a_time  # noqa: E402
 from tests.shared_baselines import shared_baseline_checks  # noqa: E402
+
+pytestmark = pytest.mark.warm_preload(*DEEPSPEED_PRELOADS)
 
 # Each acts only on the resumed path of train.py: the clean check's other phases serve it.
 FAULTS = (

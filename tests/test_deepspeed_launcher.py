@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("deepspeed")
 
+from tests.deepspeed_ops import DEEPSPEED_PRELOADS  # noqa: E402
 from tests.deepspeed_project import (  # noqa: E402
     CONCURRENT_CHECKS,
     RESUME,
@@ -33,6 +34,8 @@ from tests.deepspeed_project import (  # noqa: E402
 )
 from tests.few_at_a_time import report_of, run_a_few_at_a_time  # noqa: E402
 from tests.shared_baselines import with_options  # noqa: E402
+
+pytestmark = pytest.mark.warm_preload(*DEEPSPEED_PRELOADS)
 
 CLIENT_SCHEDULER = "client-scheduler-not-given"
 

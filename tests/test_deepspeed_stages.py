@@ -23,6 +23,7 @@ from trainparity._internal.recording.reader import read_recordings  # noqa: E402
 from trainparity._internal.state.reassembly import global_state  # noqa: E402
 from trainparity.checkpoints import load_deepspeed  # noqa: E402
 
+from tests.deepspeed_ops import DEEPSPEED_PRELOADS  # noqa: E402
 from tests.deepspeed_project import (  # noqa: E402
     CONCURRENT_CHECKS,
     PARAMETERS,
@@ -31,6 +32,8 @@ from tests.deepspeed_project import (  # noqa: E402
     prepared,
 )
 from tests.few_at_a_time import run_a_few_at_a_time  # noqa: E402
+
+pytestmark = pytest.mark.warm_preload(*DEEPSPEED_PRELOADS)
 
 
 @pytest.fixture(scope="module")

@@ -38,13 +38,15 @@ from trainparity._internal.checkpoints.deepspeed_universal import (  # noqa: E40
 )
 from trainparity.checkpoints import load_checkpoint_directory, load_deepspeed  # noqa: E402
 
-from tests.deepspeed_ops import deepspeed_environment  # noqa: E402
+from tests.deepspeed_ops import DEEPSPEED_PRELOADS, deepspeed_environment  # noqa: E402
 from tests.few_at_a_time import (  # noqa: E402
     differences_by_path,
     report_of,
     run_a_few_at_a_time,
 )
 from tests.shared_baselines import shared_baseline_checks  # noqa: E402
+
+pytestmark = pytest.mark.warm_preload(*DEEPSPEED_PRELOADS)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SPLIT_STEP, TOTAL_STEP = 2, 4

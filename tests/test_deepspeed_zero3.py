@@ -19,6 +19,7 @@ import pytest
 
 pytest.importorskip("deepspeed")
 
+from tests.deepspeed_ops import DEEPSPEED_PRELOADS  # noqa: E402
 from tests.deepspeed_project import (  # noqa: E402
     CONCURRENT_CHECKS,
     RESUME,
@@ -29,6 +30,8 @@ from tests.deepspeed_project import (  # noqa: E402
 )
 from tests.few_at_a_time import run_a_few_at_a_time  # noqa: E402
 from tests.shared_baselines import shared_baseline_checks  # noqa: E402
+
+pytestmark = pytest.mark.warm_preload(*DEEPSPEED_PRELOADS)
 
 CLEAN = "Zero3ResumeCase"
 FAULTS = ("Zero3NoOptimizerStatesCase", "Zero3ConfigLrAfterLoadCase")

@@ -742,6 +742,35 @@ def test_a_preload_that_is_not_torchs_own_starts_the_child_fresh_and_says_why(tm
     assert reason.startswith("TRAINPARITY_WARM_PRELOAD names 'json'") and "started fresh" in reason
 
 
+def test_a_server_preloads_an_installed_library_named_in_the_preload_variable(tmp_path, starter):
+    # An installed library's module (here packaging.version, which importing torch does not
+    # import) is imported by the server: the child finds it already there, as it finds torch.
+    code = "import sys; print('packaging.version' in sys.modules)"
+    env = _environment(TRAINPARITY_WARM_PRELOAD="packaging.version")
+    _, _, stdout, _, _ = _run(
+        starter.launch, "library", [sys.executable, "-c", code], tmp_path, tmp_path, env
+    )
+    assert stdout == "True\n" and starter.report["warm"] == ["library"]
+
+
+def test_a_user_module_shadowing_a_named_library_starts_the_child_fresh_and_says_why(
+    tmp_path, starter
+):
+    # The check finds `packaging` in site-packages, but the children's PYTHONPATH puts the
+    # user's own first: the server's import finds that one, refuses to fork, and the child
+    # starts fresh, importing the user's module itself when it runs.
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "packaging.py").write_text("LOADED_BY = 'the user'\n")
+    code = "import sys, packaging; print('packaging' in sys.modules, packaging.LOADED_BY)"
+    env = _environment(TRAINPARITY_WARM_PRELOAD="packaging", PYTHONPATH=str(tmp_path / "user"))
+    _, _, stdout, _, _ = _run(
+        starter.launch, "shadowed", [sys.executable, "-c", code], tmp_path, tmp_path, env
+    )
+    assert stdout == "True the user\n" and starter.report["warm"] == []
+    reason = starter.report["fresh"]["shadowed"]
+    assert "preloading packaging" in reason and str(tmp_path / "user") in reason, reason
+
+
 TEMPORARY_PROBE = """\
 import json, os, tempfile
 import torch, torch._dynamo

@@ -11,6 +11,8 @@ from trainparity.api import diff_snapshots  # noqa: E402
 
 from tests.integrations.conftest import CHILD_ENVIRONMENT  # noqa: E402
 
+pytestmark = pytest.mark.warm_preload("transformers.trainer")
+
 # HF's gradient accumulation (4 x 2 vs 1 x 8) agrees within float rounding, not bitwise.
 ACCUMULATION_TOLERANCE = ToleranceComparison(rtol=1e-4, atol=1e-5)
 

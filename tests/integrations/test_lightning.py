@@ -10,6 +10,8 @@ from trainparity import Outcome, check_resume
 
 from tests.integrations.conftest import CHILD_ENVIRONMENT  # noqa: E402
 
+pytestmark = pytest.mark.warm_preload("lightning")
+
 
 def _resume(project, case, tmp_path):
     return check_resume(

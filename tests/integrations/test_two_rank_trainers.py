@@ -15,6 +15,8 @@ from trainparity._internal.cases.phase_plan import plan_environment
 
 from tests.integrations.conftest import CHILD_ENVIRONMENT
 
+pytestmark = pytest.mark.warm_preload("transformers.trainer")
+
 EVERY_PHASE = ("baseline_a", "baseline_b", "candidate_split", "candidate_resume")
 
 

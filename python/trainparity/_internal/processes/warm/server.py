@@ -3,9 +3,11 @@
 Run as a script (`python server.py SOCKET_NAME [MODULE ...]`), never
 imported: it loads nothing of trainparity, so a forked child's sys.modules
 holds nothing of the check. It imports torch (and numpy where present), then
-each MODULE (torch's own, such as torch._dynamo, named by starter.py for the
-children that import it anyway), and runs no torch op, so no thread pool
-exists and CUDA is never touched.
+each MODULE (torch's own, such as torch._dynamo, or an installed library's,
+such as deepspeed, named by starter.py for the children that import it anyway:
+preloads.py), and runs no torch op, so no thread pool exists and CUDA is never
+touched (the server exits, and its children start fresh, where an import
+loaded CUDA's driver).
 
 Protocol, one JSON line each way per request on one Unix socket (Linux
 abstract namespace) accepted from the server's parent only: "ready" once the
@@ -104,6 +106,9 @@ def serve(name: str, modules: list[str]) -> tuple[dict, object] | None:
     listener.bind("\0" + name)
     listener.listen(4)
     _preload(modules)
+    refusal = _load_sibling("preloads").preloaded_refusal(modules)
+    if refusal is not None:
+        sys.exit(refusal)  # its last stderr line: why the check starts the children fresh
     child_side = _load_child_side()
     child_side._SERVER_TEMPORARY = _made_in_temporary_directory()
     # What the imports made is kept out of the children's collections: they neither

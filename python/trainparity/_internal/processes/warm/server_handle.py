@@ -240,7 +240,10 @@ class WarmServer:
             readable, _, _ = select.select([self.connection], [], [], min(remaining, 1.0))
             if not readable:
                 continue
-            chunk = self.connection.recv(65536)
+            try:
+                chunk = self.connection.recv(65536)
+            except ConnectionResetError:  # it exited with our connection still in its backlog
+                chunk = b""
             if not chunk:
                 raise ServerFailure(self._died())
             self.buffer += chunk

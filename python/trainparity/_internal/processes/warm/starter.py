@@ -20,7 +20,8 @@ the check (closed with it, and killed by their parent-death signal if the check
 dies) or, inside `shared_warm_servers()` (pool.py), are borrowed from the
 process's shared ones and given back. The accumulation worker's server also
 imports torch._dynamo, which each worker's optimizer would import anyway
-(_PRELOADS); $TRAINPARITY_WARM_PRELOAD names such modules for any other command.
+(_PRELOADS); $TRAINPARITY_WARM_PRELOAD names such modules for any other command, torch's
+own or an installed library's (deepspeed, transformers.trainer).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from trainparity._internal.distributed.torchrun_argv import is_torchrun
 from trainparity._internal.processes.group import ChildSpec, spawn_child
 from trainparity._internal.processes.progress import ProgressReporter
 from trainparity._internal.processes.warm.pool import ServerThread, SharedWarmServers
+from trainparity._internal.processes.warm.preloads import IDENTIFIER, preload_refusal
 from trainparity._internal.processes.warm.server_handle import (
     TEMPORARY_VARIABLE,
     ServerFailure,
@@ -85,7 +87,8 @@ _PRELOADS: dict[str, tuple[str, ...]] = {
     "trainparity._internal.accumulation.worker": ("torch._dynamo",)
 }
 PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"
-"""Comma-separated modules of torch's own (e.g. torch._dynamo) a warm server imports too."""
+"""Comma-separated modules a warm server imports too: torch's own (torch._dynamo) or those of
+libraries installed in site-packages (deepspeed), never the user's (preload_refusal)."""
 WARM_RANKS_VARIABLE = "TRAINPARITY_WARM_RANKS"
 """"1" (the default) or "0": whether a warm `python -m torch.distributed.run` agent forks its
 ranks warm too (rank_zygote.py), or execs them as torchrun does."""
@@ -94,7 +97,6 @@ _AGENT_MODULE = "torch.distributed.run"
 _MODULE_SCRIPTS = frozenset({_AGENT_MODULE})
 _MODULE_MAIN = re.compile(r"^from ([A-Za-z_][\w.]*) import main$", re.MULTILINE)
 _COREUTILS_ENV = frozenset(os.path.realpath(path) for path in ("/usr/bin/env", "/bin/env"))
-_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def checked_start(start: object) -> str:
@@ -312,7 +314,7 @@ def _env_execs(spec: ChildSpec) -> ChildSpec:
     index = 1
     while index < len(argv) and "=" in argv[index]:
         name, _, value = argv[index].partition("=")
-        if not _VARIABLE_NAME.fullmatch(name):
+        if not IDENTIFIER.fullmatch(name):
             return spec
         environment[name] = value
         index += 1
@@ -364,11 +366,9 @@ def _preloaded_modules(
     named = {name.strip() for name in environment.get(PRELOAD_VARIABLE, "").split(",")}
     named.discard("")
     for name in sorted(named):
-        if name != "torch" and not name.startswith("torch."):
-            raise ValueError(
-                f"{PRELOAD_VARIABLE} names {name!r}: a warm server imports only torch's own "
-                "modules (such as torch._dynamo), never the user's"
-            )
+        refusal = preload_refusal(name)
+        if refusal is not None:
+            raise ValueError(f"{PRELOAD_VARIABLE} names {name!r}: {refusal}")
     if len(argv) >= 3 and argv[1] == "-m":
         named.update(_PRELOADS.get(argv[2], ()))
     if environment.get(WARM_RANKS_VARIABLE, "1") not in ("0", "1"):
