@@ -99,13 +99,41 @@ def test_under_torchrun_one_rank_dies_and_the_restart_relaunches_the_job(
     mode: str, outcome: str, tmp_path
 ) -> None:
     """tests/fixtures/crash_jobs/ddp_job.py on 2 gloo ranks: rank 0 saves; the kill hits the rank
-    that makes the call, torchrun stops the other, and the restart is the whole torchrun command."""
+    that makes the call, torchrun stops the other, and the restart is the whole torchrun command.
+
+    Warm, as the suite runs checks: the agent forked from its server and the ranks from the
+    agent's zygote, traced from the agent's fork on. The torn save is also checked fresh (each
+    run a new torchrun, traced from its exec): the same points, disk images, files loaded and
+    verdicts, where only which rank fails first on the torn file may differ."""
     case = job_case(
         "ddp_job.py", "--save", mode, total_step=2, launcher=("torchrun", "--nproc-per-node", "2")
     )
-    result = crashes(case, points=("saves",), max_points=2, work_dir=tmp_path / "work")
-    assert result.outcome == outcome, f"{result.message}\n{stderr_tails(tmp_path / 'work')}"
+    starts = ("warm", "fresh") if outcome == "FAIL" else ("warm",)
+    found = {
+        start: crashes(
+            case, points=("saves",), max_points=2, start=start, work_dir=tmp_path / start
+        )
+        for start in starts
+    }
+    for start, result in found.items():
+        assert result.outcome == outcome, f"{result.message}\n{stderr_tails(tmp_path / start)}"
+        # A warm check forked every run (a fresh one reports no child_start).
+        child_start = result.environment.get("child_start")
+        assert (child_start is None) if start == "fresh" else not child_start["fresh"], child_start
     if outcome == "FAIL":
         # The failing rank is named (either may fail first on the torn file), not torchrun's
         # own ChildFailedError.
-        assert re.search(r"rank [01] exited with code 1; its last stderr line: \w+", result.message)
+        for result in found.values():
+            assert re.search(
+                r"rank [01] exited with code 1; its last stderr line: \w+", result.message
+            )
+        warm, fresh = (_either_rank(found[start].crash_points) for start in ("warm", "fresh"))
+        assert warm == fresh
+
+
+def _either_rank(rows: list[dict]) -> list[dict]:
+    """Crash rows with the rank a detail names made anonymous: either rank may fail first."""
+    return [
+        {**row, "detail": re.sub(r"\brank [01]\b", "rank N", row.get("detail") or "")}
+        for row in rows
+    ]
