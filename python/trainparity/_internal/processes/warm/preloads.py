@@ -2,7 +2,7 @@
 
 TRAINPARITY_WARM_PRELOAD names modules a server imports after torch: torch's own
 (torch._dynamo), or those of libraries installed in this interpreter's site-packages
-(deepspeed, transformers.trainer), files that do not change between phases, as torch's do
+(a trainer library's modules), files that do not change between phases, as torch's do
 not. Never the user's code (the cwd's, PYTHONPATH's) nor the standard library's: a phase must
 import those as they are when it runs. The check refuses a name before it starts a server
 (preload_refusal, locating only the top-level package, which imports nothing); the server
@@ -91,6 +91,6 @@ def _outside_site_packages(top: str, where: str | None) -> str | None:
         return None
     return (
         "a warm server imports only torch's own modules and those of libraries installed "
-        "in this interpreter's site-packages (such as torch._dynamo or deepspeed), never the "
+        "in this interpreter's site-packages (such as torch._dynamo, or a trainer library), never the "
         f"user's code or the standard library ({top} is at {where or 'no file'})"
     )

@@ -4,10 +4,10 @@ Run as a script (`python server.py SOCKET_NAME [MODULE ...]`), never
 imported: it loads nothing of trainparity, so a forked child's sys.modules
 holds nothing of the check. It imports torch (and numpy where present), then
 each MODULE (torch's own, such as torch._dynamo, or an installed library's,
-such as deepspeed, named by starter.py for the children that import it anyway:
-preloads.py), and runs no torch op, so no thread pool exists and CUDA is never
-touched (the server exits, and its children start fresh, where an import
-loaded CUDA's driver).
+named by starter.py for the children that import it anyway: preloads.py), and
+runs no torch op, so no thread pool exists and CUDA is never touched (the
+server exits, and its children start fresh, where an import loaded CUDA's
+driver).
 
 Protocol, one JSON line each way per request on one Unix socket (Linux
 abstract namespace) accepted from the server's parent only: "ready" once the

@@ -21,7 +21,7 @@ dies) or, inside `shared_warm_servers()` (pool.py), are borrowed from the
 process's shared ones and given back. The accumulation worker's server also
 imports torch._dynamo, which each worker's optimizer would import anyway
 (_PRELOADS); $TRAINPARITY_WARM_PRELOAD names such modules for any other command, torch's
-own or an installed library's (deepspeed, transformers.trainer).
+own or an installed library's (preloads.py).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ _PRELOADS: dict[str, tuple[str, ...]] = {
 }
 PRELOAD_VARIABLE = "TRAINPARITY_WARM_PRELOAD"
 """Comma-separated modules a warm server imports too: torch's own (torch._dynamo) or those of
-libraries installed in site-packages (deepspeed), never the user's (preload_refusal)."""
+libraries installed in site-packages, never the user's (preloads.preload_refusal)."""
 WARM_RANKS_VARIABLE = "TRAINPARITY_WARM_RANKS"
 """"1" (the default) or "0": whether a warm `python -m torch.distributed.run` agent forks its
 ranks warm too (rank_zygote.py), or execs them as torchrun does."""
