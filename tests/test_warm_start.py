@@ -771,6 +771,18 @@ def test_a_user_module_shadowing_a_named_library_starts_the_child_fresh_and_says
     assert "preloading packaging" in reason and str(tmp_path / "user") in reason, reason
 
 
+def test_torchrun_launches_with_their_own_static_port_share_a_server(starter, tmp_path):
+    # A check gives each torchrun launch with a static rendezvous a port of its own in
+    # PET_MASTER_PORT (torchrun_argv.own_port), which torchrun reads when its main parses
+    # the arguments: not a server variable, or every such launch would start a server.
+    argv = [sys.executable, "-c", "import os; print(os.environ['PET_MASTER_PORT'])"]
+    for name, port in (("first", "41001"), ("second", "41002")):
+        env = _environment(PET_MASTER_PORT=port)
+        code, _, stdout, stderr, _ = _run(starter.launch, name, argv, tmp_path, tmp_path, env)
+        assert (code, stdout.strip()) == (0, port), stderr
+    assert starter.report["warm"] == ["first", "second"] and len(starter._servers) == 1
+
+
 TEMPORARY_PROBE = """\
 import json, os, tempfile
 import torch, torch._dynamo

@@ -66,12 +66,22 @@ START_VARIABLE = "TRAINPARITY_START"
 
 # Variables that differ between the children of one check, or between checks, and that
 # importing torch does not read: trainparity's own (recording, tags), the rendezvous of a rank
-# (read by init_process_group) and pytest's name of the running test (which checks run from a
-# suite pass on; only torch.testing's internals read it). Children that differ only in these
-# share a server, and so do the checks of a suite (shared_warm_servers).
+# (read by init_process_group), the port a check gives each torchrun launch with a static
+# rendezvous (PET_MASTER_PORT, torchrun_argv.own_port: read by torchrun's argument parser when
+# the agent's main runs, after the fork) and pytest's name of the running test (which checks
+# run from a suite pass on; only torch.testing's internals read it). Children that differ only
+# in these share a server, and so do the checks of a suite (shared_warm_servers).
 _PER_PHASE_PREFIX = "TRAINPARITY_"
 _PER_CHILD_VARIABLES = frozenset(
-    {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "PYTEST_CURRENT_TEST"}
+    {
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "PET_MASTER_PORT",
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "PYTEST_CURRENT_TEST",
+    }
 )
 _HASH_SEED = "PYTHONHASHSEED"
 UNSHARED_KEY = "unshared"
