@@ -10,7 +10,8 @@ step and path where its state was lost. Those five faults act only when the scri
 loads (the data position too: it starts from 0 anyway without a resume), so their
 uninterrupted runs and their run to the split step are the clean check's: each is
 planned (`--plan-only`), runs only its resumed phase on the clean check's other
-phases, and is judged by `trainparity judge` (tests/shared_baselines.py). The
+phases, and is judged by `trainparity judge --run-missing`, which runs that phase
+(tests/shared_baselines.py). The
 clean run's checkpoint and recordings are then read by load_deepspeed and
 reassembled. The other DeepSpeed modules: test_deepspeed_zero3.py (the project's
 ZeRO-3 cases), test_deepspeed_stages.py (ZeRO-1 and ZeRO-3 checkpoints, 1 rank
@@ -52,7 +53,7 @@ from tests.deepspeed_project import (  # noqa: E402
     template_check,
 )
 from tests.few_at_a_time import report_of, run_a_few_at_a_time  # noqa: E402
-from tests.shared_baselines import shared_baseline_checks  # noqa: E402
+from tests.shared_baselines import judge_here, shared_baseline_checks  # noqa: E402
 
 pytestmark = pytest.mark.warm_preload(*DEEPSPEED_PRELOADS)
 
@@ -82,6 +83,7 @@ def runs(project) -> dict:
             commands, cwd=cwd, env=environment, at_once=CONCURRENT_CHECKS, after=after
         )
     )
+    done.update(judge_here("clean", faults, root, environment))
     return done
 
 

@@ -6,8 +6,8 @@ the engine's state recorded by the Trainer's callback, the engine's checkpoint r
 inside the Trainer's): clean (PASS, steps 2–4 recorded after the resume), and
 TrainerDeepSpeedNoOptimizerStatesCase (the engine resumed without its optimizer states:
 FAIL right after loading). The fault acts only when the Trainer loads, so it runs only
-its resumed phase on the clean check's other phases and is judged by `trainparity
-judge` (tests/shared_baselines.py). The shm op is built as in test_deepspeed.py.
+its resumed phase on the clean check's other phases, which `trainparity judge
+--run-missing` runs and judges (tests/shared_baselines.py). The shm op is built as in test_deepspeed.py.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from tests.deepspeed_project import (  # noqa: E402
     prepared,
 )
 from tests.few_at_a_time import report_of, run_a_few_at_a_time  # noqa: E402
-from tests.shared_baselines import shared_baseline_checks  # noqa: E402
+from tests.shared_baselines import judge_here, shared_baseline_checks  # noqa: E402
 
 pytestmark = pytest.mark.warm_preload(*DEEPSPEED_PRELOADS, "transformers.trainer")
 
@@ -54,6 +54,7 @@ def runs(project) -> dict:
             commands, cwd=cwd, env=environment, at_once=CONCURRENT_CHECKS, after=after
         )
     )
+    done.update(judge_here(CLEAN, [FAULT], root, environment))
     return done
 
 

@@ -11,8 +11,10 @@ check runs its uninterrupted runs and its run to the split on 2 ranks, with the
 same command but for a fault's flag, which the script reads only when it resumes
 (the rank count, too, is the resumed phase's alone): the clean
 check on 1 rank runs all four phases, and the three others only their resumed
-phase on its phases, each planned (`--plan-only`) and judged by `trainparity
-judge` (tests/shared_baselines.py). The script records the engine's state
+phase on its phases, each planned (`--plan-only`): the converted directory without
+its step files runs its candidate_resume.sh as a scheduler would and is judged by
+`trainparity judge`, the other two are run and judged by `trainparity judge
+--run-missing` (tests/shared_baselines.py). The script records the engine's state
 (`engine_state`) after loading and after every step, so each step is compared on
 names reassembled from the ranks' fragments. The universal directory each resumed
 phase wrote is then read by name (`load_checkpoint_directory`) and compared with the 2-rank
@@ -44,7 +46,7 @@ from tests.few_at_a_time import (  # noqa: E402
     report_of,
     run_a_few_at_a_time,
 )
-from tests.shared_baselines import shared_baseline_checks  # noqa: E402
+from tests.shared_baselines import judge_here, shared_baseline_checks  # noqa: E402
 
 pytestmark = pytest.mark.warm_preload(*DEEPSPEED_PRELOADS)
 
@@ -90,12 +92,17 @@ def runs(prepared) -> dict:
         for name, (case, world_sizes) in CHECKS.items()
     }
     clean = checks.pop(SHARED)
-    commands, after = shared_baseline_checks(SHARED, clean, checks, root)
+    # One through its script: the plan's scripts under DeepSpeed, a phase that fails included.
+    scripts = ("step_files_left_out",)
+    commands, after = shared_baseline_checks(SHARED, clean, checks, root, scripts=scripts)
     done: dict = {"root": root}
     done.update(
         run_a_few_at_a_time(
             commands, cwd=project, env=environment, at_once=CONCURRENT_CHECKS, after=after
         )
+    )
+    done.update(
+        judge_here(SHARED, [name for name in checks if name not in scripts], root, environment)
     )
     return done
 
@@ -125,8 +132,8 @@ def test_a_clean_resume_at_another_world_size_passes_under_the_tolerance(runs, n
         ("candidate_resume", ranks),
     ]
     assert _resumed_ranks(report) == list(range(ranks))
-    if name == SHARED:  # a judged check's rows name its scripts, not torchrun's ranks
-        assert _resumed_phase_ranks(report) == list(range(ranks))
+    # Its resumed phase ran in a check (judge --run-missing's too): a row per rank.
+    assert _resumed_phase_ranks(report) == list(range(ranks))
     # Every step's record, 2 (right after loading) to 4, compared on reassembled names.
     trajectory = report["trajectory"]
     assert trajectory["compared_on"] == {"candidate_resume": REASSEMBLED}

@@ -7,7 +7,7 @@ Zero3NoOptimizerStatesCase (`load_optimizer_states=False`: FAIL right after load
 and Zero3ConfigLrAfterLoadCase (the configured learning rate put back after loading,
 DeepSpeed#4344's class: FAIL at exactly the learning rate). Both faults act only when
 the script loads, so each runs only its resumed phase on the clean check's other
-phases and is judged by `trainparity judge` (tests/shared_baselines.py). The ZeRO-2
+phases, which `trainparity judge --run-missing` runs and judges (tests/shared_baselines.py). The ZeRO-2
 script's checks are in test_deepspeed.py; the shm op is built as there.
 """
 
@@ -29,7 +29,7 @@ from tests.deepspeed_project import (  # noqa: E402
     prepared,
 )
 from tests.few_at_a_time import run_a_few_at_a_time  # noqa: E402
-from tests.shared_baselines import shared_baseline_checks  # noqa: E402
+from tests.shared_baselines import judge_here, shared_baseline_checks  # noqa: E402
 
 pytestmark = pytest.mark.warm_preload(*DEEPSPEED_PRELOADS)
 
@@ -53,6 +53,7 @@ def runs(project) -> dict:
             commands, cwd=cwd, env=environment, at_once=CONCURRENT_CHECKS, after=after
         )
     )
+    done.update(judge_here(CLEAN, faults, root, environment))
     return done
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -36,8 +37,8 @@ def _run_plan(directory: Path) -> None:
     )
 
 
-def _judge(capsys, directory: Path) -> tuple[int, dict]:
-    code = main(["judge", str(directory), "--json"])
+def _judge(capsys, directory: Path, *options: str) -> tuple[int, dict]:
+    code = main(["judge", str(directory), "--json", *options])
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -46,7 +47,7 @@ def _comparable(report: dict) -> str:
     form = pinned_form(json.loads(json.dumps(report)))
     del form["environment_leads"]  # judge's own: the machines that ran the phases
     for row in form["processes"]:
-        row.pop("job_id")
+        row.pop("job_id", None)  # a phase judge ran itself has none, as in a local check
     return report_text(form)
 
 
@@ -85,6 +86,23 @@ def test_a_faulty_case_planned_run_by_hand_and_judged_fails_as_a_local_check(cap
     assert (code, judged["outcome"]) == (3, "ERROR")
     assert judged["message"].startswith("candidate_resume's job "), judged["message"]
     assert "run candidate_resume.sh" in judged["message"]
+
+    # --run-missing runs it here as the check would, its checkpoint staged again (its whole
+    # directory is gone), and writes the result file its script would have written.
+    shutil.rmtree(plan / "candidate_resume")
+    code, judged = _judge(capsys, plan, "--run-missing")
+    assert (code, judged["outcome"]) == (1, "FAIL"), judged["message"]
+    assert _comparable(judged) == report_text(local["intentional_fail"])
+    ran_here = json.loads((plan / "candidate_resume" / "phase-result.json").read_text())
+    assert ran_here["exit_code"] == 0 and ran_here["pid"] > 0
+    rows = {row["phase"]: row for row in judged["processes"]}
+    assert rows["candidate_resume"]["pid"] == ran_here["pid"]
+    assert rows["baseline_a"]["job_id"] == str(plan.resolve() / "baseline_a.sh")  # still read
+    code, judged = _judge(capsys, plan)  # a later judge reads what it left
+    assert (code, judged["outcome"]) == (1, "FAIL")
+    assert {row["phase"]: row["pid"] for row in judged["processes"]} == {
+        phase: row["pid"] for phase, row in rows.items()
+    }
 
 
 def test_a_clean_command_template_planned_and_judged_passes(capsys, tmp_path):

@@ -28,6 +28,12 @@ def register(commands: Any, output_parent: argparse.ArgumentParser) -> None:
         run=run,
     )
     parser.add_argument("directory", type=Path, help="the directory resume --plan-only wrote")
+    parser.add_argument(
+        "--run-missing",
+        action="store_true",
+        help="run here, as the check would, every phase whose script has not written its "
+        "phase-result.json yet (warm where TRAINPARITY_START=warm); the others are read",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no per-phase progress lines")
 
 
@@ -52,10 +58,10 @@ def run(arguments: argparse.Namespace) -> common.CommandOutput:
         work_dir=directory,
         environment=plan.get("environment") or None,
         progress=common.progress_from(arguments),
-        executor=PlanReplay(directory),
-        # No phase runs here: the observer is the one child, and a warm server started for one
-        # child costs more than the fresh interpreter (more still with preloads named).
-        start="fresh",
+        executor=PlanReplay(directory, run_missing=arguments.run_missing),
+        # Unless phases run here, the observer is the one child, and a warm server started for
+        # one child costs more than the fresh interpreter (more still with preloads named).
+        start=None if arguments.run_missing else "fresh",
         split_steps=plan.get("split_steps"),
         world_sizes=plan.get("world_sizes"),
         layouts=plan.get("layouts"),

@@ -38,7 +38,11 @@ from trainparity._internal.processes.check_result import (
 )
 from trainparity._internal.processes.check_runner import RunSettings
 from trainparity._internal.processes.child_environment import phase_cwd, phase_environment
-from trainparity._internal.processes.executor import PhaseLauncher
+from trainparity._internal.processes.executor import (
+    PhaseLauncher,
+    bind_local_launcher,
+    replays,
+)
 from trainparity._internal.processes.failure_text import (
     directory_listing,
     exit_message,
@@ -152,6 +156,7 @@ class PhaseChildren:
                 on_event=self._on_child_event,
                 progress=settings.progress,
             )
+            bind_local_launcher(self.launcher, self.group)  # judge --run-missing's phases
         self.rank_watcher = RankWatcher(self._on_rank_event)
         # One observer worker in the same group snapshots every phase's checkpoint.
         self.observer = ObserverClient(
@@ -284,8 +289,10 @@ class PhaseChildren:
             # (the old IDs would be consumed again: a false sample_repeated), and record()
             # refuses to write over a recording. A replay (`trainparity judge`) launches
             # nothing: those records are the phase's own, which it is about to read.
-            replays = getattr(self.launcher, "replays", False)
-            for directory in () if replays else (multirank.ids_path(phase.run_dir), *phase.emptied):
+            replayed = replays(self.launcher, phase.name)
+            for directory in (
+                () if replayed else (multirank.ids_path(phase.run_dir), *phase.emptied)
+            ):
                 with contextlib.suppress(FileNotFoundError):
                     shutil.rmtree(directory)
             environment, phase.tag = multirank.phase_environment(

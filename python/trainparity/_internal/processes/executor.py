@@ -17,11 +17,16 @@ from typing import Protocol, runtime_checkable
 from trainparity._internal.processes.group import ChildResult, ChildSpec, EventCallback
 from trainparity._internal.processes.progress import ProgressReporter
 
-__all__ = ["PhaseExecutor", "PhaseLauncher"]
+__all__ = ["PhaseExecutor", "PhaseLauncher", "bind_local_launcher", "replays"]
 
 
 class PhaseLauncher(Protocol):
-    """Starts phases and waits for them; `close()` stops every one still running (no orphans)."""
+    """Starts phases and waits for them; `close()` stops every one still running (no orphans).
+
+    A launcher that only reads what phases left elsewhere (`trainparity judge`) also has
+    `replays(phase) -> bool` (see `replays`), and `bind_local(launcher)` when some of its
+    phases run here through the check's own launcher.
+    """
 
     def start(self, spec: ChildSpec, *, timeout: float | None) -> object: ...
 
@@ -37,3 +42,17 @@ class PhaseExecutor(Protocol):
     def launcher(
         self, *, run_root: Path, on_event: EventCallback, progress: ProgressReporter
     ) -> PhaseLauncher: ...
+
+
+def replays(launcher: object, phase: str) -> bool:
+    """Whether `launcher` only reads `phase`'s outputs, run elsewhere: the check then stages,
+    clears and removes nothing of that phase (its outputs are the evidence)."""
+    replaying = getattr(launcher, "replays", None)
+    return bool(replaying(phase)) if callable(replaying) else False
+
+
+def bind_local_launcher(launcher: object, local: PhaseLauncher) -> None:
+    """Give `launcher` the check's own launcher, where it runs some phases here."""
+    bind = getattr(launcher, "bind_local", None)
+    if callable(bind):
+        bind(local)

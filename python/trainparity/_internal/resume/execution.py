@@ -28,6 +28,7 @@ from trainparity._internal.processes.children import (
     PhaseError,
     TrainingPhase,
 )
+from trainparity._internal.processes.executor import replays
 from trainparity._internal.processes.observer.client import ObservationFailure
 from trainparity._internal.protocols import ProcessResumeCase
 from trainparity._internal.resume.chain import CandidatePhase, chain_report, on_another_layout
@@ -472,9 +473,11 @@ class ResumeExecution:
         """Before any phase starts: nothing at the checkpoint path of a job that resumes by
         itself, which would resume from a kept work_dir's last check instead of step 0 (or,
         resumed, instead of the staged checkpoint)."""
-        if not resumes_by_itself(self.case) or getattr(self.children.launcher, "replays", False):
-            return  # replayed phases ran elsewhere: their checkpoints are the evidence
+        if not resumes_by_itself(self.case):
+            return
         for phase in self.children.phases.values():
+            if replays(self.children.launcher, phase.name):
+                continue  # it ran elsewhere: its checkpoint is the evidence
             try:
                 clear_checkpoint(self.case, phase.run_dir)
             except OSError as error:
@@ -490,10 +493,8 @@ class ResumeExecution:
         resume_dir = self.settings.run_root / phase
         resume_dir.mkdir(parents=True, exist_ok=True)
         staged = self.children.checkpoint_path(phase, resume_dir, "before child launch")
-        if getattr(self.children.launcher, "replays", False):
-            return (
-                staged  # the phases ran elsewhere, from a plan that staged it (trainparity judge)
-            )
+        if replays(self.children.launcher, phase):
+            return staged  # it ran elsewhere, from a plan that staged it (trainparity judge)
         try:
             staged.parent.mkdir(parents=True, exist_ok=True)
             if split_checkpoint.is_dir():

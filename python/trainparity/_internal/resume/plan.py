@@ -24,7 +24,7 @@ from typing import Any
 from trainparity._internal.cases.command_case import CommandCase, case_names, resumes_by_itself
 from trainparity._internal.comparison.policies import ComparisonPolicy, ToleranceComparison
 from trainparity._internal.distributed.phases import ids_path
-from trainparity._internal.executors.replay import PHASE_RESULT_FILE
+from trainparity._internal.executors.replay import PHASE_RESULT_FILE, PLAN_FILE
 from trainparity._internal.processes.child_environment import phase_cwd
 from trainparity._internal.processes.children import validated_command
 from trainparity._internal.protocols import ProcessExecutionPlan
@@ -35,7 +35,6 @@ from trainparity._internal.resume.recordings import phase_recording_environment
 
 __all__ = ["PHASE_ENVIRONMENT_FILE", "PLAN_FILE", "write_plan"]
 
-PLAN_FILE = "plan.json"
 # Each script records the fingerprint of the machine that ran its phase, for judge's leads.
 PHASE_ENVIRONMENT_FILE = "environment.json"
 PLAN_SCHEMA_VERSION = 1
