@@ -11,9 +11,8 @@ loads (the data position too: it starts from 0 anyway without a resume), so thei
 uninterrupted runs and their run to the split step are the clean check's: each is
 planned (`--plan-only`), runs only its resumed phase on the clean check's other
 phases, and is judged by `trainparity judge --run-missing`, which runs that phase
-(tests/shared_baselines.py). The
-clean run's checkpoint and recordings are then read by load_deepspeed and
-reassembled. The other DeepSpeed modules: test_deepspeed_zero3.py (the project's
+(tests/shared_baselines.py). The clean run's checkpoint and recordings are then read
+by load_deepspeed and reassembled. The other DeepSpeed modules: test_deepspeed_zero3.py (the project's
 ZeRO-3 cases), test_deepspeed_stages.py (ZeRO-1 and ZeRO-3 checkpoints, 1 rank
 against 2), test_deepspeed_launcher.py (the deepspeed launcher, a client
 scheduler DeepSpeed is not given) and test_deepspeed_trainer.py (the Hugging Face

@@ -7,7 +7,8 @@ inside the Trainer's): clean (PASS, steps 2–4 recorded after the resume), and
 TrainerDeepSpeedNoOptimizerStatesCase (the engine resumed without its optimizer states:
 FAIL right after loading). The fault acts only when the Trainer loads, so it runs only
 its resumed phase on the clean check's other phases, which `trainparity judge
---run-missing` runs and judges (tests/shared_baselines.py). The shm op is built as in test_deepspeed.py.
+--run-missing` runs and judges (tests/shared_baselines.py). The shm op is built as in
+test_deepspeed.py.
 """
 
 from __future__ import annotations

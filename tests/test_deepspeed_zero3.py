@@ -7,8 +7,9 @@ Zero3NoOptimizerStatesCase (`load_optimizer_states=False`: FAIL right after load
 and Zero3ConfigLrAfterLoadCase (the configured learning rate put back after loading,
 DeepSpeed#4344's class: FAIL at exactly the learning rate). Both faults act only when
 the script loads, so each runs only its resumed phase on the clean check's other
-phases, which `trainparity judge --run-missing` runs and judges (tests/shared_baselines.py). The ZeRO-2
-script's checks are in test_deepspeed.py; the shm op is built as there.
+phases, which `trainparity judge --run-missing` runs and judges
+(tests/shared_baselines.py). The ZeRO-2 script's checks are in test_deepspeed.py; the
+shm op is built as there.
 """
 
 from __future__ import annotations
