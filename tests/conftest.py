@@ -155,10 +155,12 @@ def _shared_warm_servers() -> Iterator[object]:
     """
     from trainparity._internal.processes.warm.pool import shared_warm_servers
 
-    # 8 idle servers, not the default 4: a worker moves through modules whose checks use
-    # many environments (and preloads), and in a suite 4 evicted about 20 servers that a later
-    # module started again. Each idle one holds 0.15 to 0.25 GiB.
-    with shared_warm_servers(max_idle=8) as servers:
+    # 16 idle servers, not the default 4: a worker moves through modules whose checks use
+    # many environments (and preloads), and a later module often comes back to an earlier
+    # one's. With 4 a suite started about 20 evicted servers again; with 8, 26 of the 87
+    # servers the two workers started had a key the same worker had started before
+    # (evicted, or busy with another check). Each idle one holds 0.15 to 0.25 GiB.
+    with shared_warm_servers(max_idle=16) as servers:
         yield servers
 
 

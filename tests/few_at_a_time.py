@@ -3,11 +3,19 @@
 A check already runs its phases side by side, each phase several ranks:
 starting every command of a module at once would put dozens of processes
 on the suite's two cores and starve the other xdist worker's tests.
+
+`warm=True` is for plain jobs a test only needs the output of (a checkpoint, a
+recording), not how they start: each is forked from this worker's warm servers,
+as a warm check forks its phases (a torchrun agent's ranks from its zygote), so
+it does not import torch (and the module's preloads) again. A check's own phases
+are never started this way.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +32,7 @@ def run_a_few_at_a_time(
     at_once: int = 2,
     limit_s: float = 1800,
     after: Mapping[str, Sequence[str]] | None = None,
+    warm: bool = False,
 ) -> dict[str, tuple[int, str, str]]:
     """Each command's (returncode, stdout, stderr), at most `at_once` running at a time.
 
@@ -32,15 +41,16 @@ def run_a_few_at_a_time(
     starts in its place. A callable command is built when it starts (a free port
     taken then, not minutes before; what the command it waited for left, read then).
     Output goes to files under cwd's parent's `output/NAME`, so a command that
-    writes much never waits on a pipe nobody reads.
+    writes much never waits on a pipe nobody reads. `warm`: see the module's docstring.
     """
     after = dict(after or {})
     unknown = {name: firsts for name, firsts in after.items() if set(firsts) - set(commands)}
     assert not unknown, f"commands waiting for commands that do not exist: {unknown}"
     waiting = list(commands.items())
-    running: dict[str, tuple[subprocess.Popen, Path]] = {}
+    running: dict[str, tuple[subprocess.Popen | _WarmJob, Path]] = {}
     done: dict[str, tuple[int, str, str]] = {}
     deadline = time.monotonic() + limit_s
+    starter = _warm_starter(cwd.parent / "output" / "servers", limit_s) if warm else None
     try:
         while waiting or running:
             ready = [item for item in waiting if set(after.get(item[0], ())) <= set(done)]
@@ -50,6 +60,9 @@ def run_a_few_at_a_time(
                 argv = command() if callable(command) else command
                 output = cwd.parent / "output" / name
                 output.mkdir(parents=True)
+                if starter is not None:
+                    running[name] = (_WarmJob(starter, name, argv, cwd, env, output), output)
+                    continue
                 with (output / "stdout").open("w") as stdout, (output / "stderr").open("w") as err:
                     process = subprocess.Popen(
                         argv, cwd=cwd, env=dict(env), stdout=stdout, stderr=err
@@ -70,7 +83,50 @@ def run_a_few_at_a_time(
             if process.poll() is None:
                 process.terminate()
             process.wait(timeout=60)
+        if starter is not None:
+            starter.close()
     return done
+
+
+def _warm_starter(log_dir: Path, timeout: float):
+    """The starter a warm check makes, borrowing this worker's shared servers (conftest.py)."""
+    from trainparity._internal.processes.warm.pool import current_shared_servers
+    from trainparity._internal.processes.warm.starter import ChildStarter
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return ChildStarter("warm", log_dir=log_dir, timeout=timeout, shared=current_shared_servers())
+
+
+class _WarmJob:
+    """One command forked from a warm server (or spawned, where it cannot be): a Popen's
+    poll, terminate and wait. It leads its own process group, as a check's child does."""
+
+    def __init__(self, starter, name: str, argv: list[str], cwd: Path, env, output: Path):
+        from trainparity._internal.processes.group import ChildSpec
+
+        spec = ChildSpec(name, argv, cwd, dict(env), output / "stdout", output / "stderr")
+        self.pid = starter.launch(spec)
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def terminate(self) -> None:
+        os.killpg(self.pid, signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                os.killpg(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+                raise TimeoutError(f"job {self.pid} still running after SIGTERM and {timeout} s")
+            time.sleep(0.05)
+        return self.returncode
 
 
 def report_of(runs: Mapping[str, tuple[int, str, str]], name: str) -> dict:

@@ -16,7 +16,6 @@ import json
 import os
 import random
 import struct
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -38,6 +37,7 @@ from trainparity._internal.state.snapshot_file import (
 from trainparity.checkpoints import load_dcp, load_safetensors
 from trainparity.outcomes import Outcome
 
+from tests.few_at_a_time import run_a_few_at_a_time
 from tests.helpers import set_manifest
 
 # Each rank: the same replicated model and Adam-like moments (whole entries, spread over
@@ -75,23 +75,41 @@ SAVE_SCRIPT = textwrap.dedent(
 )
 
 
+def _save_on_ranks(script: str, ranks: int, directory: Path, target: Path) -> None:
+    """`python -c script RANK STORE TARGET` on every rank at once, one thread each.
+
+    The ranks are forked from this worker's warm server (torch imported once): the tests
+    read what they saved, not how they started (tests/few_at_a_time.py).
+    """
+    (directory / "ranks").mkdir()
+    commands = {
+        f"rank{rank}": [
+            sys.executable,
+            "-c",
+            script,
+            str(rank),
+            str(directory / "store"),
+            str(target),
+        ]
+        for rank in range(ranks)
+    }
+    done = run_a_few_at_a_time(
+        commands,
+        cwd=directory / "ranks",
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        at_once=ranks,
+        limit_s=300,
+        warm=True,
+    )
+    for name, (returncode, _stdout, stderr) in sorted(done.items()):
+        assert returncode == 0, f"{name}: {stderr[-3000:]}"
+
+
 @pytest.fixture(scope="module")
 def two_rank_dcp(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("dcp")
     target = directory / "checkpoint"
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, "-c", SAVE_SCRIPT, str(rank), str(directory / "store"), str(target)],
-            env=environment,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    for process in ranks:
-        _, errors = process.communicate(timeout=300)
-        assert process.returncode == 0, errors
+    _save_on_ranks(SAVE_SCRIPT, 2, directory, target)
     assert sorted(path.name for path in target.glob("*.distcp")) == [
         "__0_0.distcp",
         "__1_0.distcp",
@@ -267,26 +285,7 @@ FSDP2_SHARDED = 4 * 3  # two weights and two biases, each with exp_avg and exp_a
 def fsdp2_dcp(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("fsdp2")
     target = directory / "checkpoint"
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    ranks = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                FSDP2_SAVE_SCRIPT,
-                str(rank),
-                str(directory / "store"),
-                str(target),
-            ],
-            env=environment,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    for process in ranks:
-        _, errors = process.communicate(timeout=300)
-        assert process.returncode == 0, errors
+    _save_on_ranks(FSDP2_SAVE_SCRIPT, 2, directory, target)
     return target
 
 
@@ -473,20 +472,7 @@ TWO_D_SAVE_SCRIPT = textwrap.dedent(
 
 def test_a_two_d_mesh_save_refers_to_its_row_ranges_and_copies_its_column_shards(tmp_path):
     target = tmp_path / "checkpoint"
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    ranks = [
-        subprocess.Popen(
-            [sys.executable, "-c", TWO_D_SAVE_SCRIPT, str(rank), str(tmp_path / "store")]
-            + [str(target)],
-            env=environment,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(4)
-    ]
-    for process in ranks:
-        _, errors = process.communicate(timeout=300)
-        assert process.returncode == 0, errors
+    _save_on_ranks(TWO_D_SAVE_SCRIPT, 4, tmp_path, target)
     full = torch.load(f"{target}.full.pt", weights_only=True)
     mapped = load_dcp(target, mmap=True)["model"]
     assert mapped.keys() == full.keys()

@@ -1,7 +1,8 @@
 """DeepSpeed ZeRO-1, -2 and -3 checkpoints of one training, and one rank's state against two.
 
 Plain torchrun jobs of docs/examples/deepspeed_project/train.py, two at a time, with
-no check around them: the same training (seeds, data, 5 steps) saved under ZeRO-1,
+no check around them (forked from the worker's warm servers, ranks included: what is
+asserted is what they saved, not how they started): the same training (seeds, data, 5 steps) saved under ZeRO-1,
 ZeRO-2 (its engine state recorded on both ranks) and ZeRO-3, each read by
 load_deepspeed as DeepSpeed's own zero_to_fp32 reads it and as the same training
 up to reduction order; and the initial state recorded on 1 rank, whose whole
@@ -60,7 +61,9 @@ def runs(project) -> dict:
         # The initial state on 1 rank, recorded: its fragments are whole parameters.
         "one_rank": job("one_rank", 1, "--end-step", "0", recorded=True),
     }
-    done = run_a_few_at_a_time(commands, cwd=cwd, env=environment, at_once=CONCURRENT_CHECKS)
+    done = run_a_few_at_a_time(
+        commands, cwd=cwd, env=environment, at_once=CONCURRENT_CHECKS, warm=True
+    )
     for name, (returncode, _stdout, stderr) in done.items():
         assert returncode == 0, f"{name}: {stderr[-3000:]}"
     return {"root": root, **done}
