@@ -157,9 +157,9 @@ def _shared_warm_servers() -> Iterator[object]:
 
     # 16 idle servers, not the default 4: a worker moves through modules whose checks use
     # many environments (and preloads), and a later module often comes back to an earlier
-    # one's. With 4 a suite started about 20 evicted servers again; with 8, 26 of the 87
-    # servers the two workers started had a key the same worker had started before
-    # (evicted, or busy with another check). Each idle one holds 0.15 to 0.25 GiB.
+    # one's. With 4 a suite started about 20 evicted servers again, with 8 about 9 (and 7
+    # more for a key whose server another check held: docs/validation.md). Each idle one
+    # holds 0.15 to 0.25 GiB, so 16 hold at most 4 GiB a worker.
     with shared_warm_servers(max_idle=16) as servers:
         yield servers
 

@@ -8,7 +8,9 @@ on the suite's two cores and starve the other xdist worker's tests.
 recording), not how they start: each is forked from this worker's warm servers,
 as a warm check forks its phases (a torchrun agent's ranks from its zygote), so
 it does not import torch (and the module's preloads) again. A check's own phases
-are never started this way.
+are never started this way. `here=True` runs the checks given as `python -m
+trainparity …` commands in this process (tests/cli_here.py), with this worker's warm
+servers: no interpreter that imports the case, and no servers of their own.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from tests.cli_here import cli_here, runs_here
 
 Command = list[str] | Callable[[], list[str]]
 
@@ -33,6 +37,7 @@ def run_a_few_at_a_time(
     limit_s: float = 1800,
     after: Mapping[str, Sequence[str]] | None = None,
     warm: bool = False,
+    here: bool = False,
 ) -> dict[str, tuple[int, str, str]]:
     """Each command's (returncode, stdout, stderr), at most `at_once` running at a time.
 
@@ -42,6 +47,8 @@ def run_a_few_at_a_time(
     taken then, not minutes before; what the command it waited for left, read then).
     Output goes to files under cwd's parent's `output/NAME`, so a command that
     writes much never waits on a pipe nobody reads. `warm`: see the module's docstring.
+    `here`: each `python -m trainparity …` command runs in this process when it starts
+    (tests/cli_here.py), one at a time, while the other commands run on beside it.
     """
     after = dict(after or {})
     unknown = {name: firsts for name, firsts in after.items() if set(firsts) - set(commands)}
@@ -58,6 +65,9 @@ def run_a_few_at_a_time(
                 name, command = ready.pop(0)
                 waiting.remove((name, command))
                 argv = command() if callable(command) else command
+                if here and runs_here(argv):
+                    done[name] = cli_here(argv, cwd=cwd, environment=env)
+                    continue
                 output = cwd.parent / "output" / name
                 output.mkdir(parents=True)
                 if starter is not None:
@@ -116,7 +126,10 @@ class _WarmJob:
         return self.returncode
 
     def terminate(self) -> None:
-        os.killpg(self.pid, signal.SIGTERM)
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except ProcessLookupError:  # its group is gone: only the reaping is left
+            pass
 
     def wait(self, timeout: float) -> int:
         deadline = time.monotonic() + timeout

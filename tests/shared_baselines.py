@@ -25,17 +25,13 @@ fault with DeepSpeed's ranks.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 import shutil
 import sys
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
-import pytest
-
+from tests.cli_here import cli_here
 from tests.few_at_a_time import Command
 
 # The phases a fault that acts only on loading shares with the clean check.
@@ -88,54 +84,17 @@ def judge_here(
     Runs after the commands of `shared_baseline_checks` ended. The check sees `environment`
     as its own (the one the commands ran with), so its phases are those the script would
     have run; its children fork from this worker's warm servers. Judge imports the case
-    from the project's directory, as a process of its own would (`project_imports`).
+    from the project's directory, as a process of its own would (tests/cli_here.py).
     """
-    from trainparity._internal.cli.main import main
-
     report = json.loads((root / f"{clean}.json").read_text(encoding="utf-8"))
     done: dict[str, tuple[int, str, str]] = {}
-    with pytest.MonkeyPatch.context() as patch:
-        for name in set(os.environ) - set(environment):
-            patch.delenv(name)
-        for name, value in environment.items():
-            patch.setenv(name, value)
-        for name in faults:
-            plan = root / name
-            reuse_clean_phases(root / clean, report, plan)
-            project = Path(json.loads((plan / "plan.json").read_text(encoding="utf-8"))["cwd"])
-            out, err = io.StringIO(), io.StringIO()
-            with project_imports(project), contextlib.redirect_stdout(out):
-                with contextlib.redirect_stderr(err):
-                    code = main(["judge", str(plan), "--run-missing", "--json", "--no-progress"])
-            done[name] = (code, out.getvalue(), err.getvalue())
+    for name in faults:
+        plan = root / name
+        reuse_clean_phases(root / clean, report, plan)
+        project = Path(json.loads((plan / "plan.json").read_text(encoding="utf-8"))["cwd"])
+        argv = [*judge_command(plan), "--run-missing"]
+        done[name] = cli_here(argv, cwd=project, environment=environment)
     return done
-
-
-@contextlib.contextmanager
-def project_imports(project: Path) -> Iterator[None]:
-    """This worker's imports as a new process in `project` would see them, and back after.
-
-    The CLI puts its directory first on sys.path and the case's module stays imported: in a
-    worker that ran other modules, a module of the same name from another project (an
-    `hf_cases` of tests/integrations) would be found instead, and this project's would be
-    found by the modules after. The project's top-level names are set aside for the block.
-    """
-    names = {path.stem for path in project.glob("*.py")} | {
-        path.name for path in project.iterdir() if (path / "__init__.py").is_file()
-    }
-
-    def ours(module: str) -> bool:
-        return module.partition(".")[0] in names
-
-    path = list(sys.path)
-    aside = {module: sys.modules.pop(module) for module in list(sys.modules) if ours(module)}
-    try:
-        yield
-    finally:
-        for module in [module for module in sys.modules if ours(module)]:
-            del sys.modules[module]
-        sys.modules.update(aside)
-        sys.path[:] = path
 
 
 def resumed_phase(clean: Path, clean_report: Path, plan: Path) -> Callable[[], list[str]]:

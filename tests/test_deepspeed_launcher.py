@@ -66,7 +66,11 @@ def runs(project) -> dict:
         ),
     }
     done: dict = {"root": root}
-    done.update(run_a_few_at_a_time(commands, cwd=cwd, env=environment, at_once=CONCURRENT_CHECKS))
+    done.update(
+        run_a_few_at_a_time(
+            commands, cwd=cwd, env=environment, at_once=CONCURRENT_CHECKS, here=True
+        )
+    )
     return done
 
 

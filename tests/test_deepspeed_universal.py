@@ -98,7 +98,12 @@ def runs(prepared) -> dict:
     done: dict = {"root": root}
     done.update(
         run_a_few_at_a_time(
-            commands, cwd=project, env=environment, at_once=CONCURRENT_CHECKS, after=after
+            commands,
+            cwd=project,
+            env=environment,
+            at_once=CONCURRENT_CHECKS,
+            after=after,
+            here=True,
         )
     )
     done.update(

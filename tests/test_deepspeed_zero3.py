@@ -51,7 +51,7 @@ def runs(project) -> dict:
     done: dict = {"root": root}
     done.update(
         run_a_few_at_a_time(
-            commands, cwd=cwd, env=environment, at_once=CONCURRENT_CHECKS, after=after
+            commands, cwd=cwd, env=environment, at_once=CONCURRENT_CHECKS, after=after, here=True
         )
     )
     done.update(judge_here(CLEAN, faults, root, environment))
