@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -47,6 +48,13 @@ def cli_here(
             with contextlib.redirect_stderr(err):
                 code = main(list(argv[len(CLI) :]))
     return code, out.getvalue(), err.getvalue()
+
+
+def completed_here(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """`argv` run here in this process's working directory and environment, as
+    `subprocess.run(argv, capture_output=True, text=True)` would return it."""
+    code, out, err = cli_here(argv, cwd=Path.cwd(), environment=dict(os.environ))
+    return subprocess.CompletedProcess(list(argv), code, out, err)
 
 
 @contextlib.contextmanager

@@ -11,6 +11,8 @@ import json
 import subprocess
 import sys
 
+from tests.cli_here import CLI, completed_here
+
 # Epoch 0 holds every ID of 0..255 once; epoch 1 misses ID 7.
 _WRITER = """
 import sys
@@ -23,12 +25,7 @@ flush_ids()
 
 
 def _coverage(*arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "trainparity", "coverage", *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return completed_here([*CLI, "coverage", *arguments])  # in this process: tests/cli_here.py
 
 
 def test_the_text_names_the_failing_epoch_and_shows_every_epochs_verdict(tmp_path):

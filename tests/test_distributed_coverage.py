@@ -18,6 +18,7 @@ from trainparity._internal.recording.record_ids import (
     recorded_ids,
 )
 
+from tests.cli_here import CLI, completed_here
 from tests.helpers import run_torchrun_job
 
 JOB = Path(__file__).resolve().parent / "fixtures" / "distributed" / "coverage_job.py"
@@ -71,12 +72,7 @@ def test_drop_last_fails_at_least_once_at_the_dropped_sample(recorded):
 
 def test_cli_audits_every_epoch_of_an_ids_dir(recorded):
     def cli(*arguments):
-        return subprocess.run(
-            [sys.executable, "-m", "trainparity", "coverage", "--json", *arguments],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return completed_here([*CLI, "coverage", "--json", *arguments])  # tests/cli_here.py
 
     directory = str(recorded / "padded")
     passed = cli(

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -19,6 +17,7 @@ from trainparity._internal.state.snapshot_file import (
     write_snapshot,
 )
 
+from tests.cli_here import CLI, completed_here
 from tests.helpers import rewrite_as_digest_version_1
 
 # Each example writes one small file; 400 flips run in a few seconds.
@@ -154,12 +153,10 @@ def test_version_one_and_two_files_are_both_verified(intact, tmp_path):
 def test_cli_diff_of_a_damaged_file_exits_3_and_trust_is_reported(intact, tmp_path):
     path, data, data_start = intact
     damaged = _flipped(tmp_path, data, data_start + 100, 1)
-    command = [sys.executable, "-m", "trainparity", "diff", str(path), str(damaged)]
-    verified = subprocess.run(command, capture_output=True, text=True, check=False)
+    command = [*CLI, "diff", str(path), str(damaged)]  # run in this process: tests/cli_here.py
+    verified = completed_here(command)
     assert verified.returncode == 3, verified.stdout + verified.stderr
     assert "is damaged: tensor " in verified.stdout
-    trusted = subprocess.run(
-        [*command, "--trust-digests", "--json"], capture_output=True, text=True, check=False
-    )
+    trusted = completed_here([*command, "--trust-digests", "--json"])
     assert trusted.returncode == 0, trusted.stdout + trusted.stderr
     assert json.loads(trusted.stdout)["integrity"] == "digests trusted"
