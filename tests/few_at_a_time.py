@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from tests.cli_here import cli_here, runs_here
@@ -37,7 +37,7 @@ def run_a_few_at_a_time(
     limit_s: float = 1800,
     after: Mapping[str, Sequence[str]] | None = None,
     warm: bool = False,
-    here: bool = False,
+    here: bool | Collection[str] = False,
 ) -> dict[str, tuple[int, str, str]]:
     """Each command's (returncode, stdout, stderr), at most `at_once` running at a time.
 
@@ -47,8 +47,9 @@ def run_a_few_at_a_time(
     taken then, not minutes before; what the command it waited for left, read then).
     Output goes to files under cwd's parent's `output/NAME`, so a command that
     writes much never waits on a pipe nobody reads. `warm`: see the module's docstring.
-    `here`: each `python -m trainparity …` command runs in this process when it starts
-    (tests/cli_here.py), one at a time, while the other commands run on beside it.
+    `here`: each `python -m trainparity …` command (or those of them named, if a
+    collection) runs in this process when it starts (tests/cli_here.py), one at a time,
+    while the commands already started run on beside it.
     """
     after = dict(after or {})
     unknown = {name: firsts for name, firsts in after.items() if set(firsts) - set(commands)}
@@ -65,7 +66,7 @@ def run_a_few_at_a_time(
                 name, command = ready.pop(0)
                 waiting.remove((name, command))
                 argv = command() if callable(command) else command
-                if here and runs_here(argv):
+                if (here is True or (here and name in here)) and runs_here(argv):
                     done[name] = cli_here(argv, cwd=cwd, environment=env)
                     continue
                 output = cwd.parent / "output" / name

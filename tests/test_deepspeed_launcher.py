@@ -65,10 +65,13 @@ def runs(project) -> dict:
             *("--work-dir", str(root / CLIENT_SCHEDULER)),
         ),
     }
+    # The launcher's check starts first, as a process of its own: its phases start fresh (the
+    # deepspeed launcher is not forked warm), and they run on while the client scheduler's
+    # check runs here, on the worker's warm servers (tests/cli_here.py).
     done: dict = {"root": root}
     done.update(
         run_a_few_at_a_time(
-            commands, cwd=cwd, env=environment, at_once=CONCURRENT_CHECKS, here=True
+            commands, cwd=cwd, env=environment, at_once=CONCURRENT_CHECKS, here={CLIENT_SCHEDULER}
         )
     )
     return done
