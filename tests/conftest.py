@@ -155,12 +155,12 @@ def _shared_warm_servers() -> Iterator[object]:
     """
     from trainparity._internal.processes.warm.pool import shared_warm_servers
 
-    # 16 idle servers, not the default 4: a worker moves through modules whose checks use
-    # many environments (and preloads), and a later module often comes back to an earlier
-    # one's. With 4 a suite started about 20 evicted servers again, with 8 about 9 (and 7
-    # more for a key whose server another check held: docs/validation.md). Each idle one
-    # holds 0.15 to 0.25 GiB, so 16 hold at most 4 GiB a worker.
-    with shared_warm_servers(max_idle=16) as servers:
+    # 8 idle servers, not the default 4: a worker moves through modules whose checks use
+    # many environments (and preloads), and in a suite 4 evicted about 20 servers that a later
+    # module started again. Each idle one holds 0.15 to 0.25 GiB. Not more: 16 saved 6 server
+    # starts of about 100, and the servers idle at the end are reaped in this fixture's
+    # teardown, whose CPU then counts their imports (70.1 s with 16, past the budget).
+    with shared_warm_servers(max_idle=8) as servers:
         yield servers
 
 
