@@ -6,7 +6,8 @@ is what the budget's summary prints before the parenthesis: a test's node id
 ("tests/test_x.py::test_y", which covers all its parametrizations, or one of them with its
 "[...]"), or a fixture as "file::fixture name". The reason says why it cannot shrink now,
 with the CPU seconds measured; an entry goes once the summary says it stays within the
-budget by a third (under load a test uses up to 1.3 times its quiet CPU). What justifies an entry: CONTRIBUTING.md, "Keeping a test inside the budget".
+budget by a third (under load a test used up to 1.3 times its quiet CPU, and up to 1.45
+times on 2026-12-07 beside a second suite). What justifies an entry: CONTRIBUTING.md, "Keeping a test inside the budget".
 """
 
 from __future__ import annotations
@@ -34,4 +35,19 @@ EXCEPTIONS: dict[str, str] = {
         "tracer. Warm alone, either save took at most 23.6 s of CPU."
     ),
     "tests/test_deepspeed_launcher.py::runs": _DEEPSPEED_LAUNCHER,
+    "tests/test_fsdp2_two_d_guide.py::reports": (
+        "docs/distributed.md's 2-D meshes: five whole checks of the FSDP2 project on 4 gloo "
+        "ranks each (FSDP2 x TP and HSDP need a 2 x 2 mesh), in two run_parity.py processes as "
+        "the guide runs them. 44.0 and 42.9 s of CPU in two quiet suites of 2026-12-07 "
+        "(a2458cc, the development checkout), past the third of the budget an unlisted entry "
+        "keeps for load; 62.9 s in a fresh-clone suite of a2458cc beside a second suite, where "
+        "modules nobody changed took 1.2 to 1.45 times their quiet CPU."
+    ),
+    "tests/test_multinode.py::test_two_nodes_pass_with_a_row_per_node_and_per_rank": (
+        "A whole check whose phases each run two torchrun agents as two nodes: the node "
+        "launcher starts the agents as new interpreters (no warm path forks what a child "
+        "starts), and so their ranks too, each importing torch. 38.0 and 40.6 s of CPU in two "
+        "quiet suites of 2026-12-07 (a2458cc), 46.3 s on a slower afternoon: within the "
+        "budget, but not by the third an unlisted entry keeps for load."
+    ),
 }
