@@ -7,7 +7,8 @@ is what the budget's summary prints before the parenthesis: a test's node id
 "[...]"), or a fixture as "file::fixture name". The reason says why it cannot shrink now,
 with the CPU seconds measured; an entry goes once the summary says it stays within the
 budget by a third (under load a test used up to 1.3 times its quiet CPU, and up to 1.45
-times on 2026-12-07 beside a second suite). What justifies an entry: CONTRIBUTING.md, "Keeping a test inside the budget".
+times on 2026-12-07 beside a second suite). What justifies an entry: CONTRIBUTING.md,
+"Keeping a test inside the budget".
 """
 
 from __future__ import annotations

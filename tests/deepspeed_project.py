@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tests.cli_here import CLI
 from tests.deepspeed_ops import deepspeed_environment
 from tests.few_at_a_time import report_of
 
@@ -21,7 +22,7 @@ SPLIT_STEP, TOTAL_STEP = 2, 5
 PARAMETERS = ["0.weight", "0.bias", "2.weight", "2.bias"]
 # Checks (or jobs) at once: each check runs its phases side by side already.
 CONCURRENT_CHECKS = 2
-RESUME = (sys.executable, "-m", "trainparity", "resume", "--json", "--no-progress")
+RESUME = (*CLI, "resume", "--json", "--no-progress")
 TORCHRUN = (sys.executable, "-m", "torch.distributed.run", "--standalone")
 
 

@@ -58,6 +58,7 @@ def run_a_few_at_a_time(
     running: dict[str, tuple[subprocess.Popen | _WarmJob, Path]] = {}
     done: dict[str, tuple[int, str, str]] = {}
     deadline = time.monotonic() + limit_s
+    in_process = set(commands) if here is True else set(here or ())
     starter = _warm_starter(cwd.parent / "output" / "servers", limit_s) if warm else None
     try:
         while waiting or running:
@@ -66,7 +67,7 @@ def run_a_few_at_a_time(
                 name, command = ready.pop(0)
                 waiting.remove((name, command))
                 argv = command() if callable(command) else command
-                if (here is True or (here and name in here)) and runs_here(argv):
+                if name in in_process and runs_here(argv):
                     done[name] = cli_here(argv, cwd=cwd, environment=env)
                     continue
                 output = cwd.parent / "output" / name

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from tests.cli_here import cli_here
+from tests.cli_here import CLI, cli_here
 from tests.few_at_a_time import Command
 
 # The phases a fault that acts only on loading shares with the clean check.
@@ -112,7 +111,7 @@ def resumed_phase(clean: Path, clean_report: Path, plan: Path) -> Callable[[], l
 
 
 def judge_command(plan: Path) -> list[str]:
-    return [sys.executable, "-m", "trainparity", "judge", str(plan), "--json", "--no-progress"]
+    return [*CLI, "judge", str(plan), "--json", "--no-progress"]
 
 
 def reuse_clean_phases(clean: Path, report: dict, plan: Path) -> None:

@@ -1,14 +1,14 @@
 """DeepSpeed ZeRO-1, -2 and -3 checkpoints of one training, and one rank's state against two.
 
-Plain torchrun jobs of docs/examples/deepspeed_project/train.py, two at a time, with
-no check around them (forked from the worker's warm servers, ranks included: what is
-asserted is what they saved, not how they started): the same training (seeds, data, 5 steps) saved under ZeRO-1,
-ZeRO-2 (its engine state recorded on both ranks) and ZeRO-3, each read by
-load_deepspeed as DeepSpeed's own zero_to_fp32 reads it and as the same training
-up to reduction order; and the initial state recorded on 1 rank, whose whole
-parameters equal the 2-rank recording's fragments reassembled. The checks of the
-project are in test_deepspeed.py (and _zero3, _launcher, _trainer); the shm op is
-built as there.
+Plain torchrun jobs of docs/examples/deepspeed_project/train.py, two at a time, with no
+check around them (forked from the worker's warm servers, ranks included: what is
+asserted is what they saved, not how they started): the same training (seeds, data, 5
+steps) saved under ZeRO-1, ZeRO-2 (its engine state recorded on both ranks) and ZeRO-3,
+each read by load_deepspeed as DeepSpeed's own zero_to_fp32 reads it and as the same
+training up to reduction order; and the initial state recorded on 1 rank, whose whole
+parameters equal the 2-rank recording's fragments reassembled. The checks of the project
+are in test_deepspeed.py (and _zero3, _launcher, _trainer); the shm op is built as
+there.
 """
 
 from __future__ import annotations
