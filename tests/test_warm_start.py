@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from trainparity import Outcome, check_resume
 from trainparity._internal.distributed.rank_processes import rank_evidence, read_rank_exits
 from trainparity._internal.processes.group import (
@@ -28,6 +29,7 @@ from trainparity._internal.processes.group import (
     ChildSpec,
     spawn_child,
 )
+from trainparity._internal.processes.warm import child as child_side
 from trainparity._internal.processes.warm import server_handle
 from trainparity._internal.processes.warm.pool import SharedWarmServers
 from trainparity._internal.processes.warm.starter import ChildStarter, checked_start, warm_refusal
@@ -181,6 +183,54 @@ def test_a_warm_child_is_indistinguishable_from_a_fresh_one(probe_dir, starter, 
     assert "env replaced" in env_script  # compared with the fresh one's above
     assert "last variables ['TRAINPARITY_PROBE_OUT', 'PROBE_ADDED']" in env_script
     assert (out / "unclosed.txt").read_text() == "raise flushed at exit;"  # compared above
+
+
+# A finalizer registered before the script's own operator library runs after that library's
+# (newest first), as the last thing a fresh interpreter's atexit does.
+LIBRARIES_AT_EXIT = """\
+import torch, weakref
+def registered(name):
+    try:
+        torch._C._dispatch_find_schema_or_throw(name, "")
+    except RuntimeError:
+        return False
+    return True
+class Marker:
+    pass
+def at_exit():
+    print("own", registered("trainparity_probe::twice"), "torch's", registered("prims::abs"))
+marker = Marker()
+weakref.finalize(marker, at_exit)
+library = torch.library.Library("trainparity_probe", "DEF")
+library.define("twice(Tensor x) -> Tensor")
+"""
+
+
+def test_a_warm_childs_own_operator_library_is_unregistered_at_exit(tmp_path, starter):
+    (tmp_path / "libraries.py").write_text(LIBRARIES_AT_EXIT)
+    argv = [sys.executable, "libraries.py"]
+    code, _, stdout, stderr, _ = _run(starter.launch, "warm", argv, tmp_path, tmp_path)
+    assert starter.report["warm"] == ["warm"]
+    # torch's prims library was defined first, so a fresh interpreter unregisters it last.
+    assert (code, stdout, stderr) == (0, "own False torch's True\n", "")
+
+
+def test_the_servers_operator_libraries_are_left_registered_and_the_childs_own_are_not():
+    """exit_as_fresh skips the finalizers of what the server imported, not of what the child made."""
+    server_libraries = child_side._library_finalizers()
+    library = torch.library.Library("trainparity_probe_kept", "DEF")
+    (own_finalizer,) = set(child_side._library_finalizers()) - set(server_libraries)
+    saved = child_side._SERVER_LIBRARY_FINALIZERS
+    try:
+        child_side._SERVER_LIBRARY_FINALIZERS = server_libraries
+        child_side._keep_server_libraries()
+        assert server_libraries and not any(finalizer.atexit for finalizer in server_libraries)
+        assert own_finalizer not in server_libraries and own_finalizer.atexit
+    finally:
+        child_side._SERVER_LIBRARY_FINALIZERS = saved
+        for finalizer in server_libraries:
+            finalizer.atexit = True
+        library._destroy()
 
 
 PRISTINE = """\
