@@ -17,6 +17,7 @@ import pytest
 from trainparity._internal.distributed import rank_watcher
 from trainparity._internal.distributed.phases import (
     PHASE_TAG_VARIABLE,
+    environ_items,
     phase_environment,
     rank_failure,
     reported_rank_exits,
@@ -153,6 +154,13 @@ def test_identity_comes_from_the_environment():
             child.kill()
             child.wait()
     assert rank_watcher._read_identity(tagged.pid) == (None, None, None)
+
+
+def test_a_warm_childs_padded_environment_block_reads_as_its_variables():
+    # A warm child's /proc/PID/environ is its server's block, NUL-padded past its variables.
+    block = b"A=1\0TRAINPARITY_PHASE_TAG=feed\0RANK=3\0" + b"\0" * 16384
+    assert environ_items(block) == [b"A=1", b"TRAINPARITY_PHASE_TAG=feed", b"RANK=3"]
+    assert environ_items(b"") == [b""]
 
 
 # The watcher -------------------------------------------------------------------------

@@ -37,6 +37,7 @@ __all__ = [
     "RANK_EXITS_FILE_VARIABLE",
     "PortRemedy",
     "RankExit",
+    "environ_items",
     "ids_path",
     "node_failure",
     "node_rows",
@@ -140,6 +141,16 @@ def node_rows(run_dir: Path) -> list[dict]:
     return [row for row in rows if isinstance(row, dict) and set(row) == _NODE_KEYS]
 
 
+def environ_items(block: bytes) -> list[bytes]:
+    """The NAME=value strings of a /proc/PID/environ block, without the NULs that pad it.
+
+    A warm child shows its environment in its server's, NUL-padded to the end of the
+    room the server was started with (16 KiB: warm/server_handle.py): split whole, that
+    block gave some 16,000 empty strings, and parsing one took 6 ms instead of 0.15.
+    """
+    return block.rstrip(b"\0").split(b"\0")
+
+
 def tagged_processes(tag: str) -> list[int]:
     needle = f"{PHASE_TAG_VARIABLE}={tag}".encode()
     found = []
@@ -148,7 +159,7 @@ def tagged_processes(tag: str) -> list[int]:
             continue
         try:
             with open(f"/proc/{entry.name}/environ", "rb") as handle:
-                variables = handle.read().split(b"\0")
+                variables = environ_items(handle.read())
         except OSError:  # gone, or another user's
             continue
         if needle in variables:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from trainparity._internal.distributed.phases import PHASE_TAG_VARIABLE
+from trainparity._internal.distributed.phases import PHASE_TAG_VARIABLE, environ_items
 from trainparity._internal.distributed.torchrun_argv import is_torchrun
 
 __all__ = [
@@ -314,7 +314,7 @@ def _read_identity(pid: int) -> _Known | None:
         return None
     if _TAG_PREFIX not in environ:
         return _UNTAGGED
-    variables = dict(item.split(b"=", 1) for item in environ.split(b"\0") if b"=" in item)
+    variables = dict(item.split(b"=", 1) for item in environ_items(environ) if b"=" in item)
     tag = variables.get(_TAG_PREFIX[:-1], b"").decode(errors="replace")
     return _Known(
         tag or None, _integer(variables.get(b"RANK")), _integer(variables.get(b"LOCAL_RANK"))
