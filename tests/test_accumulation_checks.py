@@ -350,9 +350,9 @@ def test_a_crashed_worker_error_quotes_its_last_stderr_line(tmp_path):
 
 
 def test_a_worker_past_its_timeout_is_an_error(tmp_path):
-    result = check(
-        "SleepingCase", AccumulationExecutionPlan(2), timeout=10, temporary_root=tmp_path
-    )
+    # The case sleeps 600 s while it builds: any timeout shorter than that ends baseline_a,
+    # whether it hits the sleep or the worker's set-up, so a short one waits least.
+    result = check("SleepingCase", AccumulationExecutionPlan(2), timeout=2, temporary_root=tmp_path)
     assert result.outcome == "ERROR"
     assert result.message.split("\n")[0] == "baseline_a child exceeded timeout"
     assert list(tmp_path.iterdir()) == []

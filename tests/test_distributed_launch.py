@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy
@@ -198,14 +199,38 @@ def test_crashing_rank_is_an_error_naming_phase_rank_and_its_last_stderr_line(
     assert list(roots.iterdir()) == []
 
 
-def test_hanging_rank_is_killed_with_the_agent_and_every_other_rank(tmp_path, job_environment):
+HANGING_TEST = "test_hanging_rank_is_killed_with_the_agent_and_every_other_rank"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def hanging_check(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The hanging-rank check, started with the module's first test and run beside the others.
+
+    Most of it is its 30 s timeout, with nothing to compute: run alone, it held this worker
+    idle. Its own markers directory tells its ranks from the other tests' (which wait for
+    theirs to end), at the price of one more warm server. Not started when its test is not
+    selected.
+    """
+    if not any(item.name == HANGING_TEST for item in request.session.items):
+        yield None
+        return
     # Rank 1 ignores SIGTERM: torchrun's own shutdown cannot stop it, and it is
     # in another session than the agent, so killing the agent's group misses it. The agent and
     # ranks start warm (torch imported) and the job imports only torch.distributed: 30 s is
     # many times their set-up, and the marker proves rank 1 was asleep when the timeout hit.
-    result, alive, roots, markers = _check(
-        "HangingRankCase", tmp_path, job_environment, timeout=30, parallel=False
-    )
+    environment = {
+        "OMP_NUM_THREADS": "1",
+        "MULTIRANK_MARKERS": str(tmp_path_factory.mktemp("hanging-markers")),
+    }
+    directory = tmp_path_factory.mktemp("hanging")
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        yield executor.submit(
+            _check, "HangingRankCase", directory, environment, timeout=30, parallel=False
+        )
+
+
+def test_hanging_rank_is_killed_with_the_agent_and_every_other_rank(hanging_check):
+    result, alive, roots, markers = hanging_check.result()
     assert result.outcome is Outcome.ERROR
     assert result.message.splitlines()[0] == "baseline_a child exceeded timeout"
     assert len(list(markers.iterdir())) == 1  # rank 1 really was asleep when the timeout hit
