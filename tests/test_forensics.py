@@ -18,6 +18,7 @@ from trainparity._internal.why.forensics import diff_traces, read_trace
 from trainparity._internal.why.forensics.capture import debug_mode_available
 from trainparity._internal.why.forensics.leads import op_kind
 
+from tests.few_at_a_time import run_a_few_at_a_time
 from tests.fixtures.forensics_step import traced_step
 
 STEP_SCRIPT = Path(__file__).resolve().parent / "fixtures" / "forensics_step.py"
@@ -409,14 +410,25 @@ for step in range(1, 5):
 
 
 def _run_traced(script, step, output, **variables):
-    """`python script` with TRAINPARITY_TRACE_STEP set by hand (no `trainparity trace`)."""
+    """`python script` with TRAINPARITY_TRACE_STEP set by hand (no `trainparity trace`).
+
+    Forked from this worker's warm server (tests/few_at_a_time.py), as a warm check forks
+    its phases: what is tested is what the traced process writes and says, not how it
+    started, and the variables that differ between these runs (ours, the rank's) are not in
+    a server's key, so they share one server instead of importing torch each.
+    """
     environment = {
         **os.environ, "OMP_NUM_THREADS": "1", "TRAINPARITY_TRACE_STEP": str(step),
         "TRAINPARITY_TRACE_OUTPUT": str(output), **variables,
     }  # fmt: skip
-    return subprocess.run(
-        [sys.executable, str(script)], env=environment, capture_output=True, text=True, check=False
-    )
+    name = f"{script.stem}-step{step}-{output.stem}-rank{variables.get('RANK', '')}"
+    run_dir = script.parent / "traced-runs" / name
+    run_dir.mkdir(parents=True)
+    argv = [sys.executable, str(script)]
+    (code, stdout, stderr) = run_a_few_at_a_time(
+        {name: argv}, cwd=run_dir, env=environment, warm=True
+    )[name]
+    return subprocess.CompletedProcess(argv, code, stdout, stderr)
 
 
 def test_record_calls_mark_the_traced_step(tmp_path, monkeypatch, capsys):
