@@ -172,6 +172,46 @@ def test_a_crashing_rank_is_an_error_and_stops_the_other_ranks(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_single_rank_plan_keeps_the_contract_fields_and_a_multi_rank_plan_round_trips():
+    assert len(AccumulationExecutionPlan(2).to_dict()) == 10
+    plan = two_ranks(sync_first_microbatch=True)
+    assert plan.to_dict()["world_size"] == 2 and plan.to_dict()["sync_first_microbatch"] is True
+    assert "clip_before_sync" not in plan.to_dict()
+    assert AccumulationExecutionPlan.from_dict(plan.to_dict()) == plan
+
+
+def test_the_plans_multi_rank_loop_refuses_an_fsdp2_model_and_says_what_to_do():
+    from types import SimpleNamespace
+
+    from trainparity._internal.accumulation.ranks import plan_train_step
+
+    fsdp2_rank = SimpleNamespace(sharded=True)  # RankContext.wrap found a fully_shard model
+    with pytest.raises(TypeError, match="give the case its own train_step, written for FSDP2"):
+        plan_train_step(object(), two_ranks(), fsdp2_rank)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"world_size": 2, "microbatch_count": 3}, "must be a multiple of world_size"),
+        ({"microbatch_count": 2, "sync_first_microbatch": True}, "needs world_size > 1"),
+        (
+            {"world_size": 2, "microbatch_count": 2, "omit_final_microbatch": True},
+            "describes the single-rank loop",
+        ),
+        (
+            {"world_size": 2, "microbatch_count": 2, "clip_before_sync": True},
+            "clip_before_sync needs clip_grad_norm",
+        ),
+        ({"world_size": 0, "microbatch_count": 2}, "world_size must be positive"),
+    ],
+)
+def test_impossible_multi_rank_plans_are_rejected(flags, message):
+    with pytest.raises(ValueError, match=message):
+        AccumulationExecutionPlan(**flags).validate()
+
+
+# Last in the module: the other tests run while its check waits out its timeout.
 HANGING_TEST = "test_a_hanging_rank_is_a_timeout_error_that_leaves_no_process"
 
 
@@ -207,42 +247,3 @@ def test_a_hanging_rank_is_a_timeout_error_that_leaves_no_process(hanging_check)
     log = tmp_path / "candidate" / rank.removeprefix("candidate.") / "stderr.log"
     assert rest[-1] in (f"full log: {log}", f"{rank}'s stderr is empty")
     assert_no_process_left(result.process_ids)
-
-
-@pytest.mark.parametrize(
-    ("flags", "message"),
-    [
-        ({"world_size": 2, "microbatch_count": 3}, "must be a multiple of world_size"),
-        ({"microbatch_count": 2, "sync_first_microbatch": True}, "needs world_size > 1"),
-        (
-            {"world_size": 2, "microbatch_count": 2, "omit_final_microbatch": True},
-            "describes the single-rank loop",
-        ),
-        (
-            {"world_size": 2, "microbatch_count": 2, "clip_before_sync": True},
-            "clip_before_sync needs clip_grad_norm",
-        ),
-        ({"world_size": 0, "microbatch_count": 2}, "world_size must be positive"),
-    ],
-)
-def test_impossible_multi_rank_plans_are_rejected(flags, message):
-    with pytest.raises(ValueError, match=message):
-        AccumulationExecutionPlan(**flags).validate()
-
-
-def test_a_single_rank_plan_keeps_the_contract_fields_and_a_multi_rank_plan_round_trips():
-    assert len(AccumulationExecutionPlan(2).to_dict()) == 10
-    plan = two_ranks(sync_first_microbatch=True)
-    assert plan.to_dict()["world_size"] == 2 and plan.to_dict()["sync_first_microbatch"] is True
-    assert "clip_before_sync" not in plan.to_dict()
-    assert AccumulationExecutionPlan.from_dict(plan.to_dict()) == plan
-
-
-def test_the_plans_multi_rank_loop_refuses_an_fsdp2_model_and_says_what_to_do():
-    from types import SimpleNamespace
-
-    from trainparity._internal.accumulation.ranks import plan_train_step
-
-    fsdp2_rank = SimpleNamespace(sharded=True)  # RankContext.wrap found a fully_shard model
-    with pytest.raises(TypeError, match="give the case its own train_step, written for FSDP2"):
-        plan_train_step(object(), two_ranks(), fsdp2_rank)

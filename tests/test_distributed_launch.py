@@ -199,6 +199,58 @@ def test_crashing_rank_is_an_error_naming_phase_rank_and_its_last_stderr_line(
     assert list(roots.iterdir()) == []
 
 
+_ENDING_SCRIPT = """
+import sys
+import torch.distributed as dist
+import trainparity
+from trainparity.distributed import end_rank
+
+if sys.argv[2] == "group":
+    dist.init_process_group("gloo", init_method="file://" + sys.argv[1] + "/store", rank=0, world_size=1)
+trainparity.record_ids([7, 8, 9], epoch=0, directory=sys.argv[1] + "/ids")  # buffered
+print("written before leaving", end="")  # unflushed: end_rank flushes it
+end_rank(int(sys.argv[3]))
+"""
+
+
+@pytest.mark.parametrize("group", ["group", "none"])
+def test_end_rank_tears_down_flushes_and_exits_with_the_code(tmp_path, group):
+    script = tmp_path / "job.py"
+    script.write_text(_ENDING_SCRIPT)
+    completed = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), group, "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert completed.returncode == 3, completed.stderr
+    assert completed.stdout == "written before leaving"
+    ids = (tmp_path / "ids" / "rank0.epoch0.ids").read_bytes()
+    assert numpy.frombuffer(ids, dtype="<i8").tolist() == [7, 8, 9]
+
+
+def test_check_runs_of_two_ranks_against_one_compares_rank_zero_step_by_step(
+    tmp_path, job_environment
+):
+    result = check_runs(
+        f"{CASES}:DataParallelRuns",
+        comparison=ToleranceComparison(rtol=1e-5, atol=1e-6),
+        cwd=REPO,
+        temporary_root=tmp_path,
+        environment=job_environment,
+        timeout=240,
+    )
+    assert result.outcome is Outcome.PASS, result.message
+    assert [len(process.ranks) for process in result.processes] == [1, 1, 2, 2]
+    assert result.trajectory["ranks"] == [0, 1]
+    steps = result.trajectory["recorded_steps"]
+    assert steps["two_ranks_b"] == {"rank0": [1, 2, 3], "rank1": [1, 2, 3]}
+    assert steps["one_rank_a"] == {"rank0": [1, 2, 3]}
+    assert list(tmp_path.iterdir()) == []
+
+
+# Last in the module: the other tests run while its check waits out its timeout.
 HANGING_TEST = "test_hanging_rank_is_killed_with_the_agent_and_every_other_rank"
 
 
@@ -236,54 +288,3 @@ def test_hanging_rank_is_killed_with_the_agent_and_every_other_rank(hanging_chec
     assert len(list(markers.iterdir())) == 1  # rank 1 really was asleep when the timeout hit
     assert alive == []
     assert list(roots.iterdir()) == []
-
-
-def test_check_runs_of_two_ranks_against_one_compares_rank_zero_step_by_step(
-    tmp_path, job_environment
-):
-    result = check_runs(
-        f"{CASES}:DataParallelRuns",
-        comparison=ToleranceComparison(rtol=1e-5, atol=1e-6),
-        cwd=REPO,
-        temporary_root=tmp_path,
-        environment=job_environment,
-        timeout=240,
-    )
-    assert result.outcome is Outcome.PASS, result.message
-    assert [len(process.ranks) for process in result.processes] == [1, 1, 2, 2]
-    assert result.trajectory["ranks"] == [0, 1]
-    steps = result.trajectory["recorded_steps"]
-    assert steps["two_ranks_b"] == {"rank0": [1, 2, 3], "rank1": [1, 2, 3]}
-    assert steps["one_rank_a"] == {"rank0": [1, 2, 3]}
-    assert list(tmp_path.iterdir()) == []
-
-
-_ENDING_SCRIPT = """
-import sys
-import torch.distributed as dist
-import trainparity
-from trainparity.distributed import end_rank
-
-if sys.argv[2] == "group":
-    dist.init_process_group("gloo", init_method="file://" + sys.argv[1] + "/store", rank=0, world_size=1)
-trainparity.record_ids([7, 8, 9], epoch=0, directory=sys.argv[1] + "/ids")  # buffered
-print("written before leaving", end="")  # unflushed: end_rank flushes it
-end_rank(int(sys.argv[3]))
-"""
-
-
-@pytest.mark.parametrize("group", ["group", "none"])
-def test_end_rank_tears_down_flushes_and_exits_with_the_code(tmp_path, group):
-    script = tmp_path / "job.py"
-    script.write_text(_ENDING_SCRIPT)
-    completed = subprocess.run(
-        [sys.executable, str(script), str(tmp_path), group, "3"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert completed.returncode == 3, completed.stderr
-    assert completed.stdout == "written before leaving"
-    ids = (tmp_path / "ids" / "rank0.epoch0.ids").read_bytes()
-    assert numpy.frombuffer(ids, dtype="<i8").tolist() == [7, 8, 9]
