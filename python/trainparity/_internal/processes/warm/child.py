@@ -242,12 +242,12 @@ def exit_as_fresh(status: object) -> None:
 
 def _library_finalizers() -> tuple:
     """The live weakref finalizers that unregister a torch.library.Library's operators."""
-    registry = getattr(sys.modules.get("weakref"), "finalize", None)
-    if registry is None:
+    finalize = getattr(sys.modules.get("weakref"), "finalize", None)
+    if finalize is None:
         return ()
     return tuple(
         finalizer
-        for finalizer, info in list(registry._registry.items())  # type: ignore[attr-defined]
+        for finalizer, info in list(finalize._registry.items())  # type: ignore[attr-defined]
         if getattr(info.func, "__module__", None) == "torch.library"
         and getattr(info.func, "__name__", None) == "_del_library"
     )
