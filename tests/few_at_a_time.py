@@ -15,12 +15,14 @@ servers: no interpreter that imports the case, and no servers of their own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from tests.cli_here import cli_here, runs_here
@@ -153,3 +155,25 @@ def report_of(runs: Mapping[str, tuple[int, str, str]], name: str) -> dict:
 
 def differences_by_path(report: dict) -> dict[str, dict]:
     return {difference["path"]: difference for difference in report["all_differences"]}
+
+
+@contextlib.contextmanager
+def beside_the_module(
+    request, test_name: str, call: Callable, /, *args, **kwargs
+) -> Iterator[Future | None]:
+    """`call(*args, **kwargs)` started in a thread now, for the module's test `test_name`.
+
+    For a check that spends most of its time waiting out a timeout (a hanging rank's):
+    a module fixture starts it with the module's first test, the module's other tests run
+    while it waits, and `test_name` (last in the file) joins the future. None, and nothing
+    started, when `test_name` is not selected; the block's end waits for the call.
+    """
+    selected = any(
+        item.name == test_name and getattr(item, "module", None) is request.module
+        for item in request.session.items
+    )
+    if not selected:
+        yield None
+        return
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        yield executor.submit(call, *args, **kwargs)

@@ -10,12 +10,13 @@ processes (two baselines, two ranks).
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from trainparity._internal.accumulation.check import AccumulationExecutionPlan, check_accumulation
 from trainparity._internal.comparison.policies import ToleranceComparison
+
+from tests.few_at_a_time import beside_the_module
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 TOLERANCE = ToleranceComparison(rtol=1e-5, atol=1e-6)
@@ -224,16 +225,12 @@ def hanging_check(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     idle. Beside another check it forks from a warm server of its own. Not started when its
     test is not selected.
     """
-    if not any(item.name == HANGING_TEST for item in request.session.items):
-        yield None
-        return
     work_dir = tmp_path_factory.mktemp("hanging")
     # The ranks start warm (forked, torch imported): 30 s leaves the baselines and the
     # ranks' set-up many times what they take, and the hang itself is 600 s.
-    with ThreadPoolExecutor(max_workers=1) as executor:
-        future = executor.submit(
-            check, "HangingRankCase", two_ranks(), timeout=30, work_dir=work_dir
-        )
+    with beside_the_module(
+        request, HANGING_TEST, check, "HangingRankCase", two_ranks(), timeout=30, work_dir=work_dir
+    ) as future:
         yield future, work_dir
 
 

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy
@@ -22,6 +21,7 @@ from trainparity._internal.distributed.torchrun_argv import (
 from trainparity._internal.processes.warm.pool import current_shared_servers
 from trainparity.distributed import torchrun_command
 
+from tests.few_at_a_time import beside_the_module
 from tests.fixtures.distributed.cases import FixedMasterPortCase
 
 REPO = Path(__file__).resolve().parent.parent
@@ -263,9 +263,6 @@ def hanging_check(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
     theirs to end), at the price of one more warm server. Not started when its test is not
     selected.
     """
-    if not any(item.name == HANGING_TEST for item in request.session.items):
-        yield None
-        return
     # Rank 1 ignores SIGTERM: torchrun's own shutdown cannot stop it, and it is
     # in another session than the agent, so killing the agent's group misses it. The agent and
     # ranks start warm (torch imported) and the job imports only torch.distributed: 30 s is
@@ -275,10 +272,11 @@ def hanging_check(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         "MULTIRANK_MARKERS": str(tmp_path_factory.mktemp("hanging-markers")),
     }
     directory = tmp_path_factory.mktemp("hanging")
-    with ThreadPoolExecutor(max_workers=1) as executor:
-        yield executor.submit(
-            _check, "HangingRankCase", directory, environment, timeout=30, parallel=False
-        )
+    with beside_the_module(
+        request, HANGING_TEST, _check, "HangingRankCase", directory, environment,
+        timeout=30, parallel=False,
+    ) as future:  # fmt: skip
+        yield future
 
 
 def test_hanging_rank_is_killed_with_the_agent_and_every_other_rank(hanging_check):
