@@ -29,6 +29,11 @@ _SERVER_LIBRARY_FINALIZERS: tuple = ()
 # Set by the server: None if its imports never asked tempfile for its directory, else the
 # directories (name, mode) they made there.
 _SERVER_TEMPORARY: tuple[tuple[str, int], ...] | None = None
+# Set by the server: path_lookups.py, loaded from its file; its recorder of what the server's
+# imports looked up on sys.path; the PYTHONPATH the server started with ("" for none).
+_PATH_LOOKUPS = None
+_LOOKUP_RECORDER = None
+_SERVER_PYTHONPATH = ""
 # CPython's exit status when flushing the standard streams fails at exit (Py_RunMain).
 _FLUSH_FAILED_STATUS = 120
 
@@ -97,10 +102,32 @@ def become_fresh(argv: list[str], cwd: str, environment: dict[str, str]) -> None
     else:
         sys.argv = list(argv[1:])
         sys.path[0] = os.path.dirname(os.path.realpath(os.path.join(cwd, argv[1])))
+    _put_python_path_on_sys_path(environment)
     importlib.invalidate_caches()  # directory listings the server cached may be stale
     _redo_temporary_directory()
     _redraw_random_state()
     _show_process(argv, environment)
+
+
+def _put_python_path_on_sys_path(environment: dict[str, str]) -> None:
+    """sys.path[1:] as PYTHONPATH makes a fresh interpreter's, where the server started without it.
+
+    The check forks such a child only when nothing the server's imports looked
+    up there would have been found in its directories (path_lookups.py); this
+    looks again, in case they changed since, and exits with status 127 if so.
+    """
+    if _LOOKUP_RECORDER is not None:
+        _LOOKUP_RECORDER.uninstall()
+    value = environment.get(_PATH_LOOKUPS.PATH_VARIABLE, "") if _PATH_LOOKUPS else ""
+    if value == _SERVER_PYTHONPATH:
+        return
+    entries = _PATH_LOOKUPS.python_path_entries(value, os.getcwd())
+    conflict = _PATH_LOOKUPS.path_conflict(entries, _LOOKUP_RECORDER.lookups())
+    if conflict is not None:
+        message = f"trainparity: this warm child cannot start as a fresh one would: {conflict}\n"
+        os.write(2, message.encode(errors="replace"))
+        os._exit(127)
+    sys.path[:] = _PATH_LOOKUPS.fresh_sys_path(sys.path[0], entries, sys.path[1:])
 
 
 def _show_process(argv: list[str], environment: dict[str, str]) -> None:

@@ -10,8 +10,9 @@ server exits, and its children start fresh, where an import loaded CUDA's
 driver).
 
 Protocol, one JSON line each way per request on one Unix socket (Linux
-abstract namespace) accepted from the server's parent only: "ready" once the
-imports are done, then per request {argv, cwd, env, stdout, stderr, warm_ranks,
+abstract namespace) accepted from the server's parent only: "ready" and what
+the imports looked up on sys.path (path_lookups.py) once they are done, then
+per request {argv, cwd, env, stdout, stderr, warm_ranks,
 trace_filter (hex of a seccomp program: the crash check traces the child, which
 waits for its tracer and installs it first, child.await_tracer)}; reply
 {forked: pid} as soon as the child exists, then {pid} or {pid, failure: {step,
@@ -105,11 +106,17 @@ def serve(name: str, modules: list[str]) -> tuple[dict, object] | None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(4)
+    path_lookups = _load_sibling("path_lookups")
+    recorder = path_lookups.LookupRecorder()
+    recorder.install()  # the child uninstalls it (child.become_fresh)
     _preload(modules)
     refusal = _load_sibling("preloads").preloaded_refusal(modules)
     if refusal is not None:
         sys.exit(refusal)  # its last stderr line: why the check starts the children fresh
     child_side = _load_child_side()
+    child_side._PATH_LOOKUPS = path_lookups
+    child_side._LOOKUP_RECORDER = recorder
+    child_side._SERVER_PYTHONPATH = os.environ.get(path_lookups.PATH_VARIABLE, "")
     child_side._SERVER_TEMPORARY = _made_in_temporary_directory()
     # What the imports made is kept out of the children's collections: they neither
     # pay to traverse it nor copy its pages (copy-on-write) by touching it.
@@ -119,7 +126,9 @@ def serve(name: str, modules: list[str]) -> tuple[dict, object] | None:
         if _peer_pid(connection) == parent:  # anyone may connect to an abstract name
             break
         connection.close()
-    connection.sendall(b"ready\n")  # the imports are done: the check may now adopt children
+    # The imports are done: the check may now adopt children, and knows what they looked up
+    # on sys.path (a child whose PYTHONPATH would have found other files needs its own server).
+    connection.sendall(b"ready " + json.dumps(recorder.lookups()).encode() + b"\n")
     with connection, connection.makefile("rb") as lines:
         for line in lines:
             request = json.loads(line)

@@ -128,6 +128,7 @@ class WarmServer:
             shutil.rmtree(self.temporary, ignore_errors=True)
             raise ServerFailure(f"it could not start: {error}") from None
         self.connection: socket.socket | None = None
+        self.path_lookups: dict[str, Any] = {}  # from the server's greeting (lookups())
         self.buffer = b""
         self.reaped = False
 
@@ -227,9 +228,17 @@ class WarmServer:
         except BaseException:
             self.close()
             raise
-        if ready != "ready":
+        greeting, _, lookups = ready.partition(" ")
+        if greeting != "ready":
             raise ServerFailure(f"unexpected greeting {ready!r}")
+        self.path_lookups = json.loads(lookups)
         return connection
+
+    def lookups(self, timeout: float) -> dict[str, Any]:
+        """What the server's imports looked up on sys.path (path_lookups.py); waits for them
+        to end, as a first fork would. ServerFailure if the server died first."""
+        self._connected(time.monotonic() + max(timeout, _READY_SECONDS))
+        return self.path_lookups
 
     def _reply(self, deadline: float, *, ready: bool = False) -> Any:
         assert self.connection is not None

@@ -40,6 +40,11 @@ from typing import Any
 from trainparity._internal.distributed.torchrun_argv import is_torchrun
 from trainparity._internal.processes.group import ChildSpec, spawn_child
 from trainparity._internal.processes.progress import ProgressReporter
+from trainparity._internal.processes.warm.path_lookups import (
+    PATH_VARIABLE,
+    path_conflict,
+    python_path_entries,
+)
 from trainparity._internal.processes.warm.pool import ServerThread, SharedWarmServers
 from trainparity._internal.processes.warm.preloads import IDENTIFIER, preload_refusal
 from trainparity._internal.processes.warm.server_handle import (
@@ -216,25 +221,28 @@ class ChildStarter:
             self.report["fresh"][spec.name] = f"{error}; started fresh"
             return None
         variables = sorted(item for item in server_environment.items() if _server_variable(item[0]))
-        key = (tuple(variables), preload)
-        if key in self._broken:
-            self.report["fresh"][spec.name] = self._broken[key]
-            return None
+        # First a server started without the phase's PYTHONPATH, shared with other paths; the
+        # phase's own when that server's imports would have found other files there.
+        entries = python_path_entries(environment.get(PATH_VARIABLE, ""), str(spec.cwd))
+        keys = [(tuple(item for item in variables if item[0] != PATH_VARIABLE), preload)]
+        if entries:
+            keys.append((tuple(variables), preload))
         if is_torchrun(spec.argv) and not shows_environment(
-            spec.argv, environment, variables, preload
+            spec.argv, environment, list(keys[0][0]), preload
         ):
             # The rank watcher tells the agent's ranks by the agent's environment in /proc.
+            # (Measured against the smaller server environment: it fits the other too.)
             self.report["fresh"][spec.name] = (
                 "its command and environment are longer than a forked child can show in /proc, "
                 "where the rank watcher reads a torchrun agent's"
             )
             return None
         try:
-            server = self._servers.get(key)
-            if server is None:
-                if one_phase:
-                    self._unshared.add(key)
-                server = self._servers[key] = self._server(key, dict(variables), preload)
+            server, key = self._server_for(keys, entries, one_phase)
+        except _StartFresh as fresh:
+            self.report["fresh"][spec.name] = str(fresh)
+            return None
+        try:
             warm_ranks = _forks_ranks_warm(spec.argv, environment)
             pid = server.fork(
                 spec,
@@ -250,6 +258,31 @@ class ChildStarter:
             return None
         self.report["warm"].append(spec.name)
         return pid
+
+    def _server_for(
+        self, keys: list[_ServerKey], entries: list[str], one_phase: bool
+    ) -> tuple[WarmServer, _ServerKey]:
+        """The server of the first of `keys` whose imports a child with PYTHONPATH `entries`
+        would repeat as they were (the last key's server has that PYTHONPATH itself), and its
+        key; started or borrowed when this check has none. _StartFresh if it is broken."""
+        for index, key in enumerate(keys):
+            if key in self._broken:
+                raise _StartFresh(self._broken[key])
+            try:
+                server = self._servers.get(key)
+                if server is None:
+                    if one_phase:
+                        self._unshared.add(key)
+                    server = self._servers[key] = self._server(key, dict(key[0]), key[1])
+                if index == len(keys) - 1 or not entries:
+                    return server, key
+                if path_conflict(entries, server.lookups(self.timeout)) is None:
+                    return server, key
+            except ServerFailure as failure:
+                self._servers.pop(key).close()
+                self._broken[key] = f"the warm server failed ({failure}); started fresh"
+                raise _StartFresh(self._broken[key]) from None
+        raise AssertionError("the last key always serves")  # pragma: no cover
 
     def _say_unshared(self, environment: Mapping[str, str]) -> None:
         """Say once, in the report and the progress output, why no phase shares a server."""
@@ -295,6 +328,10 @@ class ChildStarter:
                 server.close()
         self._servers.clear()
         self._server_thread.close()
+
+
+class _StartFresh(Exception):
+    """The child starts fresh instead, for the reason given."""
 
 
 def _resolved_program(program: str, environment: Mapping[str, str]) -> str:

@@ -1,0 +1,202 @@
+"""Whether a warm server's imports would have found the same files under a child's PYTHONPATH.
+
+A fresh `python` puts PYTHONPATH's directories on sys.path before the standard
+library and site-packages, so every import it makes, torch's included, looks
+there first. A server started without the phase's PYTHONPATH can still fork
+that phase when nothing its imports looked up on sys.path would have been
+found in those directories instead: no module or package of a top-level name
+the server imported or asked for (a failed optional import counts), no
+distribution's metadata it read by name, no entry point of a group it
+listed (torch lists `torch.backends` on import), and no sitecustomize or
+usercustomize, which a fresh interpreter runs at start. Then the phase's
+child needs only its sys.path rebuilt as a fresh one's (`fresh_sys_path`),
+and servers are shared across checks whose children differ in PYTHONPATH
+alone: every check puts its own cwd there.
+
+`LookupRecorder` is installed in the server before its imports and records
+those lookups (a finder first on sys.meta_path that finds nothing, and
+importlib.metadata's entry_points); the child uninstalls it. `path_conflict`
+says why a child's PYTHONPATH must have a server of its own, from what was
+recorded.
+
+Standard library only: the server loads this file by its path (server.py),
+with nothing of trainparity imported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from typing import Any
+
+__all__ = [
+    "LookupRecorder",
+    "PATH_VARIABLE",
+    "fresh_sys_path",
+    "path_conflict",
+    "python_path_entries",
+]
+
+PATH_VARIABLE = "PYTHONPATH"
+# Run by site at a fresh interpreter's start when found on sys.path.
+_STARTUP_MODULES = frozenset({"sitecustomize", "usercustomize"})
+_METADATA_SUFFIXES = (".dist-info", ".egg-info")
+
+
+def python_path_entries(value: str, cwd: str) -> list[str]:
+    """The directories PYTHONPATH=`value` puts on a fresh interpreter's sys.path, started in `cwd`.
+
+    As CPython and site make them: split on os.pathsep, each made absolute
+    against the start directory (an empty one is that directory), normalized;
+    duplicates are removed with the rest of sys.path (fresh_sys_path).
+    """
+    if not value:
+        return []
+    return [os.path.abspath(os.path.join(cwd, item)) for item in value.split(os.pathsep)]
+
+
+def fresh_sys_path(first: str, entries: list[str], rest: list[str]) -> list[str]:
+    """sys.path of a fresh interpreter: `first` (the script's directory, or the cwd), then
+    PYTHONPATH's `entries` and the interpreter's own `rest`, each kept where it first appears
+    (site removes later duplicates, never sys.path[0], which is added after it ran)."""
+    kept: list[str] = []
+    seen: set[str] = set()
+    for entry in [*entries, *rest]:
+        key = os.path.normcase(os.path.abspath(entry))
+        if key not in seen:
+            seen.add(key)
+            kept.append(entry)
+    return [first, *kept]
+
+
+def path_conflict(entries: list[str], lookups: dict[str, Any]) -> str | None:
+    """Why a child with these PYTHONPATH `entries` cannot be forked from a server that made
+    `lookups` (LookupRecorder.lookups), or None when its imports would have found the same."""
+    modules = set(lookups["modules"])
+    distributions = set(lookups["distributions"])
+    groups = set(lookups["groups"])
+    for entry in entries:
+        if os.path.isfile(entry):
+            return f"PYTHONPATH names a file ({entry}), which Python reads as a zip archive"
+        try:
+            names = os.listdir(entry)
+        except OSError:
+            continue  # no such directory: a fresh import finds nothing there either
+        for name in sorted(names):
+            found = _found(entry, name, modules, distributions, groups, lookups["everything"])
+            if found is not None:
+                return f"{os.path.join(entry, name)} {found}"
+    return None
+
+
+def _found(
+    entry: str,
+    name: str,
+    modules: set[str],
+    distributions: set[str],
+    groups: set[str],
+    everything: bool,
+) -> str | None:
+    """What a fresh import would have found in `entry`/`name` that the server's did not."""
+    if name.endswith(_METADATA_SUFFIXES):
+        distribution = _normalized(name.rpartition(".")[0].partition("-")[0])
+        if everything:
+            return "is a distribution's metadata, and the server's imports listed them all"
+        if distribution in distributions:
+            return "is the metadata of a distribution the server's imports read"
+        declared = _entry_point_groups(os.path.join(entry, name))
+        if declared & groups:
+            return f"declares entry points ({', '.join(sorted(declared & groups))}) the server's imports listed"
+        return None
+    top = name.partition(".")[0]
+    if top in _STARTUP_MODULES:
+        return "would run at a fresh interpreter's start"
+    if top in modules:
+        return f"would be found before the module {top!r} the server's imports found elsewhere"
+    return None
+
+
+def _entry_point_groups(metadata: str) -> set[str]:
+    """The groups `[group]` in a metadata directory's entry_points.txt."""
+    try:
+        with open(os.path.join(metadata, "entry_points.txt"), encoding="utf-8") as text:
+            lines = text.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return set()
+    return {line.strip()[1:-1].strip() for line in lines if line.strip().startswith("[")}
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class LookupRecorder:
+    """Records what imports look up on sys.path, from `install()` to `uninstall()`.
+
+    First on sys.meta_path, it finds nothing and notes each top-level name
+    looked up (an import, importlib.util.find_spec), and each distribution
+    importlib.metadata searches for; entry_points() is wrapped to note the
+    group a listing of every distribution selects (None: a listing of all).
+    """
+
+    def __init__(self) -> None:
+        self.modules: set[str] = set()
+        self.distributions: set[str] = set()
+        self.groups: set[str] = set()
+        self.everything = False
+        self._selecting: list[str | None] = []
+        self._entry_points: Any = None
+
+    def install(self) -> None:
+        import importlib.metadata as metadata
+
+        sys.meta_path.insert(0, self)
+        self._entry_points = original = metadata.entry_points
+
+        def entry_points(**selection: Any) -> Any:
+            group = selection.get("group") if set(selection) <= {"group", "name"} else None
+            self._selecting.append(group)
+            try:
+                return original(**selection)
+            finally:
+                self._selecting.pop()
+
+        metadata.entry_points = entry_points
+
+    def uninstall(self) -> None:
+        """Leaves sys.meta_path and importlib.metadata as a fresh interpreter has them."""
+        import importlib.metadata as metadata
+
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        if self._entry_points is not None:
+            metadata.entry_points = self._entry_points
+
+    def lookups(self) -> dict[str, Any]:
+        """What was looked up so far, and every top-level module imported (the interpreter's
+        start imported some before install: site's, those .pth files name)."""
+        imported = {name.partition(".")[0] for name in list(sys.modules)}
+        imported.discard("__main__")  # never looked up on sys.path
+        return {
+            "modules": sorted(self.modules | imported),
+            "distributions": sorted(self.distributions),
+            "groups": sorted(self.groups),
+            "everything": self.everything,
+        }
+
+    # The meta path finder protocol.
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        if path is None:  # a top-level name: looked up on sys.path
+            self.modules.add(fullname.partition(".")[0])
+        return None
+
+    def find_distributions(self, context: Any = None) -> Any:
+        name = getattr(context, "name", None)
+        if name is not None:
+            self.distributions.add(_normalized(name))
+        elif self._selecting and self._selecting[-1] is not None:
+            self.groups.add(self._selecting[-1])
+        else:
+            self.everything = True
+        return iter(())
