@@ -15,7 +15,9 @@ when its command and environment fit where /proc shows a forked child's
 agent then forks its ranks from a zygote (rank_zygote.py) unless
 TRAINPARITY_WARM_RANKS=0.
 
-One server serves every child of the same environment. Servers live as long as
+One server serves every child of the same environment, PYTHONPATH aside where
+its directories hold nothing the server's imports looked up (path_lookups.py);
+a child whose PYTHONPATH does gets a server started with it. Servers live as long as
 the check (closed with it, and killed by their parent-death signal if the check
 dies) or, inside `shared_warm_servers()` (pool.py), are borrowed from the
 process's shared ones and given back. The accumulation worker's server also
