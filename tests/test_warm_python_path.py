@@ -172,15 +172,18 @@ def test_children_of_other_pythonpaths_share_a_server_with_a_fresh_ones_sys_path
 
 def test_a_pythonpath_with_a_sitecustomize_gets_a_server_of_its_own(tmp_path, servers):
     """A fresh interpreter runs the sitecustomize it finds there at its start: so does the
-    server started with that PYTHONPATH, whose child then sees what it did."""
+    server started with that PYTHONPATH, whose child then sees what it did. Its relative
+    entry is the child's cwd's directory, as a fresh one's, not the server's."""
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text("import builtins\nbuiltins.SITE = 'ran'\n")
-    python_path = f"{tmp_path / 'site'}:{os.environ.get('PYTHONPATH', '')}"
+    (tmp_path / "code").mkdir()
+    python_path = f"{tmp_path / 'site'}:code:{os.environ.get('PYTHONPATH', '')}"
     starter = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=120, shared=servers)
     try:
         warm = _run(starter.launch, "warm", tmp_path, python_path, tmp_path)
         fresh = _run(spawn_child, "fresh", tmp_path, python_path, tmp_path)
         assert warm == fresh and json.loads(warm)[1] == "ran"
+        assert str(tmp_path.resolve() / "code") in json.loads(warm)[0]
         assert starter.report["warm"] == ["warm"]
         own = [key for key in starter._servers if "PYTHONPATH" in dict(key[0])]
         assert len(starter._servers) == 2 and len(own) == 1

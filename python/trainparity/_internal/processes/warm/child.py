@@ -30,7 +30,8 @@ _SERVER_LIBRARY_FINALIZERS: tuple = ()
 # directories (name, mode) they made there.
 _SERVER_TEMPORARY: tuple[tuple[str, int], ...] | None = None
 # Set by the server: path_lookups.py, loaded from its file; its recorder of what the server's
-# imports looked up on sys.path; the PYTHONPATH the server started with ("" for none).
+# imports looked up on sys.path; the PYTHONPATH the server started with ("" for none: else
+# the child's own, its directories made absolute against the child's cwd: starter.py).
 _PATH_LOOKUPS = None
 _LOOKUP_RECORDER = None
 _SERVER_PYTHONPATH = ""
@@ -112,14 +113,17 @@ def become_fresh(argv: list[str], cwd: str, environment: dict[str, str]) -> None
 def _put_python_path_on_sys_path(environment: dict[str, str]) -> None:
     """sys.path[1:] as PYTHONPATH makes a fresh interpreter's, where the server started without it.
 
-    The check forks such a child only when nothing the server's imports looked
-    up there would have been found in its directories (path_lookups.py); this
-    looks again, in case they changed since, and exits with status 127 if so.
+    A server started with PYTHONPATH has the child's directories already (the
+    check gives it them made absolute against the child's cwd). Otherwise the
+    check forks a child with a PYTHONPATH only when nothing the server's
+    imports looked up would have been found in its directories
+    (path_lookups.py); this looks again, in case they changed since, and exits
+    with status 127 if so.
     """
     if _LOOKUP_RECORDER is not None:
         _LOOKUP_RECORDER.uninstall()
     value = environment.get(_PATH_LOOKUPS.PATH_VARIABLE, "") if _PATH_LOOKUPS else ""
-    if value == _SERVER_PYTHONPATH:
+    if _SERVER_PYTHONPATH or not value:
         return
     entries = _PATH_LOOKUPS.python_path_entries(value, os.getcwd())
     conflict = _PATH_LOOKUPS.path_conflict(entries, _LOOKUP_RECORDER.lookups())

@@ -223,12 +223,19 @@ class ChildStarter:
             self.report["fresh"][spec.name] = f"{error}; started fresh"
             return None
         variables = sorted(item for item in server_environment.items() if _server_variable(item[0]))
-        # First a server started without the phase's PYTHONPATH, shared with other paths; the
-        # phase's own when that server's imports would have found other files there.
-        entries = python_path_entries(environment.get(PATH_VARIABLE, ""), str(spec.cwd))
-        keys = [(tuple(item for item in variables if item[0] != PATH_VARIABLE), preload)]
+        # First a server started without the phase's PYTHONPATH, shared with other paths; else
+        # one started with it, each directory made absolute against the phase's cwd as a fresh
+        # interpreter's are (the server runs elsewhere), when that server's imports would have
+        # found other files there.
+        entries = python_path_entries(
+            environment.get(PATH_VARIABLE, ""), os.path.realpath(spec.cwd)
+        )
+        shared = tuple(item for item in variables if item[0] != PATH_VARIABLE)
+        keys = [(shared, preload)]
         if entries:
-            keys.append((tuple(variables), preload))
+            keys.append(
+                (tuple(sorted([*shared, (PATH_VARIABLE, os.pathsep.join(entries))])), preload)
+            )
         if is_torchrun(spec.argv) and not shows_environment(
             spec.argv, environment, list(keys[0][0]), preload
         ):
@@ -266,25 +273,28 @@ class ChildStarter:
     ) -> tuple[WarmServer, _ServerKey]:
         """The server of the first of `keys` whose imports a child with PYTHONPATH `entries`
         would repeat as they were (the last key's server has that PYTHONPATH itself), and its
-        key; started or borrowed when this check has none. _StartFresh if it is broken."""
+        key; started or borrowed when this check has none. _StartFresh when the last is
+        broken (a broken one before it is passed over)."""
+        last = len(keys) - 1
         for index, key in enumerate(keys):
             if key in self._broken:
-                raise _StartFresh(self._broken[key])
+                if index == last:
+                    raise _StartFresh(self._broken[key])
+                continue
             try:
                 server = self._servers.get(key)
                 if server is None:
                     if one_phase:
                         self._unshared.add(key)
                     server = self._servers[key] = self._server(key, dict(key[0]), key[1])
-                if index == len(keys) - 1 or not entries:
-                    return server, key
-                if path_conflict(entries, server.lookups(self.timeout)) is None:
+                if index == last or path_conflict(entries, server.lookups(self.timeout)) is None:
                     return server, key
             except ServerFailure as failure:
                 self._servers.pop(key).close()
                 self._broken[key] = f"the warm server failed ({failure}); started fresh"
-                raise _StartFresh(self._broken[key]) from None
-        raise AssertionError("the last key always serves")  # pragma: no cover
+                if index == last:
+                    raise _StartFresh(self._broken[key]) from None
+        raise AssertionError("the last key always serves or raises")  # pragma: no cover
 
     def _say_unshared(self, environment: Mapping[str, str]) -> None:
         """Say once, in the report and the progress output, why no phase shares a server."""
