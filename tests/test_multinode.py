@@ -2,7 +2,8 @@
 
 docs/distributed.md's 2-rank DDP/DCP project, its phases spread over two
 "nodes" (`torchrun_command(..., nnodes=2)`): PASS like the one-node job, with
-a row per node and per rank; and a node whose rank dies is named in the ERROR.
+a row per node and per rank; and a node whose rank dies is named in the ERROR,
+warm (the launcher forks its agents, they their ranks) and fresh.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from trainparity import check_resume
+from trainparity._internal.distributed.rank_processes import read_rank_exits
 from trainparity._internal.distributed.torchrun_argv import torchrun_command
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,10 +92,17 @@ def test_two_nodes_pass_with_a_row_per_node_and_per_rank(project):
         assert [rank.rank for rank in process.ranks] == [0, 1], process
     report = result.to_dict()
     assert {"node", "pid", "returncode"} <= set(report["processes"][0]["nodes"][0])
+    # Warm, as the suite runs checks: the launcher forked each node's agent from a zygote, and
+    # each agent its rank from one of its own, which measured the rank's exit (a fresh agent's
+    # exec'd ranks are only sampled, and write no such file).
+    for phase in ("baseline_a", "baseline_b", "candidate_split", "candidate_resume"):
+        exits = read_rank_exits(project / "runs" / "TwoNodes" / phase / "rank_exits.jsonl")
+        assert sorted(exit.row.rank for exit in exits.values()) == [0, 1], phase
 
 
-def test_a_node_that_dies_is_named_in_the_error(project):
-    result = _check(project, "NodeOneDies", parallel=False)
+@pytest.mark.parametrize("start", ["warm", "fresh"])
+def test_a_node_that_dies_is_named_in_the_error(project, start):
+    result = _check(project, "NodeOneDies", parallel=False, start=start)
     assert result.outcome == "ERROR"
     first_line = result.message.splitlines()[0]
     assert first_line.startswith(

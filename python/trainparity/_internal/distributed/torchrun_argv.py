@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "NODES_MODULE",
     "PortRemedy",
     "fixed_port_problem",
     "is_torchrun",
@@ -39,7 +40,7 @@ __all__ = [
 ]
 
 _RUN_MODULE = "torch.distributed.run"
-_NODES_MODULE = "trainparity._internal.distributed.nodes"  # one torchrun agent per node (nodes.py)
+NODES_MODULE = "trainparity._internal.distributed.nodes"  # one torchrun agent per node (nodes.py)
 _DEFAULT_MASTER_PORT = 29500  # torchrun's default for the static rendezvous
 _DEFAULT_RDZV_PORT = 29400  # torch.distributed.elastic's default for a c10d endpoint without port
 _DEEPSPEED_RUNNER = "deepspeed.launcher.runner"  # what the `deepspeed` command runs
@@ -98,7 +99,7 @@ def torchrun_command(
     argv = [*argv, *torchrun_options, *map(str, script)]
     if nnodes == 1:
         return argv
-    return [interpreter, "-m", _NODES_MODULE, "--nnodes", str(nnodes), "--", *argv]
+    return [interpreter, "-m", NODES_MODULE, "--nnodes", str(nnodes), "--", *argv]
 
 
 def is_torchrun(argv: Sequence[str]) -> bool:
@@ -109,7 +110,7 @@ def is_torchrun(argv: Sequence[str]) -> bool:
     if Path(argv[0]).name == "torchrun":
         return True
     return any(
-        argv[index] == "-m" and argv[index + 1] in (_RUN_MODULE, _NODES_MODULE)
+        argv[index] == "-m" and argv[index + 1] in (_RUN_MODULE, NODES_MODULE)
         for index in range(len(argv) - 1)
     )
 
@@ -140,7 +141,7 @@ def _deepspeed_master_port(argv: Sequence[str]) -> str:
 
 def nodes_on_this_host(argv: Sequence[str]) -> int:
     """How many torchrun agents argv starts here: the node launcher's --nnodes, else 1."""
-    if _NODES_MODULE in argv and "--nnodes" in argv:
+    if NODES_MODULE in argv and "--nnodes" in argv:
         return int(argv[argv.index("--nnodes") + 1])
     return 1
 

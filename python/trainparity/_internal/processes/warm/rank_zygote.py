@@ -16,6 +16,11 @@ one place the agent starts a rank, with a Popen whose child the zygote forks
 through a middle process while the agent is a child subreaper: the rank is
 the agent's own child, as torchrun's Popen would make it (waitpid, killpg).
 
+The node launcher of a multi-node phase (distributed/nodes.py) forked warm
+gets a zygote the same way (install_agents), which forks each torchrun agent
+it starts with os.posix_spawnp; each agent then installs its own for its
+ranks.
+
 A rank is forked only when a fresh one would start exactly alike: its
 command is this interpreter with `-u` and a script or `-m module`, and its
 environment is the agent's plus only the variables torchrun sets per rank
@@ -73,28 +78,25 @@ _RANK_VARIABLES = frozenset(
     }
 )
 _RANK_PREFIXES = ("TORCHELASTIC_", "TRAINPARITY_")
+_AGENT_MODULE = "torch.distributed.run"
+# trainparity._internal.distributed.nodes, the node launcher (nothing of trainparity is imported here).
+NODES_MODULE = "trainparity._internal.distributed.nodes"
 # trainparity._internal.distributed.phases.RANK_EXITS_FILE_VARIABLE (nothing of trainparity is imported here).
 _RANK_EXITS_FILE_VARIABLE = "TRAINPARITY_RANK_EXITS_FILE"
 
 
-def install(child_side, agent_environment: dict[str, str]) -> None:
+def install(child_side, environment: dict[str, str], argv: list[str] | None = None) -> None:
     """Fork the zygote and route torchrun's rank starts through it (nothing when it cannot).
 
-    Called only when the check asked for it, with a fixed hash seed (starter.py).
+    In the node launcher (`argv` runs NODES_MODULE), the zygote forks its
+    torchrun agents instead, each of which then installs a zygote of its own
+    for its ranks (install_agents). Called only when the check asked for it,
+    with a fixed hash seed (starter.py).
     """
-    agent_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    agent = os.getpid()
-    zygote = os.fork()
-    if zygote == 0:
-        try:
-            agent_end.close()
-            _serve(zygote_end, agent, child_side)
-        finally:
-            os._exit(0)  # never back into the agent's code
-    zygote_end.close()
-    atexit.register(_stop_zygote, agent_end, zygote)  # reaped by the agent, not left to others
+    if argv is not None and list(argv[1:3]) == ["-m", NODES_MODULE]:
+        install_agents(child_side, environment)
+        return
+    agent_end = _start_zygote(child_side)
     try:
         from torch.distributed.elastic.multiprocessing.subprocess_handler import (
             subprocess_handler,
@@ -104,8 +106,8 @@ def install(child_side, agent_environment: dict[str, str]) -> None:
     handler = getattr(subprocess_handler, "SubprocessHandler", None)
     if handler is None or _parameters(handler._popen) != ["self", "args", "env"]:
         return  # a torch whose rank start this does not know: every rank starts fresh
-    _ForkedRankPopen.zygote = _Zygote(agent_end, dict(agent_environment))
-    _ForkedRankPopen.exits_file = agent_environment.get(_RANK_EXITS_FILE_VARIABLE) or None
+    _ForkedRankPopen.zygote = _Zygote(agent_end, dict(environment))
+    _ForkedRankPopen.exits_file = environment.get(_RANK_EXITS_FILE_VARIABLE) or None
 
     def _popen(self, args, env):  # torchrun's own _popen, on POSIX
         return _ForkedRankPopen(
@@ -113,6 +115,53 @@ def install(child_side, agent_environment: dict[str, str]) -> None:
         )
 
     handler._popen = _popen
+
+
+def install_agents(child_side, launcher_environment: dict[str, str]) -> None:
+    """In the node launcher forked warm: its torchrun agents forked from a zygote (nodes.py).
+
+    The launcher starts each agent with os.posix_spawnp; an agent whose command
+    is this interpreter's `-m torch.distributed.run` and whose environment is
+    the launcher's but for TRAINPARITY_ variables (TRAINPARITY_NODE) is forked
+    instead, as posix_spawnp leaves a child (the launcher's process group,
+    session and standard streams, no other descriptor), and forks its ranks
+    from a zygote of its own. Any other, and every one after the zygote
+    failed, is spawned as before.
+    """
+    zygote = _Zygote(_start_zygote(child_side), dict(launcher_environment))
+    spawn = os.posix_spawnp
+
+    def posix_spawnp(path, argv, env, **options):
+        arguments = [os.fsdecode(argument) for argument in argv]
+        environment = {os.fsdecode(name): os.fsdecode(value) for name, value in env.items()}
+        if options or path != sys.executable or zygote.agent_refusal(arguments, environment):
+            return spawn(path, argv, env, **options)
+        request = {"argv": arguments, "cwd": os.getcwd(), "env": environment, "agent": True}
+        try:
+            return zygote.fork(request, [])
+        except OSError:
+            zygote.broken = True
+            return spawn(path, argv, env, **options)
+
+    os.posix_spawnp = posix_spawnp
+
+
+def _start_zygote(child_side) -> socket.socket:
+    """Fork the zygote, a copy of this process before the command's code runs; this end."""
+    parent_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    zygote = os.fork()
+    if zygote == 0:
+        try:
+            parent_end.close()
+            _serve(zygote_end, parent, child_side)
+        finally:
+            os._exit(0)  # never back into the parent's code
+    zygote_end.close()
+    atexit.register(_stop_zygote, parent_end, zygote)  # reaped by the parent, not left to others
+    return parent_end
 
 
 def _stop_zygote(connection: socket.socket, pid: int) -> None:
@@ -146,6 +195,17 @@ class _Zygote:
             return "not `python -u -m module`"
         if argv[2] != "-m" and argv[2].startswith("-"):
             return "an interpreter option"
+        return self._environment_refusal(env)
+
+    def agent_refusal(self, argv: list[str], env: dict[str, str]) -> str | None:
+        """Why the node launcher's agent `argv` cannot be forked (None: it can)."""
+        if self.broken:
+            return "the zygote failed"
+        if len(argv) < 3 or argv[0] != sys.executable or argv[1:3] != ["-m", _AGENT_MODULE]:
+            return "not `python -m torch.distributed.run`"
+        return self._environment_refusal(env)
+
+    def _environment_refusal(self, env: dict[str, str]) -> str | None:
         for name in set(env) | set(self.environment):
             if env.get(name) != self.environment.get(name) and not _per_rank(name):
                 return f"{name} differs from the agent's"
@@ -156,8 +216,12 @@ class _Zygote:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+        message = json.dumps(request).encode() + b"\n"
         try:
-            socket.send_fds(self.connection, [json.dumps(request).encode() + b"\n"], descriptors)
+            if descriptors:
+                socket.send_fds(self.connection, [message], descriptors)
+            else:  # an agent: it keeps the launcher's standard streams
+                self.connection.sendall(message)
             reply = self._reply()
         finally:
             libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
@@ -344,6 +408,8 @@ def _fork(request: dict, descriptors: list[int], agent: int, connection, child_s
             if rank == 0:
                 os.close(read_end)
                 connection.close()
+                if request.get("agent"):
+                    _become_agent(request, agent, middle, write_end, child_side)
                 _become_rank(request, descriptors, agent, middle, write_end, child_side)
         except BaseException:
             os._exit(127)
@@ -395,6 +461,38 @@ def _become_rank(
     _unbuffered_standard_streams()
     try:
         child_side.run_main(command, request["cwd"])
+    except SystemExit as exit:
+        child_side.exit_as_fresh(exit.code)
+    child_side.exit_as_fresh(None)
+
+
+def _become_agent(request: dict, launcher: int, middle: int, write_end: int, child_side) -> None:
+    """Set a node's agent up as posix_spawnp leaves it, then run torchrun with its ranks warm.
+
+    It stays in the launcher's session and process group (the check stops a
+    phase by its group) with the launcher's standard streams; every other
+    descriptor is closed, as the launcher's own are close-on-exec.
+    """
+    os.write(write_end, f"{os.getpid()}\n".encode())
+    try:
+        deadline = time.monotonic() + _REPARENT_SECONDS
+        while os.getppid() == middle and time.monotonic() < deadline:
+            time.sleep(0.0002)
+        if os.getppid() != launcher:  # the launcher could not adopt it
+            os._exit(127)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        child_side.close_descriptors(keep=write_end)
+        os.chdir(request["cwd"])
+    except OSError as error:
+        os.write(write_end, f"{error}".encode())
+        os._exit(127)
+    os.write(write_end, b"ok")
+    os.close(write_end)
+    argv, environment = request["argv"], request["env"]
+    child_side.become_fresh(argv, request["cwd"], environment)
+    install(child_side, environment)
+    try:
+        child_side.run_main(argv, request["cwd"])
     except SystemExit as exit:
         child_side.exit_as_fresh(exit.code)
     child_side.exit_as_fresh(None)

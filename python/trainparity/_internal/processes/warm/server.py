@@ -231,8 +231,8 @@ def main() -> None:
     if request.get("trace_filter"):  # a crash check's run: every call of the job is traced
         child_side.await_tracer(bytes.fromhex(request["trace_filter"]))
     child_side.become_fresh(request["argv"], request["cwd"], request["env"])
-    if request["warm_ranks"]:  # a torchrun agent whose ranks the check wants forked too
-        _load_sibling("rank_zygote").install(child_side, request["env"])
+    if request["warm_ranks"]:  # a torchrun agent (or the node launcher): its ranks forked too
+        _load_sibling("rank_zygote").install(child_side, request["env"], request["argv"])
     try:
         child_side.run_main(request["argv"], request["cwd"])
     except SystemExit as exit:

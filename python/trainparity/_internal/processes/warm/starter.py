@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.distributed.torchrun_argv import is_torchrun
+from trainparity._internal.distributed.torchrun_argv import NODES_MODULE, is_torchrun
 from trainparity._internal.processes.group import ChildSpec, spawn_child
 from trainparity._internal.processes.progress import ProgressReporter
 from trainparity._internal.processes.warm.path_lookups import (
@@ -439,13 +439,14 @@ def _preloaded_modules(
 
 
 def _forks_ranks_warm(argv: tuple[str, ...] | list[str], environment: Mapping[str, str]) -> bool:
-    """Whether a warm torchrun agent forks its ranks warm too (rank_zygote.py).
+    """Whether a warm torchrun agent forks its ranks warm too (rank_zygote.py), and the
+    node launcher (distributed/nodes.py) its agents, which then fork their ranks.
 
     Unless told not to, and only with a fixed hash seed: forked ranks keep their
     zygote's str hashes, where fresh ones without PYTHONHASHSEED each draw their own.
     """
     return (
-        list(argv[1:3]) == ["-m", _AGENT_MODULE]
+        list(argv[1:3]) in (["-m", _AGENT_MODULE], ["-m", NODES_MODULE])
         and environment.get(WARM_RANKS_VARIABLE, "1") == "1"
         and environment.get(_HASH_SEED, "random") != "random"
     )
