@@ -21,6 +21,7 @@ from trainparity._internal.processes.warm.path_lookups import (
     fresh_sys_path,
     path_conflict,
     python_path_entries,
+    searched_first,
 )
 from trainparity._internal.processes.warm.pool import SharedWarmServers
 from trainparity._internal.processes.warm.starter import ChildStarter
@@ -55,7 +56,16 @@ def test_the_entries_and_their_order_are_a_fresh_interpreters(tmp_path, python_p
 
 
 def _lookups(**recorded) -> dict:
-    return {"modules": [], "distributions": [], "groups": [], "everything": False, **recorded}
+    return {
+        "modules": [],
+        "found": {},
+        "fixed": [],
+        "path": [],
+        "distributions": [],
+        "groups": [],
+        "everything": False,
+        **recorded,
+    }
 
 
 def test_a_directory_shadowing_what_the_server_looked_up_is_a_conflict(tmp_path):
@@ -67,6 +77,11 @@ def test_a_directory_shadowing_what_the_server_looked_up_is_a_conflict(tmp_path)
     for found in ("numpy", "pkg"):
         said = path_conflict(entries, _lookups(modules=[found]))
         assert said is not None and f"the module {found!r}" in said, said
+    # Where the server found a module there itself, the same file is found first: no conflict;
+    # a built-in or frozen module is never looked up on sys.path.
+    here = {"found": {"numpy": [str(tmp_path)]}, "path": [str(tmp_path)]}
+    assert path_conflict(entries, _lookups(modules=["numpy"], **here)) is None
+    assert path_conflict(entries, _lookups(modules=["numpy"], fixed=["numpy"])) is None
     (tmp_path / "sitecustomize.py").write_text("")
     assert "fresh interpreter's start" in path_conflict(entries, _lookups())
     archive = tmp_path / "code.zip"
@@ -187,5 +202,55 @@ def test_a_pythonpath_with_a_sitecustomize_gets_a_server_of_its_own(tmp_path, se
         assert starter.report["warm"] == ["warm"]
         own = [key for key in starter._servers if "PYTHONPATH" in dict(key[0])]
         assert len(starter._servers) == 2 and len(own) == 1
+    finally:
+        starter.close()
+
+
+MONKEYTYPE_PROBE = "import builtins, torch; print(getattr(builtins, 'MONKEY', None))"
+
+
+def test_a_script_beside_a_module_torch_looks_for_starts_fresh(tmp_path, servers):
+    """torch's import tries `import monkeytype` (and carries on without it): a fresh script
+    beside a monkeytype.py imports that file, which no server's import of torch did."""
+    (tmp_path / "monkeytype.py").write_text("import builtins\nbuiltins.MONKEY = 'imported'\n")
+    (tmp_path / "probe.py").write_text(MONKEYTYPE_PROBE)
+    assert searched_first([sys.executable, "probe.py"], str(tmp_path)) == str(tmp_path.resolve())
+    starter = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=120, shared=servers)
+    environment = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
+    outputs = []
+    try:
+        for name, launch in (("warm", starter.launch), ("fresh", spawn_child)):
+            spec = ChildSpec(
+                name=name,
+                argv=[sys.executable, "probe.py"],
+                cwd=tmp_path,
+                env=environment,
+                stdout_path=tmp_path / f"{name}.out",
+                stderr_path=tmp_path / f"{name}.err",
+            )
+            with ChildGroup(launcher=launch) as group:
+                group.start(spec, timeout=120)
+                assert group.wait_for(name).exit_code == 0, (tmp_path / f"{name}.err").read_text()
+            outputs.append((tmp_path / f"{name}.out").read_text())
+        assert outputs == ["imported\n", "imported\n"]
+        reason = starter.report["fresh"]["warm"]
+        assert "monkeytype.py" in reason and "a fresh interpreter would import otherwise" in reason
+    finally:
+        starter.close()
+
+
+def test_the_interpreters_own_site_packages_on_pythonpath_shares_the_server(tmp_path, servers):
+    """A check of a case module installed in site-packages puts that directory first on its
+    children's PYTHONPATH: what the server found there it finds there first, so one server
+    forks the child, with a fresh one's sys.path (site-packages ahead of the standard library)."""
+    import sysconfig
+
+    site_packages = sysconfig.get_paths()["purelib"]
+    starter = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=120, shared=servers)
+    try:
+        warm = _run(starter.launch, "warm", tmp_path, site_packages, tmp_path)
+        fresh = _run(spawn_child, "fresh", tmp_path, site_packages, tmp_path)
+        assert warm == fresh and json.loads(warm)[0][1] == site_packages
+        assert starter.report["warm"] == ["warm"] and len(starter._servers) == 1
     finally:
         starter.close()

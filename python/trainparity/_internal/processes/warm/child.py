@@ -114,24 +114,25 @@ def _put_python_path_on_sys_path(environment: dict[str, str]) -> None:
     """sys.path[1:] as PYTHONPATH makes a fresh interpreter's, where the server started without it.
 
     A server started with PYTHONPATH has the child's directories already (the
-    check gives it them made absolute against the child's cwd). Otherwise the
-    check forks a child with a PYTHONPATH only when nothing the server's
-    imports looked up would have been found in its directories
-    (path_lookups.py); this looks again, in case they changed since, and exits
-    with status 127 if so.
+    check gives it them made absolute against the child's cwd). The check forks
+    a child only when nothing the server's imports looked up would have been
+    found first in its script's directory (or cwd), nor in the directories of
+    its PYTHONPATH the server lacks (path_lookups.py); this looks again, in
+    case they changed since, and exits with status 127 if so.
     """
-    if _LOOKUP_RECORDER is not None:
-        _LOOKUP_RECORDER.uninstall()
-    value = environment.get(_PATH_LOOKUPS.PATH_VARIABLE, "") if _PATH_LOOKUPS else ""
-    if _SERVER_PYTHONPATH or not value:
+    if _LOOKUP_RECORDER is None:
         return
-    entries = _PATH_LOOKUPS.python_path_entries(value, os.getcwd())
-    conflict = _PATH_LOOKUPS.path_conflict(entries, _LOOKUP_RECORDER.lookups())
+    _LOOKUP_RECORDER.uninstall()
+    value = environment.get(_PATH_LOOKUPS.PATH_VARIABLE, "")
+    entries = [] if _SERVER_PYTHONPATH else _PATH_LOOKUPS.python_path_entries(value, os.getcwd())
+    first = sys.path[0] or os.getcwd()
+    conflict = _PATH_LOOKUPS.path_conflict([first, *entries], _LOOKUP_RECORDER.lookups())
     if conflict is not None:
         message = f"trainparity: this warm child cannot start as a fresh one would: {conflict}\n"
         os.write(2, message.encode(errors="replace"))
         os._exit(127)
-    sys.path[:] = _PATH_LOOKUPS.fresh_sys_path(sys.path[0], entries, sys.path[1:])
+    if entries:
+        sys.path[:] = _PATH_LOOKUPS.fresh_sys_path(sys.path[0], entries, sys.path[1:])
 
 
 def _show_process(argv: list[str], environment: dict[str, str]) -> None:

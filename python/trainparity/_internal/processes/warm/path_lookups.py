@@ -36,6 +36,7 @@ __all__ = [
     "fresh_sys_path",
     "path_conflict",
     "python_path_entries",
+    "searched_first",
 ]
 
 PATH_VARIABLE = "PYTHONPATH"
@@ -56,6 +57,14 @@ def python_path_entries(value: str, cwd: str) -> list[str]:
     return [os.path.abspath(os.path.join(cwd, item)) for item in value.split(os.pathsep)]
 
 
+def searched_first(argv: list[str], cwd: str) -> str:
+    """The directory a fresh `python` with `argv` started in `cwd` puts first on sys.path: its
+    script's (symlinks resolved), else the cwd (`-m`, and `-c`'s "")."""
+    if len(argv) > 1 and argv[1] not in ("-m", "-c"):
+        return os.path.dirname(os.path.realpath(os.path.join(cwd, argv[1])))
+    return os.path.realpath(cwd)
+
+
 def fresh_sys_path(first: str, entries: list[str], rest: list[str]) -> list[str]:
     """sys.path of a fresh interpreter: `first` (the script's directory, or the cwd), then
     PYTHONPATH's `entries` and the interpreter's own `rest`, each kept where it first appears
@@ -71,11 +80,13 @@ def fresh_sys_path(first: str, entries: list[str], rest: list[str]) -> list[str]
 
 
 def path_conflict(entries: list[str], lookups: dict[str, Any]) -> str | None:
-    """Why a child with these PYTHONPATH `entries` cannot be forked from a server that made
+    """Why a child that searches `entries` before the server's own sys.path[1:] (its
+    script's directory or cwd, then its PYTHONPATH's) cannot be forked from a server that made
     `lookups` (LookupRecorder.lookups), or None when its imports would have found the same."""
-    modules = set(lookups["modules"])
-    distributions = set(lookups["distributions"])
-    groups = set(lookups["groups"])
+    found = {name: set(directories) for name, directories in lookups["found"].items()}
+    looked_up = set(lookups["modules"]) - set(lookups["fixed"])
+    server_path = {_directory_key(entry) for entry in lookups["path"]}
+    settled: set[str] = set()  # found first where the server found them
     for entry in entries:
         if os.path.isfile(entry):
             return f"PYTHONPATH names a file ({entry}), which Python reads as a zip archive"
@@ -83,38 +94,59 @@ def path_conflict(entries: list[str], lookups: dict[str, Any]) -> str | None:
             names = os.listdir(entry)
         except OSError:
             continue  # no such directory: a fresh import finds nothing there either
+        key = _directory_key(entry)
+        seen_by_server = key in server_path
         for name in sorted(names):
-            found = _found(entry, name, modules, distributions, groups, lookups["everything"])
-            if found is not None:
-                return f"{os.path.join(entry, name)} {found}"
+            if name.endswith(_METADATA_SUFFIXES):
+                if seen_by_server:
+                    continue  # the server's imports read the same metadata there
+                reason = _metadata_conflict(entry, name, lookups)
+            else:
+                top = name.partition(".")[0]
+                if top in _STARTUP_MODULES and not seen_by_server:
+                    reason = "would run at a fresh interpreter's start"
+                elif top in settled or top not in looked_up:
+                    continue
+                elif key in found.get(top, ()):
+                    settled.add(top)
+                    continue
+                else:
+                    reason = f"would be found before the module {top!r} the server's imports found elsewhere"
+            if reason is not None:
+                return f"{os.path.join(entry, name)} {reason}"
     return None
 
 
-def _found(
-    entry: str,
-    name: str,
-    modules: set[str],
-    distributions: set[str],
-    groups: set[str],
-    everything: bool,
-) -> str | None:
-    """What a fresh import would have found in `entry`/`name` that the server's did not."""
-    if name.endswith(_METADATA_SUFFIXES):
-        distribution = _normalized(name.rpartition(".")[0].partition("-")[0])
-        if everything:
-            return "is a distribution's metadata, and the server's imports listed them all"
-        if distribution in distributions:
-            return "is the metadata of a distribution the server's imports read"
-        declared = _entry_point_groups(os.path.join(entry, name))
-        if declared & groups:
-            return f"declares entry points ({', '.join(sorted(declared & groups))}) the server's imports listed"
+def _metadata_conflict(entry: str, name: str, lookups: dict[str, Any]) -> str | None:
+    """Whether a distribution's metadata directory there would have changed what the
+    server's imports read (by name, or a listing of every distribution)."""
+    distribution = _normalized(name.rpartition(".")[0].partition("-")[0])
+    if lookups["everything"]:
+        return "is a distribution's metadata, and the server's imports listed them all"
+    if distribution in lookups["distributions"]:
+        return "is the metadata of a distribution the server's imports read"
+    declared = _entry_point_groups(os.path.join(entry, name)) & set(lookups["groups"])
+    if declared:
+        return f"declares entry points ({', '.join(sorted(declared))}) the server's imports listed"
+    return None
+
+
+def _directory_key(path: str) -> str:
+    return os.path.normcase(os.path.abspath(path))
+
+
+def _found_in(spec: Any) -> list[str] | None:
+    """The sys.path directories a module's spec was found in; None where no path was searched
+    (a built-in or frozen module, which no directory on sys.path can shadow)."""
+    locations = getattr(spec, "submodule_search_locations", None)
+    if locations:  # a package (a namespace package may span several directories)
+        return sorted({_directory_key(os.path.dirname(location)) for location in locations})
+    origin = getattr(spec, "origin", None)
+    if origin in ("built-in", "frozen"):
         return None
-    top = name.partition(".")[0]
-    if top in _STARTUP_MODULES:
-        return "would run at a fresh interpreter's start"
-    if top in modules:
-        return f"would be found before the module {top!r} the server's imports found elsewhere"
-    return None
+    if origin and getattr(spec, "has_location", False):
+        return [_directory_key(os.path.dirname(origin))]
+    return []  # found some other way: shadowed by any file of its name
 
 
 def _entry_point_groups(metadata: str) -> set[str]:
@@ -176,10 +208,21 @@ class LookupRecorder:
     def lookups(self) -> dict[str, Any]:
         """What was looked up so far, and every top-level module imported (the interpreter's
         start imported some before install: site's, those .pth files name)."""
-        imported = {name.partition(".")[0] for name in list(sys.modules)}
-        imported.discard("__main__")  # never looked up on sys.path
+        found: dict[str, list[str]] = {}
+        fixed = []
+        for name, module in list(sys.modules.items()):
+            if "." in name or name == "__main__":  # __main__ is never looked up on sys.path
+                continue
+            directories = _found_in(getattr(module, "__spec__", None))
+            if directories is None:
+                fixed.append(name)
+            else:
+                found[name] = directories
         return {
-            "modules": sorted(self.modules | imported),
+            "modules": sorted(self.modules | set(found) | set(fixed)),
+            "found": found,
+            "fixed": sorted(fixed),
+            "path": list(sys.path[1:]),
             "distributions": sorted(self.distributions),
             "groups": sorted(self.groups),
             "everything": self.everything,

@@ -106,7 +106,7 @@ def install(child_side, environment: dict[str, str], argv: list[str] | None = No
     handler = getattr(subprocess_handler, "SubprocessHandler", None)
     if handler is None or _parameters(handler._popen) != ["self", "args", "env"]:
         return  # a torch whose rank start this does not know: every rank starts fresh
-    _ForkedRankPopen.zygote = _Zygote(agent_end, dict(environment))
+    _ForkedRankPopen.zygote = _Zygote(agent_end, dict(environment), child_side)
     _ForkedRankPopen.exits_file = environment.get(_RANK_EXITS_FILE_VARIABLE) or None
 
     def _popen(self, args, env):  # torchrun's own _popen, on POSIX
@@ -128,13 +128,17 @@ def install_agents(child_side, launcher_environment: dict[str, str]) -> None:
     from a zygote of its own. Any other, and every one after the zygote
     failed, is spawned as before.
     """
-    zygote = _Zygote(_start_zygote(child_side), dict(launcher_environment))
+    zygote = _Zygote(_start_zygote(child_side), dict(launcher_environment), child_side)
     spawn = os.posix_spawnp
 
     def posix_spawnp(path, argv, env, **options):
         arguments = [os.fsdecode(argument) for argument in argv]
         environment = {os.fsdecode(name): os.fsdecode(value) for name, value in env.items()}
-        if options or path != sys.executable or zygote.agent_refusal(arguments, environment):
+        if (
+            options
+            or path != sys.executable
+            or zygote.agent_refusal(arguments, environment, os.getcwd())
+        ):
             return spawn(path, argv, env, **options)
         request = {"argv": arguments, "cwd": os.getcwd(), "env": environment, "agent": True}
         try:
@@ -180,13 +184,14 @@ def _parameters(function) -> list[str]:
 class _Zygote:
     """The agent's end of the zygote: one request at a time, from torchrun's thread."""
 
-    def __init__(self, connection: socket.socket, environment: dict[str, str]) -> None:
+    def __init__(self, connection: socket.socket, environment: dict[str, str], child_side) -> None:
         self.connection = connection
         self.environment = environment
+        self.child_side = child_side
         self.broken = False
         self.buffer = b""
 
-    def refusal(self, argv: list[str], env: dict[str, str]) -> str | None:
+    def refusal(self, argv: list[str], env: dict[str, str], cwd: str) -> str | None:
         if self.broken:
             return "the zygote failed"
         if len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-u":
@@ -195,15 +200,25 @@ class _Zygote:
             return "not `python -u -m module`"
         if argv[2] != "-m" and argv[2].startswith("-"):
             return "an interpreter option"
-        return self._environment_refusal(env)
+        return self._environment_refusal(env) or self._path_refusal([argv[0], *argv[2:]], cwd)
 
-    def agent_refusal(self, argv: list[str], env: dict[str, str]) -> str | None:
+    def agent_refusal(self, argv: list[str], env: dict[str, str], cwd: str) -> str | None:
         """Why the node launcher's agent `argv` cannot be forked (None: it can)."""
         if self.broken:
             return "the zygote failed"
         if len(argv) < 3 or argv[0] != sys.executable or argv[1:3] != ["-m", _AGENT_MODULE]:
             return "not `python -m torch.distributed.run`"
-        return self._environment_refusal(env)
+        return self._environment_refusal(env) or self._path_refusal(argv, cwd)
+
+    def _path_refusal(self, command: list[str], cwd: str) -> str | None:
+        """Whether the directory the command searches first holds what the server's imports
+        found elsewhere (path_lookups.py; its own child would then exit, not run)."""
+        recorder = getattr(self.child_side, "_LOOKUP_RECORDER", None)
+        lookups_module = getattr(self.child_side, "_PATH_LOOKUPS", None)
+        if recorder is None or lookups_module is None:
+            return None
+        first = lookups_module.searched_first(command, cwd)
+        return lookups_module.path_conflict([first], recorder.lookups())
 
     def _environment_refusal(self, env: dict[str, str]) -> str | None:
         for name in set(env) | set(self.environment):
@@ -269,7 +284,8 @@ class _ForkedRankPopen(subprocess.Popen):
             or executable is not None
             or env is None
             or any(end != -1 for end in pipes)  # torchrun passes files or nothing
-            or zygote.refusal(argv, env) is not None
+            or zygote.refusal(argv, env, os.fsdecode(cwd) if cwd is not None else os.getcwd())
+            is not None
         ):
             return super()._execute_child(args, executable, *rest)
         request = {

@@ -46,6 +46,7 @@ from trainparity._internal.processes.warm.path_lookups import (
     PATH_VARIABLE,
     path_conflict,
     python_path_entries,
+    searched_first,
 )
 from trainparity._internal.processes.warm.pool import ServerThread, SharedWarmServers
 from trainparity._internal.processes.warm.preloads import IDENTIFIER, preload_refusal
@@ -246,8 +247,9 @@ class ChildStarter:
                 "where the rank watcher reads a torchrun agent's"
             )
             return None
+        first = searched_first(list(spec.argv), str(spec.cwd))
         try:
-            server, key = self._server_for(keys, entries, one_phase)
+            server, key = self._server_for(keys, first, entries, one_phase)
         except _StartFresh as fresh:
             self.report["fresh"][spec.name] = str(fresh)
             return None
@@ -269,12 +271,13 @@ class ChildStarter:
         return pid
 
     def _server_for(
-        self, keys: list[_ServerKey], entries: list[str], one_phase: bool
+        self, keys: list[_ServerKey], first: str, entries: list[str], one_phase: bool
     ) -> tuple[WarmServer, _ServerKey]:
-        """The server of the first of `keys` whose imports a child with PYTHONPATH `entries`
-        would repeat as they were (the last key's server has that PYTHONPATH itself), and its
-        key; started or borrowed when this check has none. _StartFresh when the last is
-        broken (a broken one before it is passed over)."""
+        """The server of the first of `keys` whose imports a child that searches `first`, then
+        its PYTHONPATH `entries`, would repeat as they were (the last key's server has that
+        PYTHONPATH itself), and its key; started or borrowed when this check has none.
+        _StartFresh when none can fork it, or the last is broken (one before it is passed
+        over)."""
         last = len(keys) - 1
         for index, key in enumerate(keys):
             if key in self._broken:
@@ -287,13 +290,22 @@ class ChildStarter:
                     if one_phase:
                         self._unshared.add(key)
                     server = self._servers[key] = self._server(key, dict(key[0]), key[1])
-                if index == last or path_conflict(entries, server.lookups(self.timeout)) is None:
-                    return server, key
+                lookups = server.lookups(self.timeout)
             except ServerFailure as failure:
                 self._servers.pop(key).close()
                 self._broken[key] = f"the warm server failed ({failure}); started fresh"
                 if index == last:
                     raise _StartFresh(self._broken[key]) from None
+                continue
+            # The script's directory first: no server's sys.path has it.
+            conflict = path_conflict([first], lookups)
+            if conflict is None and index < last:
+                conflict = path_conflict(entries, lookups)
+                if conflict is not None:
+                    continue  # the server started with this PYTHONPATH, next
+            if conflict is not None:
+                raise _StartFresh(f"a fresh interpreter would import otherwise: {conflict}")
+            return server, key
         raise AssertionError("the last key always serves or raises")  # pragma: no cover
 
     def _say_unshared(self, environment: Mapping[str, str]) -> None:
