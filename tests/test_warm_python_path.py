@@ -149,12 +149,13 @@ def servers():
     servers.close()
 
 
-def _run(launch, name: str, cwd: Path, python_path: str, out: Path) -> str:
+def _run(launch, name: str, cwd: Path, python_path: str | None, out: Path, argv=None) -> str:
     environment = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    environment["PYTHONPATH"] = python_path
+    if python_path is not None:
+        environment["PYTHONPATH"] = python_path
     spec = ChildSpec(
         name=name,
-        argv=[sys.executable, "-c", PATH_PROBE],
+        argv=argv or [sys.executable, "-c", PATH_PROBE],
         cwd=cwd,
         env=environment,
         stdout_path=out / f"{name}.out",
@@ -216,22 +217,13 @@ def test_a_script_beside_a_module_torch_looks_for_starts_fresh(tmp_path, servers
     (tmp_path / "probe.py").write_text(MONKEYTYPE_PROBE)
     assert searched_first([sys.executable, "probe.py"], str(tmp_path)) == str(tmp_path.resolve())
     starter = ChildStarter("warm", log_dir=tmp_path / "servers", timeout=120, shared=servers)
-    environment = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
-    outputs = []
+    argv = [sys.executable, "probe.py"]
+    python_path = os.environ.get("PYTHONPATH")
     try:
-        for name, launch in (("warm", starter.launch), ("fresh", spawn_child)):
-            spec = ChildSpec(
-                name=name,
-                argv=[sys.executable, "probe.py"],
-                cwd=tmp_path,
-                env=environment,
-                stdout_path=tmp_path / f"{name}.out",
-                stderr_path=tmp_path / f"{name}.err",
-            )
-            with ChildGroup(launcher=launch) as group:
-                group.start(spec, timeout=120)
-                assert group.wait_for(name).exit_code == 0, (tmp_path / f"{name}.err").read_text()
-            outputs.append((tmp_path / f"{name}.out").read_text())
+        outputs = [
+            _run(launch, name, tmp_path, python_path, tmp_path, argv)
+            for name, launch in (("warm", starter.launch), ("fresh", spawn_child))
+        ]
         assert outputs == ["imported\n", "imported\n"]
         reason = starter.report["fresh"]["warm"]
         assert "monkeytype.py" in reason and "a fresh interpreter would import otherwise" in reason

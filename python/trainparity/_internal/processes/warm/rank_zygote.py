@@ -448,14 +448,10 @@ def _become_rank(
     request: dict, descriptors: list[int], agent: int, middle: int, write_end: int, child_side
 ) -> None:
     """Set the rank up as Popen(start_new_session=True) and `python -u` would, then run it."""
-    os.write(write_end, f"{os.getpid()}\n".encode())
-    try:
+
+    def set_up() -> None:
         os.setsid()
-        deadline = time.monotonic() + _REPARENT_SECONDS
-        while os.getppid() == middle and time.monotonic() < deadline:
-            time.sleep(0.0002)
-        if os.getppid() != agent:  # the agent could not adopt it
-            os._exit(127)
+        _wait_for_adoption(agent, middle)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         own = iter(descriptors)
         for wanted, target in ((request["stdout"], 1), (request["stderr"], 2)):
@@ -464,22 +460,15 @@ def _become_rank(
                 os.dup2(descriptor, target)
         child_side.close_descriptors(keep=write_end)
         os.chdir(request["cwd"])
-    except OSError as error:
-        os.write(write_end, f"{error}".encode())
-        os._exit(127)
-    os.write(write_end, b"ok")
-    os.close(write_end)
+
+    _set_up(write_end, set_up)
     argv = request["argv"]
     command = [argv[0], *argv[2:]]  # what child_side runs; -u is set up below
     child_side.become_fresh(command, request["cwd"], request["env"])
     sys.orig_argv = list(argv)
     child_side._show_process(argv, request["env"])
     _unbuffered_standard_streams()
-    try:
-        child_side.run_main(command, request["cwd"])
-    except SystemExit as exit:
-        child_side.exit_as_fresh(exit.code)
-    child_side.exit_as_fresh(None)
+    _run_as_main(command, request["cwd"], child_side)
 
 
 def _become_agent(request: dict, launcher: int, middle: int, write_end: int, child_side) -> None:
@@ -489,26 +478,47 @@ def _become_agent(request: dict, launcher: int, middle: int, write_end: int, chi
     phase by its group) with the launcher's standard streams; every other
     descriptor is closed, as the launcher's own are close-on-exec.
     """
-    os.write(write_end, f"{os.getpid()}\n".encode())
-    try:
-        deadline = time.monotonic() + _REPARENT_SECONDS
-        while os.getppid() == middle and time.monotonic() < deadline:
-            time.sleep(0.0002)
-        if os.getppid() != launcher:  # the launcher could not adopt it
-            os._exit(127)
+
+    def set_up() -> None:
+        _wait_for_adoption(launcher, middle)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         child_side.close_descriptors(keep=write_end)
         os.chdir(request["cwd"])
+
+    _set_up(write_end, set_up)
+    argv, environment = request["argv"], request["env"]
+    child_side.become_fresh(argv, request["cwd"], environment)
+    install(child_side, environment)
+    _run_as_main(argv, request["cwd"], child_side)
+
+
+def _set_up(write_end: int, set_up) -> None:
+    """Report this process's pid on the pipe, run `set_up`, then report "ok", or its error
+    and exit with status 127 (the zygote's reply to the parent says which)."""
+    os.write(write_end, f"{os.getpid()}\n".encode())
+    try:
+        set_up()
     except OSError as error:
         os.write(write_end, f"{error}".encode())
         os._exit(127)
     os.write(write_end, b"ok")
     os.close(write_end)
-    argv, environment = request["argv"], request["env"]
-    child_side.become_fresh(argv, request["cwd"], environment)
-    install(child_side, environment)
+
+
+def _wait_for_adoption(parent: int, middle: int) -> None:
+    """Until the middle process exits and `parent` (a child subreaper then) adopts this one;
+    status 127 if another process does (the parent is gone)."""
+    deadline = time.monotonic() + _REPARENT_SECONDS
+    while os.getppid() == middle and time.monotonic() < deadline:
+        time.sleep(0.0002)
+    if os.getppid() != parent:
+        os._exit(127)
+
+
+def _run_as_main(command: list[str], cwd: str, child_side) -> None:
+    """Run `command`'s script or module as __main__, then end as `python` would."""
     try:
-        child_side.run_main(argv, request["cwd"])
+        child_side.run_main(command, cwd)
     except SystemExit as exit:
         child_side.exit_as_fresh(exit.code)
     child_side.exit_as_fresh(None)
