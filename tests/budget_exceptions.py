@@ -44,11 +44,4 @@ EXCEPTIONS: dict[str, str] = {
         "keeps for load; 62.9 s in a fresh-clone suite of a2458cc beside a second suite, where "
         "modules nobody changed took 1.2 to 1.45 times their quiet CPU."
     ),
-    "tests/test_multinode.py::test_two_nodes_pass_with_a_row_per_node_and_per_rank": (
-        "A whole check whose phases each run two torchrun agents as two nodes: the node "
-        "launcher starts the agents as new interpreters (no warm path forks what a child "
-        "starts), and so their ranks too, each importing torch. 38.0 and 40.6 s of CPU in two "
-        "quiet suites of 2026-12-07 (a2458cc), 46.3 s on a slower afternoon: within the "
-        "budget, but not by the third an unlisted entry keeps for load."
-    ),
 }
