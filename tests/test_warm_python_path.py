@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from trainparity._internal.processes.group import ChildGroup, ChildSpec, spawn_child
+from trainparity._internal.processes.warm import path_lookups
 from trainparity._internal.processes.warm.path_lookups import (
     fresh_sys_path,
     path_conflict,
@@ -125,7 +126,7 @@ lookups = recorder.lookups()
 print(json.dumps([lookups, sys.meta_path == meta_path,
                   importlib.metadata.entry_points is entry_points]))
 """
-    here = Path(path_lookups_file()).parent
+    here = Path(path_lookups.__file__).parent
     printed = subprocess.run(
         [sys.executable, "-c", script, str(here)],
         capture_output=True, text=True, check=True, timeout=60,
@@ -134,12 +135,6 @@ print(json.dumps([lookups, sys.meta_path == meta_path,
     assert {"no_such_module_here", "another_missing_one", "json"} <= set(lookups["modules"])
     assert lookups["distributions"] == ["pip"] and lookups["groups"] == ["some.group"]
     assert not lookups["everything"] and meta_path_restored and entry_points_restored
-
-
-def path_lookups_file() -> str:
-    from trainparity._internal.processes.warm import path_lookups
-
-    return path_lookups.__file__
 
 
 @pytest.fixture(scope="module")

@@ -134,13 +134,14 @@ def install_agents(child_side, launcher_environment: dict[str, str]) -> None:
     def posix_spawnp(path, argv, env, **options):
         arguments = [os.fsdecode(argument) for argument in argv]
         environment = {os.fsdecode(name): os.fsdecode(value) for name, value in env.items()}
+        directory = os.getcwd()
         if (
             options
             or path != sys.executable
-            or zygote.agent_refusal(arguments, environment, os.getcwd())
+            or zygote.agent_refusal(arguments, environment, directory)
         ):
             return spawn(path, argv, env, **options)
-        request = {"argv": arguments, "cwd": os.getcwd(), "env": environment, "agent": True}
+        request = {"argv": arguments, "cwd": directory, "env": environment, "agent": True}
         try:
             return zygote.fork(request, [])
         except OSError:
@@ -279,18 +280,18 @@ class _ForkedRankPopen(subprocess.Popen):
         stdout, stderr = rest[11], rest[13]
         zygote = self.zygote
         argv = [os.fsdecode(argument) for argument in args]
+        directory = os.fsdecode(cwd) if cwd is not None else os.getcwd()
         if (
             zygote is None
             or executable is not None
             or env is None
             or any(end != -1 for end in pipes)  # torchrun passes files or nothing
-            or zygote.refusal(argv, env, os.fsdecode(cwd) if cwd is not None else os.getcwd())
-            is not None
+            or zygote.refusal(argv, env, directory) is not None
         ):
             return super()._execute_child(args, executable, *rest)
         request = {
             "argv": argv,
-            "cwd": os.fsdecode(cwd) if cwd is not None else os.getcwd(),
+            "cwd": directory,
             "env": dict(env),
             "stdout": stdout != -1,
             "stderr": stderr != -1,
