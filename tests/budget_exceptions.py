@@ -15,17 +15,6 @@ from __future__ import annotations
 
 _MEASURED_AGAIN = "in the suite of 2026-12-07 (8100c3e, a fresh 2-core machine)"
 
-_DEEPSPEED_LAUNCHER = (
-    "The clean check under DeepSpeed's own launcher, every phase 2 gloo ranks, and the client "
-    "scheduler fault's whole check under torchrun. The launcher's phases start fresh: its "
-    "runner, its launch.py and each rank are new interpreters (no warm path forks what a "
-    "child's subprocess starts), about 4 s of CPU per rank importing torch and deepspeed. "
-    "CPU " + _MEASURED_AGAIN + ": 75.1 s (63.6 s wall); in the suite of 2026-12-07 (ea1daea, "
-    "a fresh clone, 2 cores): 63.2 s (58.4 s wall). The other DeepSpeed modules left this "
-    "table when their faults' resumed phases were run by `trainparity judge --run-missing` "
-    "from the worker's warm servers (tests/shared_baselines.py): 20.6 to 28.9 s in that suite."
-)
-
 
 EXCEPTIONS: dict[str, str] = {
     "tests/test_crash_faults.py::test_under_torchrun_one_rank_dies_and_the_restart_relaunches_the_job[direct-FAIL]": (
@@ -35,7 +24,6 @@ EXCEPTIONS: dict[str, str] = {
         "of it: each of its runs is a new torchrun whose agent and ranks import torch under the "
         "tracer. Warm alone, either save took at most 23.6 s of CPU."
     ),
-    "tests/test_deepspeed_launcher.py::runs": _DEEPSPEED_LAUNCHER,
     "tests/test_fsdp2_two_d_guide.py::reports": (
         "docs/distributed.md's 2-D meshes: five whole checks of the FSDP2 project on 4 gloo "
         "ranks each (FSDP2 x TP and HSDP need a 2 x 2 mesh), in two run_parity.py processes as "

@@ -65,9 +65,9 @@ def runs(project) -> dict:
             *("--work-dir", str(root / CLIENT_SCHEDULER)),
         ),
     }
-    # The launcher's check starts first, as a process of its own: its phases start fresh (the
-    # deepspeed launcher is not forked warm), and they run on while the client scheduler's
-    # check runs here, on the worker's warm servers (tests/cli_here.py).
+    # The launcher's check starts first, as a process of its own: its phases (the deepspeed
+    # launcher forked warm, its launch.py and ranks forked from their zygotes) run on while the
+    # client scheduler's check runs here, on the worker's warm servers (tests/cli_here.py).
     done: dict = {"root": root}
     done.update(
         run_a_few_at_a_time(
@@ -86,6 +86,8 @@ def _free_port() -> int:
 def test_a_clean_resume_under_the_deepspeed_launcher_passes(runs):
     report = report_of(runs, "launcher")
     assert report["outcome"] == "PASS", report["message"]
+    # Every phase's launcher forked warm (test_warm_start.py shows its launch.py and ranks are).
+    assert report["environment"]["child_start"]["fresh"] == {}, report["environment"]["child_start"]
     assert report["message"] == f"final states are exactly equivalent at step {TOTAL_STEP}"
     assert report["case"].startswith("deepspeed --num_gpus 2 --master_port ")
 

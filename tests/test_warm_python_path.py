@@ -91,6 +91,24 @@ def test_a_directory_shadowing_what_the_server_looked_up_is_a_conflict(tmp_path)
     assert path_conflict([str(tmp_path / "missing")], _lookups(modules=["numpy"])) is None
 
 
+def test_only_what_the_import_system_could_load_there_is_a_conflict(tmp_path):
+    # A console script beside the interpreter (`bin/deepspeed`), a data file or a backup of a
+    # module's name is no module: a fresh interpreter's import passes over it.
+    for name in ("deepspeed", "deepspeed.txt", "deepspeed.py.orig"):
+        (tmp_path / name).write_text("")
+    entries = [str(tmp_path)]
+    assert path_conflict(entries, _lookups(modules=["deepspeed"])) is None
+    for name in ("deepspeed.py", "deepspeed.pyc", "deepspeed.abi3.so"):
+        module = tmp_path / name
+        module.write_text("")
+        said = path_conflict(entries, _lookups(modules=["deepspeed"]))
+        assert said is not None and said.startswith(str(module)), said
+        module.unlink()
+    (tmp_path / "deepspeed").unlink()
+    (tmp_path / "deepspeed").mkdir()  # a package, or a namespace package's portion
+    assert path_conflict(entries, _lookups(modules=["deepspeed"])) is not None
+
+
 def test_metadata_conflicts_only_where_the_servers_imports_read_it(tmp_path):
     metadata = tmp_path / "my_plugin-1.0.dist-info"
     metadata.mkdir()

@@ -513,6 +513,72 @@ def test_the_torchrun_script_beside_this_interpreter_is_forked_warm_as_its_modul
     assert code == 0 and "is not this Python interpreter" in starter.report["fresh"]["other"]
 
 
+DEEPSPEED_RANK_PROBE = """\
+import json, os, sys
+preloaded = "deepspeed" in sys.modules  # imported by the zygote's server, never by this script
+launch = os.getppid()
+with open(f"/proc/{launch}/cmdline", "rb") as handle:
+    # A warm process pads its command with NULs where the server's was longer (as ps reads it).
+    launch_command = [word.decode() for word in handle.read().rstrip(b"\\0").split(b"\\0")]
+with open(f"/proc/{launch}/stat", "rb") as handle:
+    runner = int(handle.read().rpartition(b")")[2].split()[1])
+seen = {
+    "launch_command": launch_command,
+    "same_session_and_group_as_the_runner": (
+        os.getsid(0) == os.getsid(runner), os.getpgid(0) == os.getpgid(runner)
+    ),
+    "orig_argv": sys.orig_argv[1:],
+    "argv": sys.argv,
+    "unbuffered": (sys.stdout.write_through, sys.stdout.line_buffering, sys.stderr.write_through),
+    "hash": hash("a string"),
+    "variables": sorted(os.environ),
+    "descriptors": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
+}
+sys.stdout.write("rank " + os.environ["RANK"] + " says hello\\n")
+# DeepSpeed puts --local_rank=N before the script's own arguments.
+with open(os.path.join(sys.argv[-1], "rank" + os.environ["RANK"] + ".json"), "w") as out:
+    json.dump({"seen": seen, "preloaded": preloaded, "runner": runner}, out)
+"""
+
+
+def test_deepspeeds_launcher_forked_warm_forks_launch_py_and_its_ranks_as_fresh_ones_start(
+    tmp_path, starter
+):
+    # The `deepspeed` script: its runner forked warm as the script the kernel would run, its
+    # `python -u -m deepspeed.launcher.launch` forked from the runner's zygote, each rank from
+    # launch.py's; every rank sees what the fresh launcher's rank sees.
+    pytest.importorskip("deepspeed")
+    script = Path(sys.executable).with_name("deepspeed")
+    if not script.is_file():
+        pytest.skip("no deepspeed script beside this interpreter")
+    environment = _environment(DS_ACCELERATOR="cpu")
+    views = {}
+    for name, launcher in (("fresh", spawn_child), ("warm", starter.launch)):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "probe.py").write_text(DEEPSPEED_RANK_PROBE)
+        argv = [str(script), "--num_gpus", "2", "--master_port", "29517", "probe.py", str(out)]
+        code, _, stdout, stderr, result = _run(launcher, name, argv, out, out, environment)
+        assert code == 0, stderr
+        assert "rank 0 says hello" in stdout and "rank 1 says hello" in stdout
+        ranks = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
+        assert [rank["runner"] for rank in ranks] == [result.pid, result.pid]
+        for rank in ranks:
+            for command in (rank["seen"]["orig_argv"], rank["seen"]["argv"]):
+                command[command.index(str(out))] = "OUT"
+            command = rank["seen"]["launch_command"]
+            command[command.index(str(out))] = "OUT"
+        views[name] = ranks
+    assert starter.report["warm"] == ["warm"], starter.report
+    assert [rank["preloaded"] for rank in views["fresh"]] == [False, False]
+    assert [rank["preloaded"] for rank in views["warm"]] == [True, True]
+    assert [rank["seen"] for rank in views["warm"]] == [rank["seen"] for rank in views["fresh"]]
+    launch = views["warm"][0]["seen"]["launch_command"]
+    assert launch[:4] == [sys.executable, "-u", "-m", "deepspeed.launcher.launch"]
+    assert views["warm"][0]["seen"]["same_session_and_group_as_the_runner"] == [True, True]
+    assert views["warm"][0]["seen"]["unbuffered"] == [True, False, True]  # python -u's streams
+
+
 def test_ranks_start_fresh_under_a_warm_agent_when_told_to(tmp_path, starter):
     environment = _environment(
         OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), TRAINPARITY_WARM_RANKS="0"

@@ -25,6 +25,7 @@ with nothing of trainparity imported.
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import re
 import sys
@@ -43,6 +44,8 @@ PATH_VARIABLE = "PYTHONPATH"
 # Run by site at a fresh interpreter's start when found on sys.path.
 _STARTUP_MODULES = frozenset({"sitecustomize", "usercustomize"})
 _METADATA_SUFFIXES = (".dist-info", ".egg-info")
+# What follows a module's name in a file the import system loads (.py, .pyc, extensions).
+_MODULE_SUFFIXES = frozenset(importlib.machinery.all_suffixes())
 
 
 def python_path_entries(value: str, cwd: str) -> list[str]:
@@ -103,6 +106,8 @@ def path_conflict(entries: list[str], lookups: dict[str, Any]) -> str | None:
                 reason = _metadata_conflict(entry, name, lookups)
             else:
                 top = name.partition(".")[0]
+                if not _importable(entry, name, top):
+                    continue  # as a script beside its console script: `bin/deepspeed`
                 if top in _STARTUP_MODULES and not seen_by_server:
                     reason = "would run at a fresh interpreter's start"
                 elif top in settled or top not in looked_up:
@@ -115,6 +120,14 @@ def path_conflict(entries: list[str], lookups: dict[str, Any]) -> str | None:
             if reason is not None:
                 return f"{os.path.join(entry, name)} {reason}"
     return None
+
+
+def _importable(entry: str, name: str, top: str) -> bool:
+    """Whether the directory entry `name` could be imported as module `top`: a directory
+    (a package, or part of a namespace package), or a file with an import suffix."""
+    if name == top:
+        return os.path.isdir(os.path.join(entry, name))
+    return name[len(top) :] in _MODULE_SUFFIXES
 
 
 def _metadata_conflict(entry: str, name: str, lookups: dict[str, Any]) -> str | None:

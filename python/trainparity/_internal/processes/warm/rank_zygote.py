@@ -19,7 +19,11 @@ the agent's own child, as torchrun's Popen would make it (waitpid, killpg).
 The node launcher of a multi-node phase (distributed/nodes.py) forked warm
 gets a zygote the same way (install_agents), which forks each torchrun agent
 it starts with os.posix_spawnp; each agent then installs its own for its
-ranks.
+ranks. DeepSpeed's launcher forked warm (the `deepspeed` script) does too
+(install_launches): its zygote forks the `python -u -m
+deepspeed.launcher.launch` it starts with subprocess.Popen, and that one's
+zygote forks each rank it starts, in launch.py's session and with its
+standard streams, as its Popen leaves them.
 
 A rank is forked only when a fresh one would start exactly alike: its
 command is this interpreter with `-u` and a script or `-m module`, and its
@@ -81,6 +85,15 @@ _RANK_PREFIXES = ("TORCHELASTIC_", "TRAINPARITY_")
 _AGENT_MODULE = "torch.distributed.run"
 # trainparity._internal.distributed.nodes, the node launcher (nothing of trainparity is imported here).
 NODES_MODULE = "trainparity._internal.distributed.nodes"
+# DeepSpeed's launcher (the `deepspeed` script runs its main) and the per-node launch.py it starts.
+_DEEPSPEED_RUNNER = "deepspeed.launcher.runner"
+_DEEPSPEED_LAUNCH = "deepspeed.launcher.launch"
+# What launch.py sets per rank beyond torchrun's names, none read by importing torch or
+# DeepSpeed: the node's place and size, and the accelerators it may use (torch reads
+# CUDA_VISIBLE_DEVICES when CUDA starts, which it never does in a server); and what the
+# `deepspeed` runner drops from its own environment before it starts launch.py.
+_DEEPSPEED_RANK_VARIABLES = frozenset({"CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE"})
+_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 # trainparity._internal.distributed.phases.RANK_EXITS_FILE_VARIABLE (nothing of trainparity is imported here).
 _RANK_EXITS_FILE_VARIABLE = "TRAINPARITY_RANK_EXITS_FILE"
 
@@ -95,6 +108,9 @@ def install(child_side, environment: dict[str, str], argv: list[str] | None = No
     """
     if argv is not None and list(argv[1:3]) == ["-m", NODES_MODULE]:
         install_agents(child_side, environment)
+        return
+    if argv is not None and _runs_deepspeed_launcher(argv):
+        install_launches(child_side, environment)
         return
     agent_end = _start_zygote(child_side)
     try:
@@ -151,6 +167,41 @@ def install_agents(child_side, launcher_environment: dict[str, str]) -> None:
     os.posix_spawnp = posix_spawnp
 
 
+def _runs_deepspeed_launcher(argv: list[str]) -> bool:
+    """`python -m deepspeed.launcher.runner …`, or the `deepspeed` script run by this interpreter."""
+    return list(argv[1:3]) == ["-m", _DEEPSPEED_RUNNER] or (
+        len(argv) >= 2 and os.path.basename(argv[1]) == "deepspeed"
+    )
+
+
+def install_launches(child_side, runner_environment: dict[str, str]) -> None:
+    """In DeepSpeed's launcher forked warm: the launch.py it starts forked from a zygote.
+
+    The runner starts `python -u -m deepspeed.launcher.launch …` with
+    subprocess.Popen, in its own session and with its standard streams, and an
+    environment that is its own (less CUDA_VISIBLE_DEVICES, which it drops when
+    it takes the accelerators from its options); such a launch is forked, and
+    forks its ranks from a zygote of its own (install_deepspeed_ranks). Any
+    other command, and every one after the zygote failed, starts as before.
+    """
+    _LaunchPopen.zygote = _Zygote(_start_zygote(child_side), dict(runner_environment), child_side)
+    subprocess.Popen = _LaunchPopen
+
+
+def install_deepspeed_ranks(child_side, launch_environment: dict[str, str]) -> None:
+    """In launch.py forked warm: each rank it starts with subprocess.Popen forked from a zygote.
+
+    A rank is `python -u script` (or `-u -m module`) with launch.py's
+    environment plus what it sets per rank (torchrun's names, CROSS_RANK,
+    CROSS_SIZE, LOCAL_SIZE, CUDA_VISIBLE_DEVICES), in launch.py's session, with
+    its standard streams or the log file it opened for the rank.
+    """
+    _DeepSpeedRankPopen.zygote = _Zygote(
+        _start_zygote(child_side), dict(launch_environment), child_side
+    )
+    subprocess.Popen = _DeepSpeedRankPopen
+
+
 def _start_zygote(child_side) -> socket.socket:
     """Fork the zygote, a copy of this process before the command's code runs; this end."""
     parent_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -192,7 +243,11 @@ class _Zygote:
         self.broken = False
         self.buffer = b""
 
-    def refusal(self, argv: list[str], env: dict[str, str], cwd: str) -> str | None:
+    def refusal(
+        self, argv: list[str], env: dict[str, str], cwd: str, also: frozenset[str] = frozenset()
+    ) -> str | None:
+        """Why the rank `argv` cannot be forked (None: it can); `also`: variables besides
+        torchrun's per-rank ones that may differ from the agent's."""
         if self.broken:
             return "the zygote failed"
         if len(argv) < 3 or argv[0] != sys.executable or argv[1] != "-u":
@@ -201,7 +256,21 @@ class _Zygote:
             return "not `python -u -m module`"
         if argv[2] != "-m" and argv[2].startswith("-"):
             return "an interpreter option"
-        return self._environment_refusal(env) or self._path_refusal([argv[0], *argv[2:]], cwd)
+        return self._environment_refusal(env, also) or self._path_refusal([argv[0], *argv[2:]], cwd)
+
+    def launch_refusal(self, argv: list[str], env: dict[str, str], cwd: str) -> str | None:
+        """Why DeepSpeed's `python -u -m deepspeed.launcher.launch` cannot be forked (None: it can)."""
+        if self.broken:
+            return "the zygote failed"
+        if (
+            len(argv) < 4
+            or argv[0] != sys.executable
+            or argv[1:4] != ["-u", "-m", _DEEPSPEED_LAUNCH]
+        ):
+            return "not `python -u -m deepspeed.launcher.launch`"
+        return self._environment_refusal(env, {_VISIBLE_DEVICES}) or self._path_refusal(
+            [argv[0], *argv[2:]], cwd
+        )
 
     def agent_refusal(self, argv: list[str], env: dict[str, str], cwd: str) -> str | None:
         """Why the node launcher's agent `argv` cannot be forked (None: it can)."""
@@ -221,9 +290,13 @@ class _Zygote:
         first = lookups_module.searched_first(command, cwd)
         return lookups_module.path_conflict([first], recorder.lookups())
 
-    def _environment_refusal(self, env: dict[str, str]) -> str | None:
+    def _environment_refusal(
+        self, env: dict[str, str], also: frozenset[str] | set[str] = frozenset()
+    ) -> str | None:
         for name in set(env) | set(self.environment):
-            if env.get(name) != self.environment.get(name) and not _per_rank(name):
+            if env.get(name) != self.environment.get(name) and not (
+                _per_rank(name) or name in also
+            ):
                 return f"{name} differs from the agent's"
         return None
 
@@ -271,6 +344,7 @@ class _ForkedRankPopen(subprocess.Popen):
     zygote: _Zygote | None = None
     exits_file: str | None = None
     _exit_note: dict | None = None  # what the exit record adds to wait4's figures
+    _role: dict = {}  # what the request adds: a torchrun rank gets a session of its own
 
     def _execute_child(self, args, executable, *rest):
         # rest: preexec_fn, close_fds, pass_fds, cwd, env, startupinfo, creationflags, shell,
@@ -279,14 +353,15 @@ class _ForkedRankPopen(subprocess.Popen):
         pipes = rest[8:11] + (rest[12],)
         stdout, stderr = rest[11], rest[13]
         zygote = self.zygote
+        if zygote is None or isinstance(args, (str, bytes, os.PathLike)):
+            return super()._execute_child(args, executable, *rest)
         argv = [os.fsdecode(argument) for argument in args]
         directory = os.fsdecode(cwd) if cwd is not None else os.getcwd()
         if (
-            zygote is None
-            or executable is not None
+            executable is not None
             or env is None
             or any(end != -1 for end in pipes)  # torchrun passes files or nothing
-            or zygote.refusal(argv, env, directory) is not None
+            or self._refusal(zygote, argv, env, directory, rest) is not None
         ):
             return super()._execute_child(args, executable, *rest)
         request = {
@@ -295,6 +370,7 @@ class _ForkedRankPopen(subprocess.Popen):
             "env": dict(env),
             "stdout": stdout != -1,
             "stderr": stderr != -1,
+            **self._role,
         }
         descriptors = [end for end in (stdout, stderr) if end != -1]
         note = _exit_note(env) if self.exits_file is not None else None
@@ -305,6 +381,10 @@ class _ForkedRankPopen(subprocess.Popen):
             return super()._execute_child(args, executable, *rest)
         self._child_created = True
         self._exit_note = note
+
+    def _refusal(self, zygote: _Zygote, argv: list[str], env, directory: str, rest) -> str | None:
+        """Why this child cannot be forked (None: it can); `rest` as _execute_child's."""
+        return zygote.refusal(argv, env, directory)
 
     # Reaping: Popen's own logic (3.10 to 3.13), with wait4 where it calls waitpid.
 
@@ -364,6 +444,54 @@ class _ForkedRankPopen(subprocess.Popen):
                 os.close(descriptor)
         except OSError:  # evidence never breaks a run: the check keeps its samples
             pass
+
+
+class _LaunchPopen(_ForkedRankPopen):
+    """subprocess.Popen in DeepSpeed's launcher forked warm: its launch.py forked (install_launches)."""
+
+    zygote: _Zygote | None = None
+    exits_file = None
+    _role = {"launch": True}
+
+    def _refusal(self, zygote: _Zygote, argv: list[str], env, directory: str, rest) -> str | None:
+        standard_streams = (rest[11], rest[13])  # launch.py inherits the runner's
+        return (
+            _plain_popen_refusal(rest, new_session=False)
+            or ("its own standard streams" if standard_streams != (-1, -1) else None)
+            or zygote.launch_refusal(argv, env, directory)
+        )
+
+
+class _DeepSpeedRankPopen(_ForkedRankPopen):
+    """subprocess.Popen in launch.py forked warm: its ranks forked (install_deepspeed_ranks)."""
+
+    zygote: _Zygote | None = None
+    exits_file = None
+    _role = {"same_session": True}
+
+    def _refusal(self, zygote: _Zygote, argv: list[str], env, directory: str, rest) -> str | None:
+        return _plain_popen_refusal(rest, new_session=False) or zygote.refusal(
+            argv, env, directory, _DEEPSPEED_RANK_VARIABLES | {_VISIBLE_DEVICES}
+        )
+
+
+def _plain_popen_refusal(rest, *, new_session: bool) -> str | None:
+    """Why a Popen's other options are not the defaults a forked child reproduces (None: they are).
+
+    `rest` as _execute_child's: preexec_fn, close_fds, pass_fds, …, shell (7),
+    restore_signals (14), gid, gids, uid, umask, start_new_session (19), then
+    process_group on Python 3.11 and later.
+    """
+    preexec_fn, close_fds, pass_fds, shell = rest[0], rest[1], rest[2], rest[7]
+    restore_signals, gid, gids, uid, umask, start_new_session = rest[14:20]
+    process_group = rest[20] if len(rest) > 20 else -1
+    if preexec_fn is not None or not close_fds or pass_fds or shell or not restore_signals:
+        return "Popen options a forked child does not reproduce"
+    if (gid, gids, uid) != (None, None, None) or umask >= 0 or process_group not in (None, -1):
+        return "Popen options a forked child does not reproduce"
+    if bool(start_new_session) != new_session:
+        return "another session than expected"
+    return None
 
 
 def _exit_note(env) -> dict | None:
@@ -427,6 +555,8 @@ def _fork(request: dict, descriptors: list[int], agent: int, connection, child_s
                 connection.close()
                 if request.get("agent"):
                     _become_agent(request, agent, middle, write_end, child_side)
+                if request.get("launch"):
+                    _become_launch(request, agent, middle, write_end, child_side)
                 _become_rank(request, descriptors, agent, middle, write_end, child_side)
         except BaseException:
             os._exit(127)
@@ -448,10 +578,12 @@ def _fork(request: dict, descriptors: list[int], agent: int, connection, child_s
 def _become_rank(
     request: dict, descriptors: list[int], agent: int, middle: int, write_end: int, child_side
 ) -> None:
-    """Set the rank up as Popen(start_new_session=True) and `python -u` would, then run it."""
+    """Set the rank up as torchrun's Popen(start_new_session=True), or launch.py's Popen in its
+    own session, and `python -u` would, then run it."""
 
     def set_up() -> None:
-        os.setsid()
+        if not request.get("same_session"):
+            os.setsid()
         _wait_for_adoption(agent, middle)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         own = iter(descriptors)
@@ -463,13 +595,35 @@ def _become_rank(
         os.chdir(request["cwd"])
 
     _set_up(write_end, set_up)
+    command = _become_unbuffered(request, child_side)
+    _run_as_main(command, request["cwd"], child_side)
+
+
+def _become_launch(request: dict, runner: int, middle: int, write_end: int, child_side) -> None:
+    """Set DeepSpeed's launch.py up as the runner's Popen and `python -u` would, with its ranks
+    forked warm, then run it: in the runner's session, with its standard streams."""
+
+    def set_up() -> None:
+        _wait_for_adoption(runner, middle)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        child_side.close_descriptors(keep=write_end)
+        os.chdir(request["cwd"])
+
+    _set_up(write_end, set_up)
+    command = _become_unbuffered(request, child_side)
+    install_deepspeed_ranks(child_side, request["env"])
+    _run_as_main(command, request["cwd"], child_side)
+
+
+def _become_unbuffered(request: dict, child_side) -> list[str]:
+    """This process as `python -u …` of the request starts; the command child_side runs."""
     argv = request["argv"]
     command = [argv[0], *argv[2:]]  # what child_side runs; -u is set up below
     child_side.become_fresh(command, request["cwd"], request["env"])
     sys.orig_argv = list(argv)
     child_side._show_process(argv, request["env"])
     _unbuffered_standard_streams()
-    _run_as_main(command, request["cwd"], child_side)
+    return command
 
 
 def _become_agent(request: dict, launcher: int, middle: int, write_end: int, child_side) -> None:
