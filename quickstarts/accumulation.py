@@ -54,18 +54,27 @@ class Case:
 
 def run() -> dict[str, Any]:
     """Check the clean and the faulty plan and return the quickstart payload."""
-    from trainparity import AccumulationExecutionPlan, ToleranceComparison, check_accumulation
+    from trainparity import (
+        AccumulationExecutionPlan,
+        ToleranceComparison,
+        check_accumulation,
+        shared_warm_servers,
+    )
 
     spec = "trainparity.quickstarts.accumulation:Case"
     comparison = ToleranceComparison(rtol=1e-6, atol=1e-7)
-    clean = check_accumulation(spec, candidate=AccumulationExecutionPlan(2), comparison=comparison)
-    faulty = check_accumulation(
-        spec,
-        candidate=AccumulationExecutionPlan(
-            2, scale_accumulated_loss=False, use_explicit_loss_accounting=False
-        ),
-        comparison=comparison,
-    )
+    # Warm (TRAINPARITY_START=warm): the second check's workers fork from the first's server.
+    with shared_warm_servers():
+        clean = check_accumulation(
+            spec, candidate=AccumulationExecutionPlan(2), comparison=comparison
+        )
+        faulty = check_accumulation(
+            spec,
+            candidate=AccumulationExecutionPlan(
+                2, scale_accumulated_loss=False, use_explicit_loss_accounting=False
+            ),
+            comparison=comparison,
+        )
     return quickstart_payload(clean, faulty)
 
 

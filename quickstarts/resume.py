@@ -104,11 +104,14 @@ class FaultyCase(CleanCase):
 
 def run() -> dict[str, Any]:
     """Check both cases and return the quickstart payload."""
-    from trainparity import check_resume
+    from trainparity import check_resume, shared_warm_servers
     from trainparity.quickstarts._payload import quickstart_payload
 
-    clean = check_resume("trainparity.quickstarts.resume:CleanCase")
-    faulty = check_resume("trainparity.quickstarts.resume:FaultyCase")
+    # Under TRAINPARITY_START=warm (`make quickstart`) the second check forks its children
+    # from the server the first one started, instead of importing torch in one of its own.
+    with shared_warm_servers():
+        clean = check_resume("trainparity.quickstarts.resume:CleanCase")
+        faulty = check_resume("trainparity.quickstarts.resume:FaultyCase")
     return quickstart_payload(clean, faulty)
 
 
