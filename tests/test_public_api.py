@@ -172,7 +172,8 @@ def test_production_sources_name_no_framework():
         for name in ("deepspeed_zero.py", "deepspeed_universal.py", "directories.py", "__init__.py")
     } | {package / "checkpoints.py"}
     # The launch module reads the `deepspeed` launcher's command line, as it reads torchrun's
-    # (its fixed --master_port); it never imports it.
+    # (its fixed --master_port), and names what a warm launcher forks (forked_launcher); it
+    # never imports it.
     launcher_reader = private / "distributed" / "torchrun_argv.py"
     for source in package.rglob("*.py"):
         if source.is_relative_to(integrations) or source.is_relative_to(faces):

@@ -31,7 +31,9 @@ from typing import Any
 
 __all__ = [
     "NODES_MODULE",
+    "SCRIPT_FORM_MODULES",
     "PortRemedy",
+    "forked_launcher",
     "fixed_port_problem",
     "is_torchrun",
     "local_ranks",
@@ -44,6 +46,10 @@ NODES_MODULE = "trainparity._internal.distributed.nodes"  # one torchrun agent p
 _DEFAULT_MASTER_PORT = 29500  # torchrun's default for the static rendezvous
 _DEFAULT_RDZV_PORT = 29400  # torch.distributed.elastic's default for a c10d endpoint without port
 _DEEPSPEED_RUNNER = "deepspeed.launcher.runner"  # what the `deepspeed` command runs
+_DEEPSPEED_LAUNCH = "deepspeed.launcher.launch"  # the per-node launch.py the runner starts
+SCRIPT_FORM_MODULES = frozenset({_DEEPSPEED_RUNNER})
+"""Modules whose console script beside the interpreter (`bin/deepspeed`) a warm start forks
+as the script itself, `python …/bin/deepspeed …`: the command the kernel makes of its shebang."""
 
 
 def torchrun_command(
@@ -113,6 +119,31 @@ def is_torchrun(argv: Sequence[str]) -> bool:
         argv[index] == "-m" and argv[index + 1] in (_RUN_MODULE, NODES_MODULE)
         for index in range(len(argv) - 1)
     )
+
+
+def forked_launcher(argv: Sequence[str]) -> dict[str, Any] | None:
+    """What a launcher forked warm as `argv` (this interpreter first) may fork from a zygote
+    of its own (processes/warm/rank_zygote.py), or None for any other command.
+
+    DeepSpeed's runner (`python …/bin/deepspeed …`, `python -m deepspeed.launcher.runner …`)
+    starts its single node's `python -u -m deepspeed.launcher.launch …` with the runner's own
+    environment, less CUDA_VISIBLE_DEVICES, which it drops when its options choose the
+    accelerators; launch.py starts each rank with its environment plus torchrun's per-rank
+    names and CROSS_RANK, CROSS_SIZE, LOCAL_SIZE and CUDA_VISIBLE_DEVICES (none read by
+    importing torch or DeepSpeed). The server also imports the runner's module, which the
+    runner, launch.py and every rank import.
+    """
+    runs_runner = list(argv[1:3]) == ["-m", _DEEPSPEED_RUNNER] or (
+        len(argv) >= 2 and Path(argv[1]).name == "deepspeed"
+    )
+    if not runs_runner:
+        return None
+    return {
+        "launch_module": _DEEPSPEED_LAUNCH,
+        "launch_may_drop": ["CUDA_VISIBLE_DEVICES"],
+        "rank_variables": ["CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE", "CUDA_VISIBLE_DEVICES"],
+        "preload": _DEEPSPEED_RUNNER,
+    }
 
 
 def is_deepspeed_launcher(argv: Sequence[str]) -> bool:

@@ -107,7 +107,7 @@ def path_conflict(entries: list[str], lookups: dict[str, Any]) -> str | None:
             else:
                 top = name.partition(".")[0]
                 if not _importable(entry, name, top):
-                    continue  # as a script beside its console script: `bin/deepspeed`
+                    continue  # a console script beside the interpreter, a data file
                 if top in _STARTUP_MODULES and not seen_by_server:
                     reason = "would run at a fresh interpreter's start"
                 elif top in settled or top not in looked_up:

@@ -19,11 +19,12 @@ the agent's own child, as torchrun's Popen would make it (waitpid, killpg).
 The node launcher of a multi-node phase (distributed/nodes.py) forked warm
 gets a zygote the same way (install_agents), which forks each torchrun agent
 it starts with os.posix_spawnp; each agent then installs its own for its
-ranks. DeepSpeed's launcher forked warm (the `deepspeed` script) does too
-(install_launches): its zygote forks the `python -u -m
-deepspeed.launcher.launch` it starts with subprocess.Popen, and that one's
-zygote forks each rank it starts, in launch.py's session and with its
-standard streams, as its Popen leaves them.
+ranks. A launcher that starts one launch process per node, which starts
+the ranks (distributed/torchrun_argv.py's forked_launcher names it and what
+may differ at each level), does too (install_launches): its zygote forks
+the `python -u -m LAUNCH_MODULE` it starts with subprocess.Popen, and that
+one's zygote forks each rank it starts, in the launcher's session and with
+the standard streams its Popen gives them.
 
 A rank is forked only when a fresh one would start exactly alike: its
 command is this interpreter with `-u` and a script or `-m module`, and its
@@ -85,20 +86,16 @@ _RANK_PREFIXES = ("TORCHELASTIC_", "TRAINPARITY_")
 _AGENT_MODULE = "torch.distributed.run"
 # trainparity._internal.distributed.nodes, the node launcher (nothing of trainparity is imported here).
 NODES_MODULE = "trainparity._internal.distributed.nodes"
-# DeepSpeed's launcher (the `deepspeed` script runs its main) and the per-node launch.py it starts.
-_DEEPSPEED_RUNNER = "deepspeed.launcher.runner"
-_DEEPSPEED_LAUNCH = "deepspeed.launcher.launch"
-# What launch.py sets per rank beyond torchrun's names, none read by importing torch or
-# DeepSpeed: the node's place and size, and the accelerators it may use (torch reads
-# CUDA_VISIBLE_DEVICES when CUDA starts, which it never does in a server); and what the
-# `deepspeed` runner drops from its own environment before it starts launch.py.
-_DEEPSPEED_RANK_VARIABLES = frozenset({"CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE"})
-_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 # trainparity._internal.distributed.phases.RANK_EXITS_FILE_VARIABLE (nothing of trainparity is imported here).
 _RANK_EXITS_FILE_VARIABLE = "TRAINPARITY_RANK_EXITS_FILE"
 
 
-def install(child_side, environment: dict[str, str], argv: list[str] | None = None) -> None:
+def install(
+    child_side,
+    environment: dict[str, str],
+    argv: list[str] | None = None,
+    launcher: dict | None = None,
+) -> None:
     """Fork the zygote and route torchrun's rank starts through it (nothing when it cannot).
 
     In the node launcher (`argv` runs NODES_MODULE), the zygote forks its
@@ -109,8 +106,8 @@ def install(child_side, environment: dict[str, str], argv: list[str] | None = No
     if argv is not None and list(argv[1:3]) == ["-m", NODES_MODULE]:
         install_agents(child_side, environment)
         return
-    if argv is not None and _runs_deepspeed_launcher(argv):
-        install_launches(child_side, environment)
+    if launcher is not None:
+        install_launches(child_side, environment, launcher)
         return
     agent_end = _start_zygote(child_side)
     try:
@@ -167,39 +164,34 @@ def install_agents(child_side, launcher_environment: dict[str, str]) -> None:
     os.posix_spawnp = posix_spawnp
 
 
-def _runs_deepspeed_launcher(argv: list[str]) -> bool:
-    """`python -m deepspeed.launcher.runner …`, or the `deepspeed` script run by this interpreter."""
-    return list(argv[1:3]) == ["-m", _DEEPSPEED_RUNNER] or (
-        len(argv) >= 2 and os.path.basename(argv[1]) == "deepspeed"
-    )
+def install_launches(child_side, launcher_environment: dict[str, str], plan: dict) -> None:
+    """In a launcher forked warm: the launch process it starts forked from a zygote.
 
-
-def install_launches(child_side, runner_environment: dict[str, str]) -> None:
-    """In DeepSpeed's launcher forked warm: the launch.py it starts forked from a zygote.
-
-    The runner starts `python -u -m deepspeed.launcher.launch …` with
-    subprocess.Popen, in its own session and with its standard streams, and an
-    environment that is its own (less CUDA_VISIBLE_DEVICES, which it drops when
-    it takes the accelerators from its options); such a launch is forked, and
-    forks its ranks from a zygote of its own (install_deepspeed_ranks). Any
-    other command, and every one after the zygote failed, starts as before.
+    The launcher starts `python -u -m LAUNCH_MODULE …` (plan["launch_module"])
+    with subprocess.Popen, in its own session and with its standard streams,
+    and an environment that is its own but for plan["launch_may_drop"]; such a
+    launch is forked, and forks its ranks from a zygote of its own
+    (install_launched_ranks). Any other command, and every one after the
+    zygote failed, starts as before.
     """
-    _LaunchPopen.zygote = _Zygote(_start_zygote(child_side), dict(runner_environment), child_side)
+    _LaunchPopen.zygote = _Zygote(_start_zygote(child_side), dict(launcher_environment), child_side)
+    _LaunchPopen.plan = plan
     subprocess.Popen = _LaunchPopen
 
 
-def install_deepspeed_ranks(child_side, launch_environment: dict[str, str]) -> None:
-    """In launch.py forked warm: each rank it starts with subprocess.Popen forked from a zygote.
+def install_launched_ranks(child_side, launch_environment: dict[str, str], plan: dict) -> None:
+    """In a launch process forked warm: each rank it starts with subprocess.Popen forked.
 
-    A rank is `python -u script` (or `-u -m module`) with launch.py's
-    environment plus what it sets per rank (torchrun's names, CROSS_RANK,
-    CROSS_SIZE, LOCAL_SIZE, CUDA_VISIBLE_DEVICES), in launch.py's session, with
-    its standard streams or the log file it opened for the rank.
+    A rank is `python -u script` (or `-u -m module`) with the launch's
+    environment plus torchrun's per-rank names and plan["rank_variables"], in
+    the launch's session, with its standard streams or the log file it opened
+    for the rank.
     """
-    _DeepSpeedRankPopen.zygote = _Zygote(
+    _LaunchedRankPopen.zygote = _Zygote(
         _start_zygote(child_side), dict(launch_environment), child_side
     )
-    subprocess.Popen = _DeepSpeedRankPopen
+    _LaunchedRankPopen.plan = plan
+    subprocess.Popen = _LaunchedRankPopen
 
 
 def _start_zygote(child_side) -> socket.socket:
@@ -258,18 +250,20 @@ class _Zygote:
             return "an interpreter option"
         return self._environment_refusal(env, also) or self._path_refusal([argv[0], *argv[2:]], cwd)
 
-    def launch_refusal(self, argv: list[str], env: dict[str, str], cwd: str) -> str | None:
-        """Why DeepSpeed's `python -u -m deepspeed.launcher.launch` cannot be forked (None: it can)."""
+    def launch_refusal(
+        self, argv: list[str], env: dict[str, str], cwd: str, plan: dict
+    ) -> str | None:
+        """Why the launch `python -u -m plan["launch_module"]` cannot be forked (None: it can)."""
         if self.broken:
             return "the zygote failed"
         if (
             len(argv) < 4
             or argv[0] != sys.executable
-            or argv[1:4] != ["-u", "-m", _DEEPSPEED_LAUNCH]
+            or argv[1:4] != ["-u", "-m", plan["launch_module"]]
         ):
-            return "not `python -u -m deepspeed.launcher.launch`"
-        return self._environment_refusal(env, {_VISIBLE_DEVICES}) or self._path_refusal(
-            [argv[0], *argv[2:]], cwd
+            return f"not `python -u -m {plan['launch_module']}`"
+        return self._environment_refusal(env, frozenset(plan["launch_may_drop"])) or (
+            self._path_refusal([argv[0], *argv[2:]], cwd)
         )
 
     def agent_refusal(self, argv: list[str], env: dict[str, str], cwd: str) -> str | None:
@@ -447,31 +441,36 @@ class _ForkedRankPopen(subprocess.Popen):
 
 
 class _LaunchPopen(_ForkedRankPopen):
-    """subprocess.Popen in DeepSpeed's launcher forked warm: its launch.py forked (install_launches)."""
+    """subprocess.Popen in a launcher forked warm: its launch process forked (install_launches)."""
 
     zygote: _Zygote | None = None
     exits_file = None
-    _role = {"launch": True}
+    plan: dict = {}
+
+    @property
+    def _role(self) -> dict:  # the forked launch installs a zygote for its ranks by this plan
+        return {"launch": self.plan}
 
     def _refusal(self, zygote: _Zygote, argv: list[str], env, directory: str, rest) -> str | None:
-        standard_streams = (rest[11], rest[13])  # launch.py inherits the runner's
+        standard_streams = (rest[11], rest[13])  # the launch inherits the launcher's
         return (
             _plain_popen_refusal(rest, new_session=False)
             or ("its own standard streams" if standard_streams != (-1, -1) else None)
-            or zygote.launch_refusal(argv, env, directory)
+            or zygote.launch_refusal(argv, env, directory, self.plan)
         )
 
 
-class _DeepSpeedRankPopen(_ForkedRankPopen):
-    """subprocess.Popen in launch.py forked warm: its ranks forked (install_deepspeed_ranks)."""
+class _LaunchedRankPopen(_ForkedRankPopen):
+    """subprocess.Popen in a launch process forked warm: its ranks forked (install_launched_ranks)."""
 
     zygote: _Zygote | None = None
     exits_file = None
+    plan: dict = {}
     _role = {"same_session": True}
 
     def _refusal(self, zygote: _Zygote, argv: list[str], env, directory: str, rest) -> str | None:
         return _plain_popen_refusal(rest, new_session=False) or zygote.refusal(
-            argv, env, directory, _DEEPSPEED_RANK_VARIABLES | {_VISIBLE_DEVICES}
+            argv, env, directory, frozenset(self.plan["rank_variables"])
         )
 
 
@@ -599,19 +598,19 @@ def _become_rank(
     _run_as_main(command, request["cwd"], child_side)
 
 
-def _become_launch(request: dict, runner: int, middle: int, write_end: int, child_side) -> None:
-    """Set DeepSpeed's launch.py up as the runner's Popen and `python -u` would, with its ranks
-    forked warm, then run it: in the runner's session, with its standard streams."""
+def _become_launch(request: dict, launcher: int, middle: int, write_end: int, child_side) -> None:
+    """Set a launch process up as the launcher's Popen and `python -u` would, with its ranks
+    forked warm, then run it: in the launcher's session, with its standard streams."""
 
     def set_up() -> None:
-        _wait_for_adoption(runner, middle)
+        _wait_for_adoption(launcher, middle)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         child_side.close_descriptors(keep=write_end)
         os.chdir(request["cwd"])
 
     _set_up(write_end, set_up)
     command = _become_unbuffered(request, child_side)
-    install_deepspeed_ranks(child_side, request["env"])
+    install_launched_ranks(child_side, request["env"], request["launch"])
     _run_as_main(command, request["cwd"], child_side)
 
 

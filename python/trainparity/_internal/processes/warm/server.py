@@ -12,7 +12,7 @@ driver).
 Protocol, one JSON line each way per request on one Unix socket (Linux
 abstract namespace) accepted from the server's parent only: "ready" and what
 the imports looked up on sys.path (path_lookups.py) once they are done, then
-per request {argv, cwd, env, stdout, stderr, warm_ranks,
+per request {argv, cwd, env, stdout, stderr, warm_ranks, launcher,
 trace_filter (hex of a seccomp program: the crash check traces the child, which
 waits for its tracer and installs it first, child.await_tracer)}; reply
 {forked: pid} as soon as the child exists, then {pid} or {pid, failure: {step,
@@ -231,8 +231,10 @@ def main() -> None:
     if request.get("trace_filter"):  # a crash check's run: every call of the job is traced
         child_side.await_tracer(bytes.fromhex(request["trace_filter"]))
     child_side.become_fresh(request["argv"], request["cwd"], request["env"])
-    if request["warm_ranks"]:  # a torchrun agent (or the node launcher): its ranks forked too
-        _load_sibling("rank_zygote").install(child_side, request["env"], request["argv"])
+    if request["warm_ranks"]:  # a torchrun agent (or a launcher): its ranks forked too
+        _load_sibling("rank_zygote").install(
+            child_side, request["env"], request["argv"], request.get("launcher")
+        )
     try:
         child_side.run_main(request["argv"], request["cwd"])
     except SystemExit as exit:

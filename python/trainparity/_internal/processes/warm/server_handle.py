@@ -139,11 +139,13 @@ class WarmServer:
         timeout: float,
         *,
         warm_ranks: bool,
+        launcher: dict | None = None,
         trace_filter: bytes | None = None,
     ) -> int:
         """Fork `spec` with `environment`; its pid. ServerFailure: start it fresh instead.
 
-        With `trace_filter` the child waits for a tracer (trace_pid) before it runs.
+        With `trace_filter` the child waits for a tracer (trace_pid) before it runs;
+        `launcher` (torchrun_argv.forked_launcher's) says what a launcher forks warm.
         """
         request = {
             "argv": list(spec.argv),
@@ -152,6 +154,7 @@ class WarmServer:
             "stdout": os.path.abspath(spec.stdout_path),
             "stderr": os.path.abspath(spec.stderr_path),
             "warm_ranks": warm_ranks,
+            "launcher": launcher,
         }
         if trace_filter is not None:
             request["trace_filter"] = trace_filter.hex()

@@ -39,7 +39,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trainparity._internal.distributed.torchrun_argv import NODES_MODULE, is_torchrun
+from trainparity._internal.distributed.torchrun_argv import (
+    NODES_MODULE,
+    SCRIPT_FORM_MODULES,
+    forked_launcher,
+    is_torchrun,
+)
 from trainparity._internal.processes.group import ChildSpec, spawn_child
 from trainparity._internal.processes.progress import ProgressReporter
 from trainparity._internal.processes.warm.path_lookups import (
@@ -113,10 +118,6 @@ ranks warm too (rank_zygote.py), or execs them as torchrun does."""
 _AGENT_MODULE = "torch.distributed.run"
 # Console scripts forked warm as `python -m MODULE` (_console_script_execs).
 _MODULE_SCRIPTS = frozenset({_AGENT_MODULE})
-# DeepSpeed's launcher (the `deepspeed` script runs its main): forked warm as the script itself,
-# `python /…/bin/deepspeed …`, the command the kernel makes of the script's shebang.
-_DEEPSPEED_RUNNER = "deepspeed.launcher.runner"
-_SCRIPT_FORM_MODULES = frozenset({_DEEPSPEED_RUNNER})
 _MODULE_MAIN = re.compile(r"^from ([A-Za-z_][\w.]*) import main$", re.MULTILINE)
 _COREUTILS_ENV = frozenset(os.path.realpath(path) for path in ("/usr/bin/env", "/bin/env"))
 
@@ -264,6 +265,7 @@ class ChildStarter:
                 environment,
                 self.timeout,
                 warm_ranks=warm_ranks,
+                launcher=forked_launcher(spec.argv) if warm_ranks else None,
                 trace_filter=trace_filter,
             )
         except ServerFailure as failure:
@@ -418,7 +420,7 @@ def _console_script_execs(spec: ChildSpec) -> ChildSpec:
     if not interpreter or not _is_this_interpreter(interpreter):
         return spec
     found = _MODULE_MAIN.search(body)
-    if found is not None and found.group(1) in _SCRIPT_FORM_MODULES and "main()" in body:
+    if found is not None and found.group(1) in SCRIPT_FORM_MODULES and "main()" in body:
         # What exec makes of `#!python`: the interpreter, then the script's path.
         return dataclasses.replace(spec, argv=[sys.executable, program, *spec.argv[1:]])
     if found is None or found.group(1) not in _MODULE_SCRIPTS or "sys.exit(main())" not in body:
@@ -454,22 +456,16 @@ def _preloaded_modules(
         )
     if _forks_ranks_warm(argv, environment):
         named.add("torch._dynamo")  # the ranks forked from its zygote build optimizers
-        if _is_deepspeed_runner(argv) and preload_refusal(_DEEPSPEED_RUNNER) is None:
-            named.add(_DEEPSPEED_RUNNER)  # what the launcher, its launch.py and ranks import
+        launcher = forked_launcher(argv)
+        if launcher is not None and preload_refusal(launcher["preload"]) is None:
+            named.add(launcher["preload"])  # what the launcher, its launches and ranks import
     return tuple(sorted(named))
 
 
-def _is_deepspeed_runner(argv: tuple[str, ...] | list[str]) -> bool:
-    """Whether `argv` runs DeepSpeed's launcher: `python -m deepspeed.launcher.runner`, or
-    the `deepspeed` script as _console_script_execs forks it (`python …/deepspeed`)."""
-    return list(argv[1:3]) == ["-m", _DEEPSPEED_RUNNER] or (
-        len(argv) >= 2 and os.path.basename(argv[1]) == "deepspeed"
-    )
-
-
 def _forks_ranks_warm(argv: tuple[str, ...] | list[str], environment: Mapping[str, str]) -> bool:
-    """Whether a warm torchrun agent forks its ranks warm too (rank_zygote.py), and the
-    node launcher (distributed/nodes.py) its agents, which then fork their ranks.
+    """Whether a warm torchrun agent forks its ranks warm too (rank_zygote.py), the node
+    launcher (distributed/nodes.py) its agents, which then fork their ranks, and a launcher
+    torchrun_argv.forked_launcher names its per-node launches, which fork their ranks.
 
     Unless told not to, and only with a fixed hash seed: forked ranks keep their
     zygote's str hashes, where fresh ones without PYTHONHASHSEED each draw their own.
@@ -477,7 +473,7 @@ def _forks_ranks_warm(argv: tuple[str, ...] | list[str], environment: Mapping[st
     return (
         (
             list(argv[1:3]) in (["-m", _AGENT_MODULE], ["-m", NODES_MODULE])
-            or _is_deepspeed_runner(argv)
+            or forked_launcher(argv) is not None
         )
         and environment.get(WARM_RANKS_VARIABLE, "1") == "1"
         and environment.get(_HASH_SEED, "random") != "random"
