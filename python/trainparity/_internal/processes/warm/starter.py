@@ -13,7 +13,11 @@ forked too (pip's `torchrun` script for this interpreter as that command)
 when its command and environment fit where /proc shows a forked child's
 (the rank watcher finds an agent's ranks by that environment); its
 agent then forks its ranks from a zygote (rank_zygote.py) unless
-TRAINPARITY_WARM_RANKS=0.
+TRAINPARITY_WARM_RANKS=0. A console script of a module in
+torchrun_argv.SCRIPT_FORM_MODULES is forked as the script itself (`python
+…/bin/NAME …`, what the kernel makes of its shebang), and a launcher that
+torchrun_argv.forked_launcher names forks its per-node launch process, which
+forks its ranks, the same way.
 
 One server serves every child of the same environment, PYTHONPATH aside where
 its directories hold nothing the server's imports looked up (path_lookups.py);
