@@ -601,14 +601,7 @@ def _become_rank(
 def _become_launch(request: dict, launcher: int, middle: int, write_end: int, child_side) -> None:
     """Set a launch process up as the launcher's Popen and `python -u` would, with its ranks
     forked warm, then run it: in the launcher's session, with its standard streams."""
-
-    def set_up() -> None:
-        _wait_for_adoption(launcher, middle)
-        signal.pthread_sigmask(signal.SIG_SETMASK, set())
-        child_side.close_descriptors(keep=write_end)
-        os.chdir(request["cwd"])
-
-    _set_up(write_end, set_up)
+    _set_up_in_launchers_session(request["cwd"], launcher, middle, write_end, child_side)
     command = _become_unbuffered(request, child_side)
     install_launched_ranks(child_side, request["env"], request["launch"])
     _run_as_main(command, request["cwd"], child_side)
@@ -632,18 +625,26 @@ def _become_agent(request: dict, launcher: int, middle: int, write_end: int, chi
     phase by its group) with the launcher's standard streams; every other
     descriptor is closed, as the launcher's own are close-on-exec.
     """
+    _set_up_in_launchers_session(request["cwd"], launcher, middle, write_end, child_side)
+    argv, environment = request["argv"], request["env"]
+    child_side.become_fresh(argv, request["cwd"], environment)
+    install(child_side, environment)
+    _run_as_main(argv, request["cwd"], child_side)
+
+
+def _set_up_in_launchers_session(
+    cwd: str, launcher: int, middle: int, write_end: int, child_side
+) -> None:
+    """_set_up for a process its launcher started in its own session and process group, with
+    its standard streams: adopted by the launcher, signals unblocked, other descriptors closed."""
 
     def set_up() -> None:
         _wait_for_adoption(launcher, middle)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         child_side.close_descriptors(keep=write_end)
-        os.chdir(request["cwd"])
+        os.chdir(cwd)
 
     _set_up(write_end, set_up)
-    argv, environment = request["argv"], request["env"]
-    child_side.become_fresh(argv, request["cwd"], environment)
-    install(child_side, environment)
-    _run_as_main(argv, request["cwd"], child_side)
 
 
 def _set_up(write_end: int, set_up) -> None:
