@@ -577,8 +577,8 @@ def _fork(request: dict, descriptors: list[int], agent: int, connection, child_s
 def _become_rank(
     request: dict, descriptors: list[int], agent: int, middle: int, write_end: int, child_side
 ) -> None:
-    """Set the rank up as torchrun's Popen(start_new_session=True), or launch.py's Popen in its
-    own session, and `python -u` would, then run it."""
+    """Set the rank up as torchrun's Popen(start_new_session=True) would (or a launch
+    process's Popen, which leaves it in that process's session), and `python -u`, then run it."""
 
     def set_up() -> None:
         if not request.get("same_session"):
