@@ -579,6 +579,33 @@ def test_deepspeeds_launcher_forked_warm_forks_launch_py_and_its_ranks_as_fresh_
     assert views["warm"][0]["seen"]["unbuffered"] == [True, False, True]  # python -u's streams
 
 
+def test_a_failing_rank_under_deepspeeds_launcher_forked_warm_fails_the_phase_as_fresh(
+    tmp_path, starter
+):
+    # launch.py polls its ranks, stops the others when one fails and exits with its status; the
+    # runner exits with launch.py's. A forked rank is reaped by launch.py's own Popen.
+    pytest.importorskip("deepspeed")
+    script = Path(sys.executable).with_name("deepspeed")
+    if not script.is_file():
+        pytest.skip("no deepspeed script beside this interpreter")
+    probe = (
+        "import os, sys, time\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    sys.exit(3)\n"
+        "time.sleep(600)  # rank 0 waits until launch.py stops it (else the run's timeout)\n"
+    )
+    (tmp_path / "probe.py").write_text(probe)
+    argv = [str(script), "--num_gpus", "2", "--master_port", "29518", "probe.py"]
+    environment = _environment(DS_ACCELERATOR="cpu")
+    # (exit code, signal): a phase that ran into _run's timeout would end by a signal instead.
+    ends = {
+        name: _run(launcher, name, argv, tmp_path, tmp_path, environment)[:2]
+        for name, launcher in (("fresh", spawn_child), ("warm", starter.launch))
+    }
+    assert starter.report["warm"] == ["warm"]
+    assert ends["warm"] == ends["fresh"] and ends["fresh"][0] not in (0, None), ends
+
+
 def test_ranks_start_fresh_under_a_warm_agent_when_told_to(tmp_path, starter):
     environment = _environment(
         OMP_NUM_THREADS="1", TMPDIR=str(tmp_path), TRAINPARITY_WARM_RANKS="0"
