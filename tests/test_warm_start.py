@@ -541,23 +541,30 @@ with open(os.path.join(sys.argv[-1], "rank" + os.environ["RANK"] + ".json"), "w"
 """
 
 
-def test_deepspeeds_launcher_forked_warm_forks_launch_py_and_its_ranks_as_fresh_ones_start(
-    tmp_path, starter
-):
-    # The `deepspeed` script: its runner forked warm as the script the kernel would run, its
-    # `python -u -m deepspeed.launcher.launch` forked from the runner's zygote, each rank from
-    # launch.py's; every rank sees what the fresh launcher's rank sees.
+@pytest.fixture
+def deepspeed_script() -> Path:
+    """DeepSpeed's `deepspeed` launcher script beside this interpreter (skips without it)."""
     pytest.importorskip("deepspeed")
     script = Path(sys.executable).with_name("deepspeed")
     if not script.is_file():
         pytest.skip("no deepspeed script beside this interpreter")
+    return script
+
+
+def test_deepspeeds_launcher_forked_warm_forks_launch_py_and_its_ranks_as_fresh_ones_start(
+    tmp_path, starter, deepspeed_script
+):
+    # The `deepspeed` script: its runner forked warm as the script the kernel would run, its
+    # `python -u -m deepspeed.launcher.launch` forked from the runner's zygote, each rank from
+    # launch.py's; every rank sees what the fresh launcher's rank sees.
     environment = _environment(DS_ACCELERATOR="cpu")
     views = {}
     for name, launcher in (("fresh", spawn_child), ("warm", starter.launch)):
         out = tmp_path / name
         out.mkdir()
         (out / "probe.py").write_text(DEEPSPEED_RANK_PROBE)
-        argv = [str(script), "--num_gpus", "2", "--master_port", "29517", "probe.py", str(out)]
+        argv = [str(deepspeed_script), "--num_gpus", "2", "--master_port", "29517"]
+        argv += ["probe.py", str(out)]
         code, _, stdout, stderr, result = _run(launcher, name, argv, out, out, environment)
         assert code == 0, stderr
         assert "rank 0 says hello" in stdout and "rank 1 says hello" in stdout
@@ -580,14 +587,10 @@ def test_deepspeeds_launcher_forked_warm_forks_launch_py_and_its_ranks_as_fresh_
 
 
 def test_a_failing_rank_under_deepspeeds_launcher_forked_warm_fails_the_phase_as_fresh(
-    tmp_path, starter
+    tmp_path, starter, deepspeed_script
 ):
     # launch.py polls its ranks, stops the others when one fails and exits with its status; the
     # runner exits with launch.py's. A forked rank is reaped by launch.py's own Popen.
-    pytest.importorskip("deepspeed")
-    script = Path(sys.executable).with_name("deepspeed")
-    if not script.is_file():
-        pytest.skip("no deepspeed script beside this interpreter")
     probe = (
         "import os, sys, time\n"
         "if os.environ['RANK'] == '1':\n"
@@ -595,7 +598,7 @@ def test_a_failing_rank_under_deepspeeds_launcher_forked_warm_fails_the_phase_as
         "time.sleep(600)  # rank 0 waits until launch.py stops it (else the run's timeout)\n"
     )
     (tmp_path / "probe.py").write_text(probe)
-    argv = [str(script), "--num_gpus", "2", "--master_port", "29518", "probe.py"]
+    argv = [str(deepspeed_script), "--num_gpus", "2", "--master_port", "29518", "probe.py"]
     environment = _environment(DS_ACCELERATOR="cpu")
     # (exit code, signal): a phase that ran into _run's timeout would end by a signal instead.
     ends = {
