@@ -106,12 +106,13 @@ def path_conflict(entries: list[str], lookups: dict[str, Any]) -> str | None:
                 reason = _metadata_conflict(entry, name, lookups)
             else:
                 top = name.partition(".")[0]
-                if not _importable(entry, name, top):
-                    continue  # a console script beside the interpreter, a data file
-                if top in _STARTUP_MODULES and not seen_by_server:
-                    reason = "would run at a fresh interpreter's start"
-                elif top in settled or top not in looked_up:
+                startup = top in _STARTUP_MODULES and not seen_by_server
+                if not startup and (top in settled or top not in looked_up):
                     continue
+                if not _importable(entry, name, top):  # a stat: only for names that matter
+                    continue  # a console script beside the interpreter, a data file
+                if startup:
+                    reason = "would run at a fresh interpreter's start"
                 elif key in found.get(top, ()):
                     settled.add(top)
                     continue

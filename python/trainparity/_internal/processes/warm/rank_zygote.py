@@ -454,7 +454,7 @@ class _LaunchPopen(_ForkedRankPopen):
     def _refusal(self, zygote: _Zygote, argv: list[str], env, directory: str, rest) -> str | None:
         standard_streams = (rest[11], rest[13])  # the launch inherits the launcher's
         return (
-            _plain_popen_refusal(rest, new_session=False)
+            _plain_popen_refusal(rest)
             or ("its own standard streams" if standard_streams != (-1, -1) else None)
             or zygote.launch_refusal(argv, env, directory, self.plan)
         )
@@ -469,13 +469,14 @@ class _LaunchedRankPopen(_ForkedRankPopen):
     _role = {"same_session": True}
 
     def _refusal(self, zygote: _Zygote, argv: list[str], env, directory: str, rest) -> str | None:
-        return _plain_popen_refusal(rest, new_session=False) or zygote.refusal(
+        return _plain_popen_refusal(rest) or zygote.refusal(
             argv, env, directory, frozenset(self.plan["rank_variables"])
         )
 
 
-def _plain_popen_refusal(rest, *, new_session: bool) -> str | None:
-    """Why a Popen's other options are not the defaults a forked child reproduces (None: they are).
+def _plain_popen_refusal(rest) -> str | None:
+    """Why a Popen's other options are not the defaults a forked child reproduces (None: they
+    are); it stays in its parent's session, as both launchers' Popen leave it.
 
     `rest` as _execute_child's: preexec_fn, close_fds, pass_fds, …, shell (7),
     restore_signals (14), gid, gids, uid, umask, start_new_session (19), then
@@ -488,7 +489,7 @@ def _plain_popen_refusal(rest, *, new_session: bool) -> str | None:
         return "Popen options a forked child does not reproduce"
     if (gid, gids, uid) != (None, None, None) or umask >= 0 or process_group not in (None, -1):
         return "Popen options a forked child does not reproduce"
-    if bool(start_new_session) != new_session:
+    if start_new_session:
         return "another session than expected"
     return None
 
